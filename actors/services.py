@@ -1,0 +1,128 @@
+"""Shared-service actors: the sharded seen-URL group, the content index and the budget.
+
+Each actor is a thin shell over a plain class from ``crawler/`` (tested there without
+Ray); this module only moves batches in and out. The client classes give engines the
+same async interfaces the in-process services have (crawler.runner), so an engine
+cannot tell whether it runs in one process or on a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Sequence
+
+import ray
+
+from crawler.dedup import ContentIndex
+from crawler.seen import SeenSet, shard_of, url_hash64
+
+
+@ray.remote(num_cpus=0)
+class SeenFilter:
+    """One shard of the seen-URL set (Bloom filter in front of an exact store)."""
+
+    def __init__(self, capacity: int, error_rate: float, exact: bool) -> None:
+        self.set = SeenSet(capacity, error_rate, exact=exact)
+
+    def check_and_add_hashes(self, hashes: list[int]) -> list[bool]:
+        return self.set.check_and_add_hashes(hashes)
+
+    def stats(self) -> dict[str, Any]:
+        return self.set.stats()
+
+
+class SeenGroupClient:
+    """Splits a batch of URLs by hash over the SeenFilter shards; one call per shard."""
+
+    def __init__(self, actors: Sequence[Any]) -> None:
+        self.actors = list(actors)
+
+    async def check_and_add(self, urls: list[str]) -> list[bool]:
+        n = len(self.actors)
+        hashes = [url_hash64(u) for u in urls]
+        parts: dict[int, list[int]] = {}
+        for i, h in enumerate(hashes):
+            parts.setdefault(shard_of(h, n), []).append(i)
+        shard_ids = list(parts)
+        answers = await asyncio.gather(
+            *(self.actors[s].check_and_add_hashes.remote([hashes[i] for i in parts[s]]) for s in shard_ids)
+        )
+        out = [False] * len(urls)
+        for s, ans in zip(shard_ids, answers):
+            for i, novel in zip(parts[s], ans):
+                out[i] = novel
+        return out
+
+
+@ray.remote(num_cpus=0)
+class ContentIndexActor:
+    """The crawl-wide duplicate-content index (mirrors live on other hosts, so it is global)."""
+
+    def __init__(self, distance: int, tables: int) -> None:
+        self.index = ContentIndex(distance, tables)
+
+    def check_and_add(self, items: list[tuple[str, str, int | None]]) -> list[tuple[str | None, str | None]]:
+        return self.index.check_and_add(items)
+
+    def stats(self) -> dict[str, Any]:
+        return self.index.stats()
+
+
+class ContentClient:
+    """Async facade over the content actor (engines micro-batch their calls to it)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    async def check_and_add(self, items):
+        return await self.actor.check_and_add.remote(items)
+
+
+@ray.remote(num_cpus=0)
+class Budget:
+    """Hands out ``limits.max_pages`` in leases so shards rarely have to ask."""
+
+    def __init__(self, max_pages: int | None) -> None:
+        self.max_pages = max_pages
+        self.granted = 0
+
+    def lease(self, n: int) -> int:
+        if self.max_pages is None:
+            return n
+        give = max(0, min(n, self.max_pages - self.granted))
+        self.granted += give
+        return give
+
+    def remaining(self) -> int | None:
+        return None if self.max_pages is None else self.max_pages - self.granted
+
+
+class BudgetClient:
+    """A shard's view of the global page budget: local leases, refilled on demand.
+
+    Leases shrink as the budget runs low so no shard sits on pages another shard needs.
+    """
+
+    def __init__(self, actor: Any, max_pages: int | None, shards: int) -> None:
+        self.actor = actor
+        self.max_pages = max_pages
+        self.shards = max(1, shards)
+        self.local = 0
+        self.spent = False
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> bool:
+        if self.max_pages is None:
+            return True
+        if self.local == 0 and not self.spent:
+            async with self._lock:
+                if self.local == 0 and not self.spent:
+                    size = max(1, min(16, self.max_pages // (8 * self.shards)))
+                    got = await self.actor.lease.remote(size)
+                    self.local += got
+                    if got == 0:
+                        self.spent = True
+        if self.local > 0:
+            self.local -= 1
+            return True
+        return False

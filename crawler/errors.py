@@ -1,0 +1,38 @@
+"""The project's error hierarchy.
+
+Errors are drawn as a small tree so callers can catch at the level they care about.
+Library exceptions (aiohttp, pyarrow, yaml, ...) are translated at the module boundary
+with ``raise X from exc`` so the original cause stays in the traceback.
+
+Bad input from the *user* (config, seeds) raises :class:`ConfigError` / :class:`SeedError`
+at once. Bad input from the *web* never raises out of the core: it becomes an outcome
+row or a counted drop.
+"""
+
+
+class CrawlError(Exception):
+    """Base class of every error this project raises on purpose."""
+
+
+class ConfigError(CrawlError, ValueError):
+    """The crawl configuration is invalid; the message names the key and the fix."""
+
+
+class SeedError(ConfigError):
+    """A seed URL is malformed or not crawlable; the message quotes the seed."""
+
+
+class StorageError(CrawlError):
+    """Writing or reading crawl output or state failed."""
+
+
+class OutputExistsError(StorageError):
+    """The output folder holds a crawl made with a different configuration."""
+
+
+class FetchError(CrawlError):
+    """A fetch failed in a way the caller must handle (never raised for web errors)."""
+
+
+class ShutdownError(CrawlError):
+    """The crawl was asked to stop while an operation was in progress."""

@@ -1,0 +1,299 @@
+"""The two-tier URL frontier of one shard (Mercator-style).
+
+Tier 1 orders work by priority: each host's back queue is a heap keyed by the pluggable
+priority function (default: breadth-first by depth), and URLs that must wait (a retry
+after backoff, a recrawl not yet due) sit in a per-host *delayed* heap keyed by their
+due time until it passes.
+
+Tier 2 enforces politeness: a heap of hosts keyed by the time the host may next be
+contacted (the politeness object's ``next_allowed``, or the due time of the host's first
+delayed URL). A host leaves the heap while one of its URLs is being fetched, so there is
+never more than one request in flight per host (DESIGN.md invariant 2); it re-enters when
+the fetch is released.
+
+The frontier does not know about robots, budgets or the seen set: the engine applies
+those before :meth:`Frontier.push` and after :meth:`Frontier.pop_ready`. It answers
+"nothing ready now" (:attr:`FrontierState.WAITING` with a wake-up time) differently from
+"nothing at all" (:attr:`FrontierState.EMPTY`).
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Protocol
+
+from crawler.urls import host_key
+
+
+class FrontierState(enum.Enum):
+    """What :meth:`Frontier.state` reports."""
+
+    READY = "ready"  # a host may be contacted now
+    WAITING = "waiting"  # work exists but no host is due yet (see next_wakeup)
+    BUSY = "busy"  # work exists only for hosts with a request in flight
+    EMPTY = "empty"  # no queued URL at all
+
+
+@dataclass(slots=True)
+class UrlItem:
+    """One unit of frontier work: a normalized URL and what we know about it.
+
+    ``due_at`` is clock time before which it must not be fetched (retry backoff now,
+    recrawl schedules later); ``kind`` is "discover" or "refresh".
+    """
+
+    url: str
+    depth: int = 0
+    referrer: str | None = None
+    host: str = ""
+    priority: float = 0.0
+    due_at: float = 0.0
+    attempts: int = 0
+    kind: str = "discover"
+    etag: str | None = None
+    last_modified: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            self.host = host_key(self.url)
+
+
+class HostPacer(Protocol):
+    """What the frontier needs from the politeness policy."""
+
+    def next_allowed(self, host: str) -> float: ...
+
+
+def bfs_priority(item: UrlItem) -> float:
+    """Default priority: breadth-first (shallow pages first, FIFO among equals)."""
+    return float(item.depth)
+
+
+@dataclass
+class _HostQueue:
+    ready: list[tuple[float, int, UrlItem]] = field(default_factory=list)  # (priority, seq, item)
+    delayed: list[tuple[float, int, UrlItem]] = field(default_factory=list)  # (due_at, seq, item)
+    in_flight: bool = False
+    scheduled_at: float | None = None  # the key of this host's live entry in the host heap
+
+    def __len__(self) -> int:
+        return len(self.ready) + len(self.delayed)
+
+
+class Frontier:
+    """Per-host back queues behind a next-allowed-time heap of hosts.
+
+    Args:
+        pacer: gives each host's next allowed request time (crawler.politeness.Politeness).
+        clock: injected clock (``now()``).
+        rng: random source for retry jitter.
+        priority: maps a UrlItem to a sort key (lower first).
+        backoff_s / max_backoff_s: exponential retry backoff base and cap.
+    """
+
+    def __init__(
+        self,
+        pacer: HostPacer,
+        clock,
+        rng: random.Random | None = None,
+        *,
+        priority: Callable[[UrlItem], float] = bfs_priority,
+        backoff_s: float = 2.0,
+        max_backoff_s: float = 600.0,
+    ) -> None:
+        self._pacer = pacer
+        self._clock = clock
+        self._rng = rng or random.Random(0)
+        self._priority = priority
+        self._backoff_s = backoff_s
+        self._max_backoff_s = max_backoff_s
+        self._queues: dict[str, _HostQueue] = {}
+        self._heap: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
+        self._size = 0
+        self._in_flight = 0
+
+    # -- queries --------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Number of queued URLs (ready and delayed), excluding those being fetched."""
+        return self._size
+
+    @property
+    def in_flight(self) -> int:
+        """Hosts with a URL handed out and not yet released."""
+        return self._in_flight
+
+    def host_count(self) -> int:
+        """Hosts with queued or in-flight work."""
+        return len(self._queues)
+
+    def queued_for(self, host: str) -> int:
+        q = self._queues.get(host)
+        return len(q) if q else 0
+
+    def next_wakeup(self) -> float | None:
+        """Earliest clock time at which some queued host may become ready; None if none."""
+        self._drop_stale()
+        return self._heap[0][0] if self._heap else None
+
+    def state(self) -> FrontierState:
+        """READY / WAITING / BUSY / EMPTY (see :class:`FrontierState`)."""
+        if self._size == 0:
+            return FrontierState.EMPTY
+        wake = self.next_wakeup()
+        if wake is None:
+            return FrontierState.BUSY
+        return FrontierState.READY if wake <= self._clock.now() else FrontierState.WAITING
+
+    # -- adding work ----------------------------------------------------------------
+
+    def push(self, items: Iterable[UrlItem]) -> int:
+        """Enqueue URLs (already seen-checked, robots-checked if known). Returns the count."""
+        n = 0
+        touched: set[str] = set()
+        for item in items:
+            q = self._queues.get(item.host)
+            if q is None:
+                q = self._queues[item.host] = _HostQueue()
+            if item.due_at > self._clock.now():
+                heapq.heappush(q.delayed, (item.due_at, next(self._seq), item))
+            else:
+                item.priority = self._priority(item)
+                heapq.heappush(q.ready, (item.priority, next(self._seq), item))
+            touched.add(item.host)
+            n += 1
+        self._size += n
+        for host in touched:
+            self._schedule(host)
+        return n
+
+    def retry(self, item: UrlItem, delay: float | None = None) -> float:
+        """Re-enter a transiently failed URL after exponential backoff with jitter.
+
+        ``item.attempts`` must already count the failed attempt. ``delay`` overrides the
+        backoff (e.g. a Retry-After). Returns the due time. Nobody sleeps: the URL waits
+        in its host's delayed heap (the "full jitter" variant keeps retries of many URLs
+        of one failing host from arriving in lockstep).
+        """
+        if delay is None:
+            cap = min(self._max_backoff_s, self._backoff_s * (2 ** max(0, item.attempts - 1)))
+            delay = cap / 2 + self._rng.uniform(0, cap / 2)
+        item.due_at = self._clock.now() + max(0.0, delay)
+        self.push([item])
+        return item.due_at
+
+    # -- taking work ----------------------------------------------------------------
+
+    def pop_ready(self, limit: int) -> list[UrlItem]:
+        """Hand out up to ``limit`` URLs, at most one per host, from hosts that are due.
+
+        Each returned URL's host is marked in flight until :meth:`release`.
+        """
+        out: list[UrlItem] = []
+        now = self._clock.now()
+        while self._heap and len(out) < limit:
+            at, _, host = self._heap[0]
+            q = self._queues.get(host)
+            if q is None or q.scheduled_at != at or q.in_flight:
+                heapq.heappop(self._heap)  # stale entry
+                continue
+            if at > now:
+                break
+            heapq.heappop(self._heap)
+            q.scheduled_at = None
+            self._promote(q, now)
+            if not q.ready:  # politeness moved on, or only delayed items remain
+                self._schedule(host)
+                continue
+            _, _, item = heapq.heappop(q.ready)
+            self._size -= 1
+            q.in_flight = True
+            self._in_flight += 1
+            out.append(item)
+        return out
+
+    def release(self, host: str) -> None:
+        """The host's in-flight URL is finished (fetched, failed, blocked or re-queued)."""
+        q = self._queues.get(host)
+        if q is None or not q.in_flight:
+            raise RuntimeError(f"release of host {host!r} that has nothing in flight")
+        q.in_flight = False
+        self._in_flight -= 1
+        if len(q) == 0:
+            del self._queues[host]
+        else:
+            self._schedule(host)
+
+    def reschedule(self, host: str) -> None:
+        """Recompute a host's place after its politeness changed (override, pause, penalty)."""
+        if host in self._queues:
+            self._schedule(host)
+
+    def remove_where(self, host: str, predicate: Callable[[UrlItem], bool]) -> list[UrlItem]:
+        """Remove and return the host's queued URLs matching ``predicate`` (robots purge)."""
+        q = self._queues.get(host)
+        if q is None:
+            return []
+        removed: list[UrlItem] = []
+        for name in ("ready", "delayed"):
+            heap = getattr(q, name)
+            keep = []
+            for entry in heap:
+                (removed if predicate(entry[2]) else keep).append(entry)
+            if len(keep) != len(heap):
+                heapq.heapify(keep)
+                setattr(q, name, keep)
+        removed_items = [e[2] for e in removed]
+        self._size -= len(removed_items)
+        if len(q) == 0 and not q.in_flight:
+            del self._queues[host]
+        return removed_items
+
+    def drain(self) -> list[UrlItem]:
+        """Remove and return every queued URL (shutdown, snapshot)."""
+        items = [e[2] for q in self._queues.values() for e in (*q.ready, *q.delayed)]
+        for q in self._queues.values():
+            q.ready.clear()
+            q.delayed.clear()
+            q.scheduled_at = None
+        self._queues = {h: q for h, q in self._queues.items() if q.in_flight}
+        self._heap.clear()
+        self._size = 0
+        return items
+
+    # -- internals ------------------------------------------------------------------
+
+    def _promote(self, q: _HostQueue, now: float) -> None:
+        while q.delayed and q.delayed[0][0] <= now:
+            _, _, item = heapq.heappop(q.delayed)
+            item.priority = self._priority(item)
+            heapq.heappush(q.ready, (item.priority, next(self._seq), item))
+
+    def _schedule(self, host: str) -> None:
+        q = self._queues[host]
+        if q.in_flight or len(q) == 0:
+            return
+        at = self._pacer.next_allowed(host)
+        if not q.ready and q.delayed:
+            at = max(at, q.delayed[0][0])
+        if math.isinf(at):  # paused host: stays queued, never scheduled until reschedule()
+            q.scheduled_at = None
+            return
+        if q.scheduled_at == at:
+            return
+        q.scheduled_at = at
+        heapq.heappush(self._heap, (at, next(self._seq), host))
+
+    def _drop_stale(self) -> None:
+        while self._heap:
+            at, _, host = self._heap[0]
+            q = self._queues.get(host)
+            if q is not None and q.scheduled_at == at and not q.in_flight:
+                return
+            heapq.heappop(self._heap)

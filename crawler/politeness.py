@@ -1,0 +1,508 @@
+"""Per-host pacing: one request in flight, starts at least ``interval`` apart at the server.
+
+Pure policy with an injected clock; the frontier asks :meth:`Politeness.next_allowed`
+and the engine reports each request's life cycle (:meth:`~Politeness.on_start`,
+:meth:`~Politeness.on_headers`, :meth:`~Politeness.on_finish`).
+
+Why the headers time matters (DESIGN.md invariant 2, "measured at the server"): the
+server records request k as starting at some instant s_k that we cannot observe; we only
+know it lies between our send and our receipt of the response headers h_k (the server
+cannot answer a request before it started it). Request k+1 cannot reach the server before
+we send it, so s_{k+1} >= send_{k+1}. Hence sending k+1 no earlier than h_k + interval
+guarantees s_{k+1} - s_k >= interval whatever the network delays. When no headers
+arrived (timeout, reset, refused), the server may have started k at any moment up to the
+time we gave up, f_k, so the bound becomes f_k + interval. And since only one request may
+be in flight, k+1 never starts before f_k. So:
+
+    next start >= max(h_k + interval, f_k)   if headers arrived
+    next start >= f_k + interval             otherwise
+
+The interval is evaluated when asked, not frozen at finish time, so a Crawl-delay learnt
+from the robots.txt fetch that just finished, an operator override or a novelty penalty
+applies to the wait already under way. (Callers that cache ``next_allowed`` - the
+frontier's host heap - must reschedule the host after changing any of those.)
+
+Effective interval of a host:
+
+    floor     = max(operator override or configured interval, robots Crawl-delay)
+    effective = max(floor, min(max(floor, adaptive) * penalty, max_interval_s))
+
+``max_interval_s`` caps only what *we* add (adaptive backoff after 429/503/failures, and
+the novelty penalty); a Crawl-delay or operator interval above it is honoured as is,
+because the site or the operator asked for it (politeness first).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import math
+import time
+from datetime import timezone
+from typing import Any
+
+from crawler.errors import ConfigError
+
+__all__ = ["Politeness", "parse_retry_after"]
+
+log = logging.getLogger(__name__)
+
+# Longest Retry-After delta-seconds we read as a number (larger is capped by the caller
+# anyway); also keeps int() away from enormous digit strings.
+_MAX_DELTA_DIGITS = 12
+
+
+def parse_retry_after(value: str | None, now_wall: float) -> float | None:
+    """Seconds to wait according to a ``Retry-After`` header value (RFC 9110 10.2.3).
+
+    The value is either delta-seconds (``"120"``) or an HTTP-date
+    (``"Sun, 06 Nov 1994 08:49:37 GMT"``; the obsolete RFC 850 and asctime forms are
+    accepted too), compared with ``now_wall`` (UTC epoch seconds). A date in the past
+    means 0. Garbage (negative or fractional numbers, unparseable dates, empty) gives None.
+    The result is not capped; :class:`Politeness` caps it.
+    """
+    if value is None:
+        return None
+    v = value.strip()
+    if not v:
+        return None
+    if v.isascii() and v.isdigit():
+        if len(v) > _MAX_DELTA_DIGITS:
+            return float(10**_MAX_DELTA_DIGITS)
+        return float(int(v))
+    try:
+        when = email.utils.parsedate_to_datetime(v)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when is None:  # older Pythons return None instead of raising
+        return None
+    if when.tzinfo is None:  # HTTP-date is always GMT (RFC 9110 5.6.7)
+        when = when.replace(tzinfo=timezone.utc)
+    try:
+        delta = when.timestamp() - now_wall
+    except (OverflowError, ValueError, OSError):
+        return None
+    return max(0.0, delta)
+
+
+class _Host:
+    """Mutable pacing state of one host."""
+
+    __slots__ = (
+        "in_flight",
+        "headers_at",
+        "anchor",
+        "finished_at",
+        "not_before",
+        "crawl_delay",
+        "penalty",
+        "adaptive",
+        "successes",
+    )
+
+    def __init__(self) -> None:
+        self.in_flight = False
+        self.headers_at: float | None = None  # of the request in flight
+        # Latest instant the server can have started our last request: its headers time,
+        # or its finish time when no headers arrived. None: no request seen yet.
+        self.anchor: float | None = None
+        self.finished_at = 0.0
+        self.not_before = 0.0  # Retry-After
+        self.crawl_delay = 0.0  # robots floor; 0 = none
+        self.penalty = 1.0
+        self.adaptive = 0.0  # backoff interval; 0 = not backed off
+        self.successes = 0  # consecutive, since the last widening or narrowing
+
+
+class Politeness:
+    """Per-host pacing policy (see the module docstring for the rule and its proof).
+
+    Args:
+        interval_s: default minimum time between request starts to one host.
+        max_interval_s: cap on the adaptive backoff and penalty (not on Crawl-delay or
+            operator intervals).
+        clock: injected clock: ``now()`` monotonic seconds, ``wall()`` UTC epoch seconds
+            (for HTTP-date Retry-After; ``time.time`` if the clock has no ``wall``).
+        backoff_factor: multiplier applied to the interval on 429/5xx/transient failure.
+        recovery_factor: multiplier (< 1 narrows) applied after ``recovery_successes``
+            consecutive successes, until the interval is back to its floor.
+        retry_after_cap_s: longest Retry-After honoured.
+    """
+
+    def __init__(
+        self,
+        interval_s: float = 1.0,
+        max_interval_s: float = 60.0,
+        *,
+        clock: Any,
+        backoff_factor: float = 2.0,
+        recovery_factor: float = 0.8,
+        recovery_successes: int = 5,
+        retry_after_cap_s: float = 3600.0,
+    ) -> None:
+        interval_s = _number("interval_s", interval_s)
+        max_interval_s = _number("max_interval_s", max_interval_s)
+        backoff_factor = _number("backoff_factor", backoff_factor)
+        recovery_factor = _number("recovery_factor", recovery_factor)
+        retry_after_cap_s = _number("retry_after_cap_s", retry_after_cap_s)
+        _check(interval_s >= 0, "interval_s", "must be >= 0 seconds", interval_s)
+        _check(max_interval_s > 0, "max_interval_s", "must be > 0 seconds", max_interval_s)
+        _check(max_interval_s >= interval_s, "max_interval_s", f"must be >= interval_s ({interval_s})", max_interval_s)
+        _check(backoff_factor >= 1.0, "backoff_factor", "must be >= 1.0", backoff_factor)
+        _check(0.0 < recovery_factor <= 1.0, "recovery_factor", "must be in (0, 1]", recovery_factor)
+        _check(retry_after_cap_s >= 0, "retry_after_cap_s", "must be >= 0 seconds", retry_after_cap_s)
+        if not (isinstance(recovery_successes, int) and recovery_successes >= 1):
+            raise ConfigError(f"politeness recovery_successes: must be an integer >= 1, got {recovery_successes!r}")
+        self.interval_s = interval_s
+        self.max_interval_s = max_interval_s
+        self.backoff_factor = backoff_factor
+        self.recovery_factor = recovery_factor
+        self.recovery_successes = recovery_successes
+        self.retry_after_cap_s = retry_after_cap_s
+        self._now = clock.now
+        wall = getattr(clock, "wall", None)
+        self._wall = wall if callable(wall) else time.time
+        self._hosts: dict[str, _Host] = {}
+        # Operator policy, kept apart so forget() never drops it: host -> (interval, paused).
+        self._policy: dict[str, tuple[float | None, bool]] = {}
+        self._in_flight = 0
+        self._stats = dict.fromkeys(
+            (
+                "starts",
+                "early_starts",
+                "backoffs",
+                "recoveries",
+                "retry_after_applied",
+                "retry_after_ignored",
+                "invalid_crawl_delays",
+                "forgotten",
+                "restore_errors",
+            ),
+            0,
+        )
+
+    # -- queries (hot path) ------------------------------------------------------------
+
+    def interval(self, host: str) -> float:
+        """The host's effective minimum time between request starts, in seconds."""
+        return self._interval(host, self._hosts.get(host))
+
+    def _floor(self, host: str, st: _Host | None) -> float:
+        pol = self._policy.get(host)
+        base = self.interval_s if pol is None or pol[0] is None else pol[0]
+        if st is not None and st.crawl_delay > base:
+            return st.crawl_delay
+        return base
+
+    def _interval(self, host: str, st: _Host | None) -> float:
+        floor = self._floor(host, st)
+        if st is None:
+            return floor
+        slow = st.adaptive if st.adaptive > floor else floor
+        slow *= st.penalty
+        if slow <= floor:
+            return floor
+        # What we add on top of the floor is capped; the floor itself is not.
+        return slow if slow < self.max_interval_s else max(floor, self.max_interval_s)
+
+    def next_allowed(self, host: str) -> float:
+        """Clock time from which the host may be sent its next request.
+
+        0.0 for a host never seen; ``math.inf`` while the host is paused. While a request
+        is in flight, the value assumes it completes now (a lower bound; ``ready`` is
+        False anyway): call :meth:`on_finish` before asking for the host's next slot.
+        """
+        pol = self._policy.get(host)
+        if pol is not None and pol[1]:
+            return math.inf
+        st = self._hosts.get(host)
+        if st is None:
+            return 0.0
+        if st.in_flight:
+            now = self._now()
+            anchor = st.headers_at if st.headers_at is not None else now
+            return max(anchor + self._interval(host, st), now, st.not_before)
+        if st.anchor is None:
+            return st.not_before
+        return max(st.anchor + self._interval(host, st), st.finished_at, st.not_before)
+
+    def ready(self, host: str) -> bool:
+        """True if a request to ``host`` may start now (not in flight, not paused, due)."""
+        st = self._hosts.get(host)
+        if st is not None and st.in_flight:
+            return False
+        return self._now() >= self.next_allowed(host)
+
+    def in_flight(self, host: str) -> bool:
+        """True while a request to ``host`` is between on_start and on_finish."""
+        st = self._hosts.get(host)
+        return st is not None and st.in_flight
+
+    def in_flight_count(self) -> int:
+        """Number of hosts with a request in flight."""
+        return self._in_flight
+
+    def crawl_delay(self, host: str) -> float | None:
+        """The Crawl-delay floor currently applied to ``host`` (None if none)."""
+        st = self._hosts.get(host)
+        return st.crawl_delay if st is not None and st.crawl_delay > 0 else None
+
+    def override(self, host: str) -> tuple[float | None, bool]:
+        """The operator policy of ``host``: (interval override or None, paused)."""
+        return self._policy.get(host, (None, False))
+
+    # -- policy inputs -----------------------------------------------------------------
+
+    def set_crawl_delay(self, host: str, seconds: float | None) -> None:
+        """Apply robots.txt ``Crawl-delay`` as a floor on the interval (None: no floor).
+
+        Web input: a negative, NaN or infinite value is ignored (counted), never raised.
+        A large value is honoured even above ``max_interval_s``.
+        """
+        if seconds is not None and not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0):
+            self._stats["invalid_crawl_delays"] += 1
+            seconds = None
+        st = self._hosts.get(host)
+        if st is None:
+            if not seconds:
+                return  # nothing to remember for a host we hold no state for
+            st = self._hosts[host] = _Host()
+        st.crawl_delay = float(seconds or 0.0)
+
+    def set_override(self, host: str, interval_s: float | None = None, paused: bool | None = None) -> None:
+        """Operator policy (``PUT /hosts/:host/policy {max_rps, paused}``).
+
+        ``interval_s`` replaces the configured interval for this host (1 / max_rps); it
+        is a floor like Crawl-delay (the larger of the two applies) and is not capped.
+        ``paused=True`` makes the host never ready (``next_allowed`` is ``inf``); a
+        request already in flight finishes normally. An argument left None keeps its
+        current value; :meth:`clear_override` removes both.
+        """
+        if interval_s is not None and not (
+            isinstance(interval_s, (int, float)) and math.isfinite(interval_s) and interval_s >= 0
+        ):
+            raise ConfigError(
+                f"host policy for {host!r}: interval must be a finite number of seconds >= 0 "
+                f"(max_rps > 0), got {interval_s!r}"
+            )
+        old_interval, old_paused = self._policy.get(host, (None, False))
+        new = (
+            old_interval if interval_s is None else float(interval_s),
+            old_paused if paused is None else bool(paused),
+        )
+        if new == (None, False):
+            self._policy.pop(host, None)
+        else:
+            self._policy[host] = new
+
+    def clear_override(self, host: str) -> None:
+        """Remove the operator policy of ``host`` (configured interval, not paused)."""
+        self._policy.pop(host, None)
+
+    def set_penalty(self, host: str, factor: float) -> None:
+        """Slow ``host`` down by ``factor`` (>= 1.0; 1.0 removes it), e.g. for low novelty.
+
+        The penalised interval is capped at ``max_interval_s`` like the backoff.
+        Raises ValueError for a factor below 1 or not finite (a caller bug).
+        """
+        if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor >= 1.0):
+            raise ValueError(f"penalty factor must be a finite number >= 1.0, got {factor!r}")
+        st = self._hosts.get(host)
+        if st is None:
+            if factor == 1.0:
+                return
+            st = self._hosts[host] = _Host()
+        st.penalty = float(factor)
+
+    # -- request life cycle --------------------------------------------------------------
+
+    def on_start(self, host: str) -> None:
+        """A request to ``host`` is being sent now.
+
+        Raises RuntimeError if one is already in flight (a caller bug). A start before
+        ``next_allowed`` or while paused is counted in ``stats()["early_starts"]`` and
+        logged, not refused: callers are expected to check :meth:`ready` first.
+        """
+        st = self._hosts.get(host)
+        if st is None:
+            st = self._hosts[host] = _Host()
+        elif st.in_flight:
+            raise RuntimeError(f"politeness: a request to {host!r} is already in flight")
+        now = self._now()
+        if now < self.next_allowed(host):
+            self._stats["early_starts"] += 1
+            log.warning("politeness: request to %r started before its allowed time", host)
+        st.in_flight = True
+        st.headers_at = None
+        self._in_flight += 1
+        self._stats["starts"] += 1
+
+    def on_headers(self, host: str, at: float | None = None) -> None:
+        """The response headers of the in-flight request to ``host`` arrived (now, or at ``at``).
+
+        ``at`` lets a fetcher that timestamps the headers with the same clock report
+        them after the body was read.
+        """
+        st = self._in_flight_state(host, "on_headers")
+        st.headers_at = self._now() if at is None else at
+
+    def on_finish(
+        self, host: str, status: int | None, retry_after: str | None = None, transient: bool = False
+    ) -> None:
+        """The in-flight request to ``host`` is over (response read, or failed).
+
+        ``status`` None means no HTTP response (timeout, reset, DNS, refused).
+        429, 5xx, no response and ``transient=True`` widen the adaptive interval
+        (x backoff_factor, capped at max_interval_s); ``recovery_successes`` consecutive
+        other outcomes (2xx, 3xx, 304, final 4xx) narrow it by recovery_factor.
+        ``retry_after`` (the raw header) is honoured on 429 and 5xx, capped at
+        retry_after_cap_s; unparseable values are ignored and counted.
+        """
+        st = self._in_flight_state(host, "on_finish")
+        now = self._now()
+        st.in_flight = False
+        self._in_flight -= 1
+        st.finished_at = now
+        # See the module docstring: the server started this request no later than the
+        # headers arrived, or, without headers, no later than now.
+        st.anchor = st.headers_at if st.headers_at is not None else now
+        st.headers_at = None
+
+        failed = transient or status is None or status == 429 or status >= 500
+        if failed:
+            floor = self._floor(host, st)
+            # A host configured with no interval backs off from 1 s, not from 0.
+            current = max(st.adaptive, floor) or 1.0
+            st.adaptive = min(current * self.backoff_factor, self.max_interval_s)
+            st.successes = 0
+            self._stats["backoffs"] += 1
+        elif st.adaptive > 0:
+            st.successes += 1
+            if st.successes >= self.recovery_successes:
+                st.successes = 0
+                st.adaptive *= self.recovery_factor
+                if st.adaptive <= self._floor(host, st):
+                    st.adaptive = 0.0  # back at the floor: fully recovered
+                self._stats["recoveries"] += 1
+
+        # RFC 9110 10.2.3 / RFC 6585 4: Retry-After on 503 and 429 says when to come back.
+        if retry_after is not None and status is not None and (status == 429 or status >= 500):
+            delay = parse_retry_after(retry_after, self._wall())
+            if delay is None:
+                self._stats["retry_after_ignored"] += 1
+            else:
+                st.not_before = max(st.not_before, now + min(delay, self.retry_after_cap_s))
+                self._stats["retry_after_applied"] += 1
+
+    def _in_flight_state(self, host: str, what: str) -> _Host:
+        st = self._hosts.get(host)
+        if st is None or not st.in_flight:
+            raise RuntimeError(f"politeness: {what} for {host!r} with no request in flight")
+        return st
+
+    # -- memory, persistence, stats --------------------------------------------------------
+
+    def forget(self, host: str) -> bool:
+        """Drop ``host``'s pacing state if nothing depends on it any more. True if dropped.
+
+        Refused (False) while a request is in flight, while the host's next slot is still
+        in the future, or while it is backed off (that memory protects a struggling
+        server). Crawl-delay and penalty are dropped with the state: the owner re-applies
+        them (from the robots cache) when the host becomes active again. The operator
+        policy (override, pause) is kept.
+        """
+        st = self._hosts.get(host)
+        if st is None:
+            return True
+        if st.in_flight or st.adaptive > 0 or self._now() < self.next_allowed(host):
+            return False
+        del self._hosts[host]
+        self._stats["forgotten"] += 1
+        return True
+
+    def snapshot(self) -> dict:
+        """JSON-serialisable state; times are stored as ages / waits relative to now.
+
+        ``now()`` is monotonic and its origin differs between processes, so absolute times
+        would be meaningless after a restart. Restoring relative times on a new clock
+        makes every wait start again from the restore: the real gap between requests can
+        only grow (downtime adds to it), never shrink. A host in flight is saved as if its
+        request finished at the snapshot without headers (the conservative case).
+        """
+        now = self._now()
+        hosts = {}
+        for host, st in self._hosts.items():
+            if st.in_flight:
+                anchor_age, finished_age = 0.0, 0.0
+            elif st.anchor is None:
+                anchor_age, finished_age = None, None
+            else:
+                anchor_age, finished_age = now - st.anchor, now - st.finished_at
+            hosts[host] = {
+                "anchor_age_s": anchor_age,
+                "finished_age_s": finished_age,
+                "not_before_in_s": max(0.0, st.not_before - now),
+                "crawl_delay": st.crawl_delay,
+                "penalty": st.penalty,
+                "adaptive": st.adaptive,
+                "successes": st.successes,
+            }
+        policies = {h: {"interval_s": iv, "paused": p} for h, (iv, p) in self._policy.items()}
+        return {"version": 1, "hosts": hosts, "policies": policies}
+
+    def restore(self, state: dict) -> int:
+        """Load a :meth:`snapshot` taken on any clock. Returns the number of hosts loaded.
+
+        No host is in flight afterwards. A malformed host entry is skipped and counted in
+        ``stats()["restore_errors"]``.
+        """
+        now = self._now()
+        loaded = 0
+        for host, d in dict(state.get("hosts", {})).items():
+            try:
+                st = _Host()
+                if d["anchor_age_s"] is not None:
+                    st.anchor = now - max(0.0, float(d["anchor_age_s"]))
+                    st.finished_at = now - max(0.0, float(d["finished_age_s"]))
+                st.not_before = now + max(0.0, float(d["not_before_in_s"]))
+                st.crawl_delay = max(0.0, float(d["crawl_delay"]))
+                st.penalty = max(1.0, float(d["penalty"]))
+                st.adaptive = min(max(0.0, float(d["adaptive"])), self.max_interval_s)
+                st.successes = int(d["successes"])
+                values = (st.not_before, st.crawl_delay, st.penalty, st.adaptive, st.finished_at)
+                if not all(math.isfinite(v) for v in values):
+                    raise ValueError("non-finite value")
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("politeness: skipping malformed snapshot entry for %r: %s", host, exc)
+                self._stats["restore_errors"] += 1
+                continue
+            old = self._hosts.get(host)
+            if old is not None and old.in_flight:
+                self._stats["restore_errors"] += 1  # live state wins over a snapshot
+                continue
+            self._hosts[str(host)] = st
+            loaded += 1
+        for host, p in dict(state.get("policies", {})).items():
+            try:
+                self.set_override(str(host), p.get("interval_s"), bool(p.get("paused", False)))
+            except (ConfigError, AttributeError) as exc:
+                log.warning("politeness: skipping malformed policy for %r: %s", host, exc)
+                self._stats["restore_errors"] += 1
+        return loaded
+
+    def stats(self) -> dict:
+        """Counters: starts, early_starts, backoffs, recoveries, retry_after_applied/ignored,
+        invalid_crawl_delays, forgotten, restore_errors; plus hosts and in_flight gauges."""
+        return {**self._stats, "hosts": len(self._hosts), "in_flight": self._in_flight}
+
+
+def _number(name: str, value: Any) -> float:
+    """``value`` as a finite float, or ConfigError naming the setting."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"politeness {name}: must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _check(ok: bool, name: str, rule: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(f"politeness {name}: {rule}, got {value!r}")

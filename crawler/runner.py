@@ -1,0 +1,187 @@
+"""A whole crawl in one process: the engines, router, seen set and content index in one loop.
+
+This is what ``crawl run --local`` uses and what the unit tier tests end to end. The Ray
+runtime (``actors/``, ``jobs/crawl.py``) replaces the in-process services below with
+actors and keeps every engine unchanged; both write the same output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, Callable, Sequence
+
+from crawler.clock import SYSTEM_CLOCK
+from crawler.config import CrawlConfig, to_dict
+from crawler.dedup import ContentIndex
+from crawler.engine import LocalPageBudget, ShardEngine
+from crawler.frontier import UrlItem
+from crawler.hashring import HashRing
+from crawler.routing import LinkRouter
+from crawler.seen import SeenSet
+from crawler.storage import open_fs
+from crawler.termination import TerminationDetector
+
+log = logging.getLogger(__name__)
+
+
+class LocalSeen:
+    """The seen-URL service backed by one in-process :class:`SeenSet`."""
+
+    def __init__(self, cfg: CrawlConfig) -> None:
+        d = cfg.dedup
+        self.set = SeenSet(d.seen_capacity, d.seen_error_rate, exact=d.seen_exact)
+
+    async def check_and_add(self, urls: list[str]) -> list[bool]:
+        return self.set.check_and_add(urls)
+
+
+class LocalContent:
+    """The content-duplicate service backed by one in-process :class:`ContentIndex`."""
+
+    def __init__(self, cfg: CrawlConfig) -> None:
+        self.index = ContentIndex(cfg.dedup.simhash_distance, cfg.dedup.simhash_tables)
+
+    async def check_and_add(self, items):
+        return self.index.check_and_add(items)
+
+
+def merge_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Sum per-shard statuses into crawl-wide totals (for progress and stats.json)."""
+    total: dict[str, Any] = {"queued": 0, "in_flight": 0, "in_transit": 0, "hosts": 0, "counters": {}, "dropped": {}}
+    for s in statuses:
+        for k in ("queued", "in_flight", "in_transit", "hosts"):
+            total[k] += s[k]
+        for section in ("counters", "dropped"):
+            for k, v in s[section].items():
+                total[section][k] = total[section].get(k, 0) + v
+    total["shards"] = len(statuses)
+    return total
+
+
+def write_stats(cfg: CrawlConfig, stats: dict[str, Any]) -> str:
+    """Write ``OUT/stats.json`` (through fsspec, so s3:// works); returns its path."""
+    fs, root = open_fs(cfg.output.path, dict(cfg.output.storage_options) or None)
+    path = f"{root.rstrip('/')}/stats.json"
+    fs.makedirs(root, exist_ok=True)
+    with fs.open(path, "w") as f:
+        json.dump(stats, f, indent=2, sort_keys=True, default=str)
+    return path
+
+
+class LocalCrawl:
+    """Run a crawl with ``shards`` engines in the current event loop."""
+
+    def __init__(
+        self,
+        cfg: CrawlConfig,
+        *,
+        shards: int = 1,
+        clock=SYSTEM_CLOCK,
+        fetcher_factory: Callable[[], Any] | None = None,
+        poll_interval_s: float = 0.05,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.seeds = cfg.all_seeds()
+        self.seen = LocalSeen(cfg)
+        self.content = LocalContent(cfg)
+        self.budget = LocalPageBudget(cfg.limits.max_pages)
+        ids = [f"shard-{i:03d}" for i in range(shards)]
+        self.ring = HashRing(ids)
+        self.engines: dict[str, ShardEngine] = {}
+        for sid in ids:
+            eng = ShardEngine(
+                cfg,
+                sid,
+                content=self.content,
+                budget=self.budget,
+                seeds=self.seeds,
+                clock=clock,
+                fetcher=fetcher_factory() if fetcher_factory else None,
+            )
+            eng.attach_router(
+                LinkRouter(
+                    self.seen,
+                    self.ring.node_for,
+                    self._deliver,
+                    batch_size=cfg.runtime.batch_size,
+                    flush_interval_s=cfg.runtime.flush_interval_s,
+                )
+            )
+            self.engines[sid] = eng
+        self.poll_interval_s = poll_interval_s
+        self.on_progress = on_progress
+        self.detector = TerminationDetector()
+
+    async def _deliver(self, owner: str, items: list[UrlItem]) -> None:
+        self.engines[owner].accept(items)
+
+    async def seed(self, urls: Sequence[str]) -> int:
+        """Seen-check and deliver seed URLs (depth 0); returns how many were new."""
+        items = [UrlItem(u, 0) for u in urls]
+        verdicts = await self.seen.check_and_add([i.url for i in items])
+        by_owner: dict[str, list[UrlItem]] = {}
+        for item, new in zip(items, verdicts):
+            if new:
+                by_owner.setdefault(self.ring.node_for(item.host), []).append(item)
+        for owner, batch in by_owner.items():
+            self.engines[owner].accept(batch)
+        self.detector.note_driver_batches(len(by_owner))
+        return sum(len(b) for b in by_owner.values())
+
+    def status(self) -> list[dict[str, Any]]:
+        return [e.status() for e in self.engines.values()]
+
+    async def run(self) -> dict[str, Any]:
+        """Seed, crawl until termination is proven, flush, write stats.json; return the stats."""
+        started = time.monotonic()
+        runners = [asyncio.get_running_loop().create_task(e.run()) for e in self.engines.values()]
+        try:
+            await self.seed(self.seeds)
+            while True:
+                await asyncio.sleep(self.poll_interval_s)
+                statuses = self.status()
+                if self.on_progress is not None:
+                    self.on_progress(merge_status(statuses))
+                if self.detector.observe(statuses):
+                    break
+                for r in runners:
+                    if r.done() and r.exception() is not None:
+                        raise r.exception()  # type: ignore[misc]
+        finally:
+            for e in self.engines.values():
+                e.stop()
+            await asyncio.gather(*runners, return_exceptions=True)
+            for e in self.engines.values():
+                await e.close()
+        elapsed = time.monotonic() - started
+        stats = self.final_stats(elapsed)
+        write_stats(self.cfg, stats)
+        return stats
+
+    def final_stats(self, elapsed: float) -> dict[str, Any]:
+        statuses = self.status()
+        total = merge_status(statuses)
+        c = total["counters"]
+        return {
+            "finished": True,
+            "elapsed_s": round(elapsed, 3),
+            "pages_per_s": round(c.get("fetched", 0) / elapsed, 2) if elapsed > 0 else None,
+            "outcomes": {k: c.get(k, 0) for k in ("fetched", "redirect", "not_modified", "http_error", "failed", "robots_blocked")},
+            "requests": c.get("requests", 0),
+            "robots_requests": c.get("robots_requests", 0),
+            "retries": c.get("retries", 0),
+            "bytes": c.get("bytes", 0),
+            "duplicates": {"exact": c.get("dup_exact", 0), "near": c.get("dup_near", 0)},
+            "dropped": total["dropped"],
+            "queued_unfetched": total["queued"],
+            "shards": total["shards"],
+            "seen": self.seen.set.stats(),
+            "content": self.content.index.stats(),
+            "config_fingerprint": self.cfg.fingerprint(),
+            "config": to_dict(self.cfg),
+        }

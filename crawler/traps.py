@@ -1,0 +1,357 @@
+"""Spider-trap defences: per-link trap rules and the per-host page budget.
+
+A spider trap is a site that generates unbounded URLs: calendars that link to the
+next month forever, relative links that nest ``/a/b/a/b/...``, faceted search whose
+filter combinations multiply, session ids minted per request. Two layers stop them:
+
+* :class:`TrapRules` rejects a single discovered link on its shape alone (depth, URL
+  length, query-parameter count, repeated path segments). It is called per link, so it
+  is a handful of string operations.
+* :class:`HostBudget` bounds what one host can cost in total. Each host has a page
+  budget; the budget is cut every time a full window of the host's fetches turns out to
+  be mostly duplicates of stored content, so a trap that survives the shape rules still
+  stops after a logarithmic number of windows (see :class:`HostBudget`), and the host's
+  politeness interval is stretched by :meth:`HostBudget.penalty` meanwhile.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from crawler.errors import ConfigError, StorageError
+
+__all__ = ["TrapRules", "HostBudget"]
+
+
+def _limit(name: str, value: object, minimum: int) -> int | None:
+    """Validate an optional integer limit from the configuration (None disables it)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(
+            f"{name} must be a whole number >= {minimum}, or null to disable it (got {value!r})"
+        )
+    return value
+
+
+class TrapRules:
+    """Shape rules for one discovered URL; each limit may be None to disable it.
+
+    ``check`` applies the rules in this order and names the first that rejects:
+
+    * ``"depth"``: link depth from its seed (seeds are depth 0) above ``max_depth``;
+    * ``"url_length"``: more than ``max_url_length`` characters;
+    * ``"query_params"``: more than ``max_query_params`` ``&``-separated parameters;
+    * ``"path_repeats"``: one non-empty path segment occurs more than
+      ``max_path_repeats`` times (``/a/b/a/b/a/b/...`` relative-link loops,
+      ``/cal/2024/cal/2024/...``).
+
+    The URL is expected normalized (no fragment, no empty query parameters).
+    """
+
+    __slots__ = ("max_depth", "max_url_length", "max_query_params", "max_path_repeats")
+
+    RULES: tuple[str, ...] = ("depth", "url_length", "query_params", "path_repeats")
+
+    def __init__(
+        self,
+        max_depth: int | None,
+        max_url_length: int | None,
+        max_query_params: int | None,
+        max_path_repeats: int | None,
+    ) -> None:
+        self.max_depth = _limit("max_depth", max_depth, 0)
+        self.max_url_length = _limit("max_url_length", max_url_length, 1)
+        self.max_query_params = _limit("max_query_params", max_query_params, 0)
+        self.max_path_repeats = _limit("max_path_repeats", max_path_repeats, 1)
+
+    def __repr__(self) -> str:
+        return (
+            f"TrapRules(max_depth={self.max_depth}, max_url_length={self.max_url_length}, "
+            f"max_query_params={self.max_query_params}, max_path_repeats={self.max_path_repeats})"
+        )
+
+    def check(self, url: str, depth: int) -> str | None:
+        """Name of the first rule that rejects ``url`` found at ``depth``, or None."""
+        if self.max_depth is not None and depth > self.max_depth:
+            return "depth"
+        if self.max_url_length is not None and len(url) > self.max_url_length:
+            return "url_length"
+        max_params = self.max_query_params
+        max_repeats = self.max_path_repeats
+        if max_params is None and max_repeats is None:
+            return None
+        end = url.find("#")
+        if end < 0:
+            end = len(url)
+        qmark = url.find("?", 0, end)
+        if max_params is not None and qmark >= 0 and qmark + 1 < end:
+            # A normalized query has no empty parameters, so count("&") + 1 is exact.
+            if url.count("&", qmark + 1, end) + 1 > max_params:
+                return "query_params"
+        if max_repeats is not None:
+            start = url.find("//")
+            start = url.find("/", start + 2) if start >= 0 else url.find("/")
+            if start >= 0:
+                path = url[start : qmark if qmark >= 0 else end]
+                segments = path.split("/")
+                # A path with no more segments than the limit cannot repeat one too often.
+                if len(segments) - 1 > max_repeats:
+                    counts: dict[str, int] = {}
+                    for segment in segments:
+                        if segment:
+                            seen = counts.get(segment, 0) + 1
+                            if seen > max_repeats:
+                                return "path_repeats"
+                            counts[segment] = seen
+        return None
+
+
+class _HostState:
+    """Accounting for one host. ``window`` holds the last fetches as bits, 1 = duplicate."""
+
+    __slots__ = (
+        "admitted", "rejected", "remaining", "fetched", "duplicates",
+        "window", "samples", "since_cut_check", "penalty", "cuts",
+    )
+    FIELDS: tuple[str, ...] = __slots__
+
+    def __init__(self, remaining: int | None) -> None:
+        self.admitted = 0
+        self.rejected = 0
+        self.remaining = remaining
+        self.fetched = 0
+        self.duplicates = 0
+        self.window = 0
+        self.samples = 0
+        self.since_cut_check = 0
+        self.penalty = 1.0
+        self.cuts = 0
+
+
+class HostBudget:
+    """Per-host page budget with a novelty-driven cut and politeness penalty.
+
+    * :meth:`admit` is called when a URL of a host is about to enter the frontier: it
+      spends one page of the host's budget, or returns False when none is left (the
+      caller drops the URL and counts rule ``"host_budget"``).
+    * :meth:`record_fetch` is called after each fetched page is fingerprinted, with
+      ``duplicate=True`` for an exact or near duplicate of stored content.
+    * :meth:`novelty` is the share of non-duplicates among the host's last
+      ``novelty_window`` fetches (1.0 until ``novelty_min_samples`` fetches are known).
+    * :meth:`penalty` (>= 1.0) multiplies the host's politeness interval and lowers its
+      priority. On every fetch, once there are ``novelty_min_samples`` samples, it is
+      multiplied by ``2 ** (1 / novelty_window)`` while novelty is below
+      ``novelty_threshold`` (so it doubles per window of low novelty, up to
+      ``max_penalty``) and divided by the same factor otherwise (down to 1.0).
+    * Budget cut: fetches are grouped in consecutive, non-overlapping windows of
+      ``novelty_window``. At the end of each window whose novelty is below the
+      threshold, the remaining budget is multiplied by ``cut_factor`` and rounded down.
+      With no per-host limit (``max_pages_per_host=None``), the first cut creates a
+      budget of ``cut_factor`` x the pages admitted so far. Cuts are never undone: a
+      host that served a window of duplicates has shown what its URL space is worth.
+      ``novelty_threshold=0`` disables cuts and penalties.
+
+    Bound (proved by tests/unit/test_traps.py): if every fetched page of a host is a
+    duplicate, its remaining budget after k cuts is at most ``B * cut_factor**k``, so it
+    is 0 after ``K = floor(log(B) / log(1/cut_factor)) + 1`` cuts, i.e. after
+    ``K * novelty_window`` fetches. If each fetched page yields at most ``f`` new links,
+    the host is admitted at most ``seeds + f * novelty_window * K`` URLs in total (and
+    never more than ``B``): logarithmic in the budget, e.g. 1 + 10*20*20 = 4,001 for
+    B = 1,000,000, f = 10 and the defaults, instead of a million.
+    """
+
+    SNAPSHOT_VERSION = 1
+
+    def __init__(
+        self,
+        max_pages_per_host: int | None,
+        *,
+        novelty_window: int = 20,
+        novelty_min_samples: int = 10,
+        novelty_threshold: float = 0.5,
+        cut_factor: float = 0.5,
+        max_penalty: float = 8.0,
+    ) -> None:
+        self.max_pages_per_host = _limit("max_pages_per_host", max_pages_per_host, 0)
+        window = _limit("novelty_window", novelty_window, 1)
+        if window is None:
+            raise ConfigError("novelty_window must be a whole number >= 1 (got None)")
+        self.novelty_window: int = window
+        min_samples = _limit("novelty_min_samples", novelty_min_samples, 1)
+        if min_samples is None or min_samples > window:
+            raise ConfigError(
+                f"novelty_min_samples must be between 1 and novelty_window ({window}), "
+                f"got {novelty_min_samples!r}"
+            )
+        self.novelty_min_samples: int = min_samples
+        self.novelty_threshold = self._fraction("novelty_threshold", novelty_threshold, 0.0, 1.0)
+        self.cut_factor = self._fraction("cut_factor", cut_factor, 0.0, 1.0, open_top=True)
+        if isinstance(max_penalty, bool) or not isinstance(max_penalty, (int, float)) or not (
+            math.isfinite(max_penalty) and max_penalty >= 1.0
+        ):
+            raise ConfigError(f"max_penalty must be a number >= 1.0 (got {max_penalty!r})")
+        self.max_penalty = float(max_penalty)
+        self._mask = (1 << window) - 1
+        self._step = 2.0 ** (1.0 / window)
+        self._hosts: dict[str, _HostState] = {}
+        self._admitted = 0
+        self._rejected = 0
+        self._fetched = 0
+        self._duplicates = 0
+        self._cuts = 0
+
+    @staticmethod
+    def _fraction(name: str, value: object, low: float, high: float, open_top: bool = False) -> float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok:
+            ok = low <= value < high if open_top else low <= value <= high  # type: ignore[operator]
+        if not ok:
+            bound = f"< {high}" if open_top else f"<= {high}"
+            raise ConfigError(f"{name} must be a number >= {low} and {bound} (got {value!r})")
+        return float(value)  # type: ignore[arg-type]
+
+    def _state(self, host: str) -> _HostState:
+        state = self._hosts.get(host)
+        if state is None:
+            state = self._hosts[host] = _HostState(self.max_pages_per_host)
+        return state
+
+    # --- the hot path -------------------------------------------------------------
+
+    def admit(self, host: str) -> bool:
+        """Spend one page of ``host``'s budget; False if it is spent (drop the URL)."""
+        state = self._state(host)
+        remaining = state.remaining
+        if remaining is not None:
+            if remaining <= 0:
+                state.rejected += 1
+                self._rejected += 1
+                return False
+            state.remaining = remaining - 1
+        state.admitted += 1
+        self._admitted += 1
+        return True
+
+    def record_fetch(self, host: str, duplicate: bool) -> None:
+        """Record one fetched, fingerprinted page of ``host``."""
+        state = self._state(host)
+        duplicate = bool(duplicate)
+        window = self.novelty_window
+        state.fetched += 1
+        self._fetched += 1
+        if duplicate:
+            state.duplicates += 1
+            self._duplicates += 1
+        state.window = ((state.window << 1) | duplicate) & self._mask
+        if state.samples < window:
+            state.samples += 1
+        if state.samples >= self.novelty_min_samples:
+            if self._novelty(state) < self.novelty_threshold:
+                state.penalty = min(self.max_penalty, state.penalty * self._step)
+            elif state.penalty > 1.0:
+                state.penalty = max(1.0, state.penalty / self._step)
+        state.since_cut_check += 1
+        if state.since_cut_check >= window:
+            state.since_cut_check = 0
+            if self._novelty(state) < self.novelty_threshold:
+                self._cut(state)
+
+    def _cut(self, state: _HostState) -> None:
+        if state.remaining is None:
+            state.remaining = int(state.admitted * self.cut_factor)
+        else:
+            state.remaining = int(state.remaining * self.cut_factor)
+        state.cuts += 1
+        self._cuts += 1
+
+    @staticmethod
+    def _novelty(state: _HostState) -> float:
+        return 1.0 - state.window.bit_count() / state.samples
+
+    # --- queries ------------------------------------------------------------------
+
+    def novelty(self, host: str) -> float:
+        """Share of non-duplicates in the host's last window (1.0 with few samples)."""
+        state = self._hosts.get(host)
+        if state is None or state.samples < self.novelty_min_samples:
+            return 1.0
+        return self._novelty(state)
+
+    def penalty(self, host: str) -> float:
+        """Factor >= 1.0 for the host's politeness interval (and priority demotion)."""
+        state = self._hosts.get(host)
+        return 1.0 if state is None else state.penalty
+
+    def remaining(self, host: str) -> int | None:
+        """Pages the host may still be admitted; None means no limit."""
+        state = self._hosts.get(host)
+        return self.max_pages_per_host if state is None else state.remaining
+
+    def stats(self) -> dict[str, int]:
+        """Totals over all hosts, for metrics."""
+        exhausted = penalized = 0
+        for state in self._hosts.values():
+            if state.remaining == 0:
+                exhausted += 1
+            if state.penalty > 1.0:
+                penalized += 1
+        return {
+            "hosts": len(self._hosts),
+            "admitted": self._admitted,
+            "rejected": self._rejected,
+            "fetched": self._fetched,
+            "duplicates": self._duplicates,
+            "cuts": self._cuts,
+            "exhausted_hosts": exhausted,
+            "penalized_hosts": penalized,
+        }
+
+    # --- persistence --------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serialisable state, for the crash-safe frontier."""
+        return {
+            "version": self.SNAPSHOT_VERSION,
+            "fields": list(_HostState.FIELDS),
+            "hosts": {
+                host: [getattr(state, f) for f in _HostState.FIELDS]
+                for host, state in self._hosts.items()
+            },
+        }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Replace all state with a :meth:`snapshot`; raises StorageError if malformed.
+
+        A snapshot taken with a different ``novelty_window`` is accepted: the window
+        bits are truncated to the current size.
+        """
+        try:
+            if snapshot["version"] != self.SNAPSHOT_VERSION:
+                raise StorageError(
+                    f"host budget snapshot version {snapshot['version']!r} is not "
+                    f"{self.SNAPSHOT_VERSION}"
+                )
+            fields = list(snapshot["fields"])
+            hosts: dict[str, _HostState] = {}
+            for host, values in snapshot["hosts"].items():
+                record = dict(zip(fields, values, strict=True))
+                state = _HostState(self.max_pages_per_host)
+                for name in _HostState.FIELDS:
+                    setattr(state, name, record[name])
+                state.window &= self._mask
+                state.samples = min(int(state.samples), self.novelty_window)
+                state.since_cut_check = min(int(state.since_cut_check), self.novelty_window - 1)
+                state.penalty = min(max(float(state.penalty), 1.0), self.max_penalty)
+                hosts[str(host)] = state
+        except StorageError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise StorageError(f"host budget snapshot is malformed: {exc!r}") from exc
+        self._hosts = hosts
+        self._admitted = sum(s.admitted for s in hosts.values())
+        self._rejected = sum(s.rejected for s in hosts.values())
+        self._fetched = sum(s.fetched for s in hosts.values())
+        self._duplicates = sum(s.duplicates for s in hosts.values())
+        self._cuts = sum(s.cuts for s in hosts.values())

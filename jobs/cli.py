@@ -1,0 +1,212 @@
+"""The ``crawl`` command line.
+
+    crawl run CONFIG [--out DIR] [--set k=v ...] [--address ADDR] [--local] [--no-progress]
+    crawl demo [--out DIR] [--no-progress]
+    crawl stats OUT
+    crawl links FILE_OR_URL [--url BASE_URL] [--content-type T] [--config CONFIG]
+    crawl serve-web [--profile demo] [--port 8080]
+
+Bad config or seeds exit with status 2 and a one-line message saying what to fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from crawler.errors import ConfigError, CrawlError
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def _find_config(name: str) -> Path:
+    """A bundled config by name (``demo`` -> configs/demo.yaml)."""
+    for base in (CONFIG_DIR, Path(__file__).resolve().parent / "configs"):
+        p = base / f"{name}.yaml"
+        if p.exists():
+            return p
+    raise ConfigError(f"bundled config {name!r} not found under {CONFIG_DIR}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from jobs.crawl import load_config, print_summary, run_crawl
+
+    cfg = load_config(args.config, args.out, args.overrides)
+    if args.local:
+        stats = run_local(cfg, progress=not args.no_progress)
+    else:
+        stats = run_crawl(cfg, address=args.address, progress=not args.no_progress)
+    print_summary(stats, cfg.output.path)
+    return 0
+
+
+def run_local(cfg, progress: bool = True) -> dict[str, Any]:
+    """The single-process crawl (no Ray): same engine, in-process services."""
+    from crawler.runner import LocalCrawl
+    from jobs.progress import Progress
+
+    prog = Progress(enabled=progress, interval_s=cfg.runtime.progress_interval_s)
+    try:
+        crawl = LocalCrawl(cfg, on_progress=prog.update)
+        return asyncio.run(crawl.run())
+    finally:
+        prog.close()
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Serve the bundled synthetic web on loopback and crawl it on embedded Ray."""
+    from crawler import config as config_mod
+    from crawler.testing.fixtures import running_web
+    from jobs.crawl import print_summary, run_crawl
+
+    out = os.path.abspath(args.out)
+    with running_web(seed=args.seed, profile="demo") as server:
+        web = server.web
+        overrides = [
+            f"output.path={out}",
+            "seeds=" + json.dumps(web.seeds()),
+            'fetch.resolve={"*.test": "127.0.0.1"}',
+            *args.overrides,
+        ]
+        cfg = config_mod.load(_find_config("demo"), overrides)
+        print(f"demo: synthetic web of {len(web.hosts())} hosts on 127.0.0.1:{server.port}; crawling with embedded Ray...", file=sys.stderr)
+        if args.local:
+            stats = run_local(cfg, progress=not args.no_progress)
+        else:
+            stats = run_crawl(cfg, progress=not args.no_progress)
+        print_summary(stats, out)
+        requests = len(server.requests())
+    print(f"the synthetic web answered {requests} requests; read the pages with:", file=sys.stderr)
+    print(f"  python -c \"import pyarrow.dataset as ds; print(ds.dataset('{out}/pages').to_table().to_pandas())\"", file=sys.stderr)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from crawler.storage import summarize
+
+    summary = summarize(args.out)
+    stats_path = Path(args.out) / "stats.json"
+    if stats_path.exists():
+        run = json.loads(stats_path.read_text())
+        summary["run"] = {k: run.get(k) for k in ("finished", "elapsed_s", "pages_per_s", "requests", "retries", "queued_unfetched", "shards", "dropped")}
+    else:
+        summary["run"] = {"finished": False, "note": "no stats.json: the crawl is running or was interrupted"}
+    print(json.dumps(summary, indent=2, default=str))
+    return 0
+
+
+def cmd_links(args: argparse.Namespace) -> int:
+    """Print, one JSON object a line, each link the crawler would extract from a page."""
+    from crawler import config as config_mod
+    from crawler.engine import build_link_policy
+    from crawler.parse import parse_page
+
+    target = args.target
+    if os.path.exists(target):
+        data = Path(target).read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        base = args.url or Path(target).resolve().as_uri()
+        ctype = args.content_type
+        headers: dict[str, str] = {}
+    else:
+        from crawler.engine import build_fetcher
+
+        cfg0 = config_mod.load(args.config, args.overrides)
+
+        async def fetch():
+            f = build_fetcher(cfg0)
+            try:
+                return await f.fetch(target)
+            finally:
+                await f.close()
+
+        res = asyncio.run(fetch())
+        if res.status is None:
+            raise CrawlError(f"fetch of {target} failed: {res.error}")
+        data, base, ctype, headers = res.body, args.url or target, args.content_type or res.content_type, res.headers
+    cfg = config_mod.load(args.config, args.overrides)
+    seeds = [base] if base.startswith(("http://", "https://")) else []
+    policy = build_link_policy(cfg, seeds)
+    page = parse_page(data, base, ctype or "text/html", headers, user_agent_token=cfg.product_token())
+    for d in policy.decide(page, depth=1):
+        print(json.dumps(d.to_json(), ensure_ascii=False))
+    return 0
+
+
+def cmd_serve_web(args: argparse.Namespace) -> int:
+    from crawler.testing.server import serve_forever
+
+    serve_forever(profile=args.profile, port=args.port, seed=args.seed)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="crawl", description="A polite, crash-safe, distributed web crawler on Ray.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a setting (YAML value), e.g. --set limits.max_pages=100")
+
+    r = sub.add_parser("run", help="run a crawl from a YAML config")
+    r.add_argument("config")
+    r.add_argument("--out", help="output folder or fsspec URL (overrides output.path)")
+    r.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else embedded Ray)")
+    r.add_argument("--local", action="store_true", help="single process, no Ray")
+    r.add_argument("--no-progress", action="store_true")
+    common(r)
+    r.set_defaults(func=cmd_run)
+
+    d = sub.add_parser("demo", help="crawl the bundled synthetic web on loopback (no network needed)")
+    d.add_argument("--out", default="./crawl-demo-out")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--local", action="store_true", help="single process, no Ray")
+    d.add_argument("--no-progress", action="store_true")
+    common(d)
+    d.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("stats", help="summarize an output folder")
+    s.add_argument("out")
+    s.set_defaults(func=cmd_stats)
+
+    lk = sub.add_parser("links", help="print the links the crawler would extract from a page")
+    lk.add_argument("target", metavar="FILE_OR_URL")
+    lk.add_argument("--url", help="the URL the file was fetched from (base for relative links)")
+    lk.add_argument("--content-type", help="Content-Type to assume for a file")
+    lk.add_argument("--config", help="crawl config whose scope/trap rules apply")
+    common(lk)
+    lk.set_defaults(func=cmd_links)
+
+    w = sub.add_parser("serve-web", help="serve the synthetic web on loopback for trying the crawler")
+    w.add_argument("--profile", default="demo", choices=["test", "demo", "bench"])
+    w.add_argument("--port", type=int, default=8080)
+    w.add_argument("--seed", type=int, default=0)
+    w.set_defaults(func=cmd_serve_web)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except CrawlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

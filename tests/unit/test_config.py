@@ -1,0 +1,86 @@
+"""Config loading: strict keys and types, --set overrides, the documented defaults file."""
+
+from pathlib import Path
+
+import pytest
+
+from crawler import config
+from crawler.errors import ConfigError, SeedError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_default_yaml_documents_exactly_the_defaults():
+    assert config.load(ROOT / "configs" / "default.yaml") == config.CrawlConfig()
+
+
+def test_bundled_configs_load():
+    for p in (ROOT / "configs").glob("*.yaml"):
+        config.load(p)
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"limits": {"max_pagez": 1}}, "unknown setting limits.max_pagez"),
+        ({"colour": 1}, "unknown setting colour"),
+        ({"limits": {"max_pages": "ten"}}, "limits.max_pages"),
+        ({"scope": "planet"}, "scope: expected one of 'host' | 'domain' | 'any'"),
+        ({"politeness": {"interval_s": -1}}, "politeness.interval_s: must be >= 0"),
+        ({"politeness": {"interval_s": 5, "max_interval_s": 1}}, "max_interval_s"),
+        ({"fetch": {"resolve": {"*.test": "localhost"}}}, "fetch.resolve.*.test: expected an IP address"),
+        ({"dedup": {"simhash_distance": 3, "simhash_tables": 3}}, "simhash_tables"),
+        ({"runtime": {"shards": 0}}, "runtime.shards"),
+        ({"seeds": "http://a.test/"}, "seeds: expected a list"),
+        ({"fetch": {"attempts": True}}, "fetch.attempts: expected an integer"),
+    ],
+)
+def test_bad_config_names_the_key(data, message):
+    with pytest.raises(ConfigError) as exc:
+        config.from_dict(data)
+    assert message in str(exc.value)
+
+
+def test_overrides_parse_yaml_values_and_create_sections():
+    cfg = config.from_dict(
+        {"limits": {"max_pages": 5}},
+        ["limits.max_pages=50", 'fetch.resolve={"*.test": "127.0.0.1"}', "runtime.shards=3", "scope=any"],
+    )
+    assert cfg.limits.max_pages == 50
+    assert cfg.fetch.resolve == {"*.test": "127.0.0.1"}
+    assert cfg.runtime.shards == 3 and cfg.scope == "any"
+
+
+def test_override_without_equals_is_refused():
+    with pytest.raises(ConfigError, match="section.key=value"):
+        config.from_dict({}, ["limits.max_pages"])
+
+
+def test_malformed_seed_fails_with_the_seed_quoted(tmp_path):
+    cfg = config.from_dict({"seeds": ["http://ok.test/", "http//broken"]})
+    with pytest.raises(SeedError) as exc:
+        cfg.all_seeds()
+    assert "http//broken" in str(exc.value)
+
+
+def test_seeds_file_relative_to_config_and_comments(tmp_path):
+    (tmp_path / "seeds.txt").write_text("# comment\nhttp://A.test/\n\nhttp://a.test/\nhttps://b.test/x\n")
+    (tmp_path / "c.yaml").write_text("seeds_file: seeds.txt\n")
+    cfg = config.load(tmp_path / "c.yaml")
+    assert cfg.all_seeds() == ["http://a.test/", "https://b.test/x"]
+
+
+def test_fingerprint_ignores_output_and_runtime_but_not_limits():
+    a = config.from_dict({"seeds": ["http://a.test/"]})
+    assert a.fingerprint() == config.from_dict({"seeds": ["http://a.test/"], "output": {"path": "/x"}, "runtime": {"shards": 7}}).fingerprint()
+    assert a.fingerprint() != config.from_dict({"seeds": ["http://a.test/"], "limits": {"max_pages": 3}}).fingerprint()
+
+
+def test_product_token():
+    assert config.from_dict({"user_agent": "MyBot/2.0 (+http://x)"}).product_token() == "mybot"
+
+
+def test_shards_auto_is_one_per_cpu_at_least_two():
+    assert config.resolve_shards("auto", 1) == 2
+    assert config.resolve_shards("auto", 8) == 8
+    assert config.resolve_shards(3, 8) == 3

@@ -1,0 +1,469 @@
+"""Content fingerprints, the permuted-table SimHash index and the content index."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+import re
+import statistics
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from simhash import Simhash
+
+from crawler.dedup import (
+    SHINGLE_WORDS,
+    ContentIndex,
+    SimHashIndex,
+    _features,
+    _word_hashes,
+    content_sha256,
+    hamming,
+    reference_simhash64,
+    simhash64,
+    text_fingerprint,
+    to_int64,
+    to_uint64,
+    token_count,
+)
+from crawler.errors import ConfigError, StorageError
+
+M64 = 2**64 - 1
+
+
+# --- generated text ---------------------------------------------------------------------
+
+
+class Corpus:
+    """Zipf-distributed words: unrelated pages share their frequent words, like real text."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        self.vocab = ["".join(self.rng.choice(letters) for _ in range(self.rng.randint(2, 9))) for _ in range(20_000)]
+        self.weights = [1 / (i + 1) for i in range(len(self.vocab))]
+
+    def words(self, n: int) -> list[str]:
+        return self.rng.choices(self.vocab, self.weights, k=n)
+
+    def edit(self, words: list[str], changes: int) -> list[str]:
+        out = list(words)
+        for _ in range(changes):
+            out[self.rng.randrange(len(out))] = self.rng.choice(self.vocab)
+        return out
+
+
+# --- small functions --------------------------------------------------------------------
+
+
+def test_content_sha256_is_hex_sha256() -> None:
+    assert content_sha256(b"abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    assert content_sha256(b"") == hashlib.sha256(b"").hexdigest()
+
+
+def test_hamming_counts_differing_bits() -> None:
+    assert hamming(0, 0) == 0
+    assert hamming(0, M64) == 64
+    assert hamming(0b1011, 0b0001) == 2
+    assert hamming(to_int64(M64), M64) == 0  # a signed value from Parquet compares by its bits
+
+
+@pytest.mark.parametrize("u", [0, 1, 2**63 - 1, 2**63, M64, 0xDEADBEEFCAFEBABE])
+def test_int64_round_trip(u: int) -> None:
+    i = to_int64(u)
+    assert -(2**63) <= i < 2**63
+    assert to_uint64(i) == u
+
+
+def test_int64_conversions_reject_out_of_range() -> None:
+    with pytest.raises(ValueError):
+        to_int64(-1)
+    with pytest.raises(ValueError):
+        to_int64(2**64)
+    with pytest.raises(ValueError):
+        to_uint64(2**63)
+
+
+# --- simhash64 --------------------------------------------------------------------------
+
+
+def test_simhash_of_text_without_words_is_zero() -> None:
+    assert simhash64("") == 0
+    assert simhash64("  \n\t ... --- !!! ") == 0
+    assert token_count("  ... ") == 0
+
+
+def test_simhash_ignores_case_punctuation_and_spacing() -> None:
+    text = "The quick brown fox jumps over the lazy dog, again and again."
+    assert simhash64(text) == simhash64("the QUICK brown   fox -- jumps over the lazy dog again and again")
+    assert simhash64(text) != simhash64("The quick brown fox jumps over the lazy cat, again and again.")
+    assert 0 < simhash64(text) <= M64
+
+
+def test_simhash_is_stable_across_releases() -> None:
+    # Fingerprints are stored in Parquet and compared between crawls: a change in the
+    # hashing constants would silently break near-duplicate detection against old data.
+    assert simhash64("the quick brown fox jumps over the lazy dog") == simhash64(
+        "The quick brown fox jumps over the lazy dog."
+    )
+    assert simhash64("the quick brown fox jumps over the lazy dog") == 0xF514AC7D35F50078
+
+
+def test_text_with_lone_surrogates_and_many_scripts_does_not_raise() -> None:
+    text = "caf\u00e9 na\u00efve \udcff \u6771\u4eac \u0663\u0664 \U0001f600 stra\u00dfe \u0130stanbul"
+    assert token_count(text) == len(re.findall(r"\w+", text.lower()))
+    assert simhash64(text) == simhash64(text)
+
+
+_TEXT = st.text(
+    alphabet=st.sampled_from(list("ab cdE\u00e9\u00df_1 .,\n-\u6771\u0130\u0663\u00a0\u2014") + ["\udcff", "\U0001f600"]),
+    max_size=300,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_TEXT)
+def test_vectorized_tokenizer_matches_the_regex(text: str) -> None:
+    words = re.findall(r"\w+", text.lower())
+    hashes = _word_hashes(text)
+    assert token_count(text) == len(words) == hashes.size
+    # The same word gets the same hash wherever it stands; different words differ.
+    by_word: dict[str, int] = {}
+    for w, h in zip(words, hashes.tolist()):
+        assert by_word.setdefault(w, h) == h
+    assert len(set(by_word.values())) == len(by_word)
+
+
+_WORDY = st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "\u00e9t\u00e9", "x1", "_"]), max_size=120).map(
+    " ".join
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_WORDY, st.sampled_from([1, 2, 3]))
+def test_vectorized_votes_equal_the_simhash_package_given_the_same_feature_hash(text: str, shingle: int) -> None:
+    """With our feature hash plugged into simhash.Simhash, the fingerprints are identical,
+    so the numpy vote counting (weights, tie rule, bit order) is exactly SimHash."""
+
+    def feature_hash(feature: bytes) -> int:
+        return int(_features(_word_hashes(feature.decode("utf-8")), shingle)[0])
+
+    words = re.findall(r"\w+", text.lower())
+    if not words:
+        assert simhash64(text, shingle) == 0
+        return
+    n = min(shingle, len(words))
+    feats: dict[str, int] = {}
+    for i in range(len(words) - n + 1):
+        f = " ".join(words[i : i + n])
+        feats[f] = feats.get(f, 0) + 1
+    assert simhash64(text, shingle) == Simhash(feats, hashfunc=feature_hash).value
+
+
+def test_fast_simhash_groups_the_same_near_duplicates_as_the_reference() -> None:
+    corpus = Corpus(seed=5)
+    texts: list[str] = []
+    groups: list[int] = []
+    for g in range(30):
+        base = corpus.words(1500)
+        for changes in (0, 0, 1, 2):
+            texts.append(" ".join(corpus.edit(base, changes)))
+            groups.append(g)
+    fast = [simhash64(t) for t in texts]
+    ref = [reference_simhash64(t) for t in texts]
+    agree = 0
+    within: list[tuple[int, int]] = []
+    pairs = list(itertools.combinations(range(len(texts)), 2))
+    for i, j in pairs:
+        df, dr = hamming(fast[i], fast[j]), hamming(ref[i], ref[j])
+        agree += (df <= 3) == (dr <= 3)
+        if groups[i] == groups[j]:
+            within.append((df, dr))
+        else:
+            assert df > 3 and dr > 3, "unrelated pages grouped"
+    assert agree / len(pairs) >= 0.98
+    # Near the threshold the two feature hashes add independent noise, so single pairs
+    # may land on either side of 3; the distributions must match.
+    near_fast = sum(df <= 3 for df, _ in within) / len(within)
+    near_ref = sum(dr <= 3 for _, dr in within) / len(within)
+    assert near_fast >= 0.85 and near_ref >= 0.85
+    assert abs(near_fast - near_ref) <= 0.08
+    mean_fast = statistics.mean(df for df, _ in within)
+    mean_ref = statistics.mean(dr for _, dr in within)
+    assert 0.75 <= mean_fast / mean_ref <= 1.33
+
+
+def test_three_word_shingles_separate_unrelated_pages_that_single_words_confuse() -> None:
+    corpus = Corpus(seed=9)
+    pages = [" ".join(corpus.words(1500)) for _ in range(40)]
+    pairs = list(itertools.combinations(range(len(pages)), 2))
+
+    def unrelated_within_3(shingle: int) -> int:
+        fps = [simhash64(p, shingle) for p in pages]
+        return sum(hamming(fps[i], fps[j]) <= 3 for i, j in pairs)
+
+    assert unrelated_within_3(1) > 10  # frequent words dominate single-word votes
+    assert unrelated_within_3(SHINGLE_WORDS) == 0
+    fps = [simhash64(p) for p in pages]
+    assert min(hamming(fps[i], fps[j]) for i, j in pairs) >= 10
+
+    found = 0
+    for _ in range(30):
+        base = corpus.words(1500)
+        found += hamming(simhash64(" ".join(base)), simhash64(" ".join(corpus.edit(base, 1)))) <= 3
+    assert found >= 27
+
+
+def test_text_fingerprint_skips_short_texts() -> None:
+    assert text_fingerprint("Page not found", min_tokens=10) is None
+    assert text_fingerprint("", min_tokens=0) is None
+    long = "one two three four five six seven eight nine ten"
+    assert text_fingerprint(long, min_tokens=10) == simhash64(long)
+    assert text_fingerprint(long, min_tokens=11) is None
+
+
+def test_shingle_size_is_validated() -> None:
+    with pytest.raises(ConfigError, match="shingle"):
+        simhash64("a b c", shingle=4)
+
+
+# --- SimHashIndex -----------------------------------------------------------------------
+
+
+def _flip(fp: int, bits: set[int] | list[int]) -> int:
+    for b in bits:
+        fp ^= 1 << b
+    return fp
+
+
+_BACKGROUND = [random.Random(1).getrandbits(64) for _ in range(2000)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, M64),
+    st.sets(st.integers(0, 63), max_size=3),
+    st.sets(st.integers(0, 63), min_size=4, max_size=8),
+    st.sampled_from([(3, 4), (2, 3), (3, 6), (0, 1)]),
+)
+def test_index_finds_every_fingerprint_within_k_and_none_beyond(
+    fp: int, near_bits: set[int], far_bits: set[int], kt: tuple[int, int]
+) -> None:
+    k, tables = kt
+    near_bits = set(sorted(near_bits)[:k])
+    idx = SimHashIndex(k=k, tables=tables)
+    for i, b in enumerate(_BACKGROUND[:300]):
+        idx.add(b, f"bg{i}")
+    idx.add(_flip(fp, far_bits), "far")
+    idx.add(_flip(fp, near_bits), "near")
+    hits, checked = idx.query(fp)
+    assert ("near", len(near_bits)) in hits
+    assert all(d <= k for _, d in hits)
+    assert "far" not in [key for key, _ in hits]  # 4+ bits away: beyond every k tested
+    reported = {key for key, _ in hits}
+    assert all(hamming(fp, f) <= k for key, f in idx.items() if key in reported)
+    # ...and nothing within k escapes, background included.
+    assert reported == {key for key, f in idx.items() if hamming(fp, f) <= k}
+    assert checked <= len(idx)
+
+
+def test_one_flipped_bit_in_each_of_k_blocks_is_found() -> None:
+    # The worst case for the pigeonhole: k of the 4 blocks differ, one stays exact.
+    idx = SimHashIndex(k=3, tables=4)
+    fp = 0x0123456789ABCDEF
+    idx.add(_flip(fp, [0, 16, 32]), "a")
+    idx.add(_flip(fp, [5, 21, 40, 60]), "b")  # 4 bits: beyond k, every block differs
+    assert idx.query(fp)[0] == [("a", 3)]
+
+
+def test_index_agrees_with_a_linear_scan_on_clustered_data() -> None:
+    rng = random.Random(3)
+    bases = [rng.getrandbits(64) for _ in range(200)]
+    idx = SimHashIndex(k=3, tables=4)
+    stored: list[tuple[str, int]] = []
+    for i in range(3000):
+        fp = _flip(rng.choice(bases), rng.sample(range(64), rng.randint(0, 6)))
+        idx.add(fp, f"u{i}")
+        stored.append((f"u{i}", fp))
+    for _ in range(300):
+        q = _flip(rng.choice(bases), rng.sample(range(64), rng.randint(0, 3)))
+        expected = sorted(
+            ((hamming(q, fp), n, key) for n, (key, fp) in enumerate(stored) if hamming(q, fp) <= 3),
+        )
+        hits, checked = idx.query(q)
+        assert hits == [(key, d) for d, _, key in expected]
+        assert idx.nearest(q) == (hits[0] if hits else None)
+
+
+def test_results_are_sorted_by_distance_then_insertion() -> None:
+    idx = SimHashIndex()
+    fp = 0xFFFF_0000_FFFF_0000
+    idx.add(_flip(fp, [1, 2]), "two-first")
+    idx.add(_flip(fp, [3]), "one-first")
+    idx.add(_flip(fp, [4, 5]), "two-second")
+    idx.add(_flip(fp, [6]), "one-second")
+    idx.add(fp, "zero")
+    hits, _ = idx.query(fp)
+    assert hits == [("zero", 0), ("one-first", 1), ("one-second", 1), ("two-first", 2), ("two-second", 2)]
+    assert idx.nearest(fp) == ("zero", 0)
+    assert idx.nearest(_flip(fp, range(20))) is None
+    assert SimHashIndex().nearest(fp) is None
+
+
+def test_signed_fingerprints_from_parquet_match_unsigned_ones() -> None:
+    idx = SimHashIndex()
+    fp = 0xF000_0000_0000_0001
+    idx.add(to_int64(fp), "a")
+    assert idx.query(fp)[0] == [("a", 0)]
+    assert idx.query(to_int64(_flip(fp, [63])))[0] == [("a", 1)]
+
+
+def test_candidates_per_lookup_stay_far_below_the_table_size() -> None:
+    rng = random.Random(11)
+    idx = SimHashIndex(k=3, tables=4)
+    for i in range(50_000):
+        idx.add(rng.getrandbits(64), str(i))
+    total = 0
+    for _ in range(500):
+        total += idx.query(rng.getrandbits(64))[1]
+    mean = total / 500
+    assert mean < 10  # expected 4 * 50,000 / 65,536 = 3.05
+    st_ = idx.stats()
+    assert st_["lookups"] == 500 and st_["candidates_checked_total"] == total
+    assert st_["candidates_checked_mean"] == pytest.approx(mean)
+    assert len(idx) == st_["entries"] == 50_000
+
+
+def test_a_fingerprint_found_through_several_tables_is_reported_once() -> None:
+    idx = SimHashIndex(k=3, tables=4)
+    idx.add(12345, "a")
+    idx.add(_flip(12345, [0, 20]), "b")
+    hits, checked = idx.query(12345)  # "a" is in all 4 of the query's buckets, "b" in 2
+    assert hits == [("a", 0), ("b", 2)]
+    assert checked == 6  # comparisons made
+
+
+@pytest.mark.parametrize("k, tables", [(3, 3), (3, 65), (-1, 4), (3, 0)])
+def test_index_needs_at_least_k_plus_one_tables(k: int, tables: int) -> None:
+    with pytest.raises(ConfigError, match="tables|distance"):
+        SimHashIndex(k=k, tables=tables)
+    if k >= 0 and tables <= k:
+        with pytest.raises(ConfigError, match="tables"):
+            ContentIndex(k, tables)
+
+
+# --- ContentIndex -----------------------------------------------------------------------
+
+
+def _sha(s: str) -> str:
+    return content_sha256(s.encode())
+
+
+def test_exact_duplicates_point_to_the_first_url_even_within_a_batch() -> None:
+    idx = ContentIndex()
+    out = idx.check_and_add([("u1", _sha("A"), None), ("u2", _sha("B"), None), ("u3", _sha("A"), None)])
+    assert out == [(None, None), (None, None), ("exact", "u1")]
+    assert idx.check_and_add([("u4", _sha("A"), 5), ("u5", _sha("B"), None)]) == [("exact", "u1"), ("exact", "u2")]
+    st_ = idx.stats()
+    assert (st_["originals"], st_["exact_dups"], st_["near_dups"]) == (2, 3, 0)
+    assert len(idx) == 2
+
+
+def test_near_duplicate_pages_point_to_the_original() -> None:
+    corpus = Corpus(seed=21)
+    base = corpus.words(1500)
+    a, b = " ".join(base), " ".join(corpus.edit(base, 1))
+    other = " ".join(corpus.words(1500))
+    idx = ContentIndex()
+    out = idx.check_and_add(
+        [
+            ("https://a.example/", _sha(a), simhash64(a)),
+            ("https://mirror.example/a", _sha(b), simhash64(b)),
+            ("https://c.example/", _sha(other), simhash64(other)),
+        ]
+    )
+    assert out == [(None, None), ("near", "https://a.example/"), (None, None)]
+    assert idx.stats()["near_dups"] == 1
+
+
+def test_dup_of_always_names_an_original() -> None:
+    fp = 0xABCD_EF01_2345_6789
+    idx = ContentIndex(simhash_distance=3)
+    out = idx.check_and_add(
+        [
+            ("orig", _sha("1"), fp),
+            ("near1", _sha("2"), _flip(fp, [1, 2])),  # near orig: not stored
+            ("same-as-near1", _sha("2"), _flip(fp, [1, 2])),  # not "exact of near1"
+            ("chain", _sha("3"), _flip(fp, [1, 2, 3, 4])),  # 2 bits from near1, 4 from orig
+        ]
+    )
+    assert out == [(None, None), ("near", "orig"), ("near", "orig"), (None, None)]
+
+
+def test_pages_without_fingerprint_get_the_exact_check_only() -> None:
+    idx = ContentIndex()
+    short_a = text_fingerprint("404 Not Found")
+    short_b = text_fingerprint("403 Forbidden")
+    assert short_a is None and short_b is None
+    out = idx.check_and_add(
+        [
+            ("a", _sha("404 Not Found"), short_a),
+            ("b", _sha("403 Forbidden"), short_b),
+            ("c", _sha("x"), 0),  # simhash64 of a page without words: treated as None
+            ("d", _sha("y"), 0),
+            ("pdf", _sha("%PDF"), None),
+        ]
+    )
+    assert out == [(None, None)] * 5
+    assert idx.stats()["near_index_entries"] == 0
+
+
+def test_short_shell_pages_are_not_near_duplicates_of_each_other() -> None:
+    # Two unrelated sites whose visible text is only a JavaScript shell: raw SimHash
+    # makes them identical; the min_tokens rule keeps them apart.
+    pages = [
+        ("https://shop.example/", "<html><div id=app>Loading, please wait</div><script src=shop.js></script>"),
+        ("https://news.example/", "<html><body><p>Loading, please wait</p><script src=news.js></script>"),
+    ]
+    text = "Loading, please wait"
+    raw = ContentIndex().check_and_add([(url, _sha(html), simhash64(text)) for url, html in pages])
+    assert raw[1] == ("near", "https://shop.example/")
+    guarded = ContentIndex().check_and_add([(url, _sha(html), text_fingerprint(text)) for url, html in pages])
+    assert guarded == [(None, None), (None, None)]
+
+
+def test_invalid_sha_strings_still_work_as_keys() -> None:
+    idx = ContentIndex()
+    assert idx.check_and_add([("a", "not-hex", None), ("b", "not-hex", None), ("c", "NOT-HEX", None)]) == [
+        (None, None),
+        ("exact", "a"),
+        (None, None),
+    ]
+
+
+def test_content_index_snapshot_round_trip() -> None:
+    rng = random.Random(4)
+    idx = ContentIndex(simhash_distance=3, tables=5)
+    items = []
+    for i in range(5000):
+        fp = rng.getrandbits(64) if i % 3 else None
+        items.append((f"https://h{i % 50}.example/\u00e9/{i}", _sha(str(i % 4000)), fp))
+    idx.check_and_add(items)
+    blob = idx.snapshot()
+    assert len(blob) < 5000 * (32 + 8 + 40)  # compact: no per-object pickling
+    restored = ContentIndex.restore(blob)
+    assert restored.stats() == idx.stats()
+    probe = [
+        ("p1", _sha("7"), None),
+        ("p2", _sha("new"), _flip(items[1][2], [0, 9])),
+        ("p3", _sha("new2"), rng.getrandbits(64)),
+    ]
+    assert restored.check_and_add(probe) == idx.check_and_add(probe)
+    assert restored.check_and_add([("p4", _sha("7"), None)])[0] == ("exact", items[7][0])
+
+
+def test_content_index_restore_rejects_garbage() -> None:
+    with pytest.raises(StorageError):
+        ContentIndex.restore(b"\x00garbage")

@@ -1,0 +1,133 @@
+"""The two-tier frontier: one in flight per host, hosts served when due, retries wait."""
+
+import random
+
+from crawler.clock import MockClock
+from crawler.frontier import Frontier, FrontierState, UrlItem
+
+
+class FixedPacer:
+    """Next allowed = last release + interval (what Politeness does, minus the details)."""
+
+    def __init__(self, clock, interval):
+        self.clock = clock
+        self.interval = interval
+        self.next = {}
+        self.paused = set()
+
+    def next_allowed(self, host):
+        if host in self.paused:
+            return float("inf")
+        return self.next.get(host, 0.0)
+
+    def finished(self, host):
+        self.next[host] = self.clock.now() + self.interval
+
+
+def make(interval=1.0):
+    clock = MockClock()
+    pacer = FixedPacer(clock, interval)
+    return clock, pacer, Frontier(pacer, clock, random.Random(1), backoff_s=2.0, max_backoff_s=60.0)
+
+
+def test_one_url_per_host_in_flight_and_release_requeues_host():
+    clock, pacer, f = make()
+    f.push([UrlItem(f"http://a.test/{i}") for i in range(3)] + [UrlItem("http://b.test/0")])
+    first = f.pop_ready(10)
+    assert sorted(i.host for i in first) == ["a.test", "b.test"]  # never two of one host
+    assert f.pop_ready(10) == []  # both hosts in flight
+    assert f.state() is FrontierState.BUSY
+    pacer.finished("a.test")
+    f.release("a.test")
+    assert f.pop_ready(10) == []  # a.test not due for another second
+    assert f.state() is FrontierState.WAITING
+    assert f.next_wakeup() == 1.0
+    clock.advance(1.0)
+    assert [i.url for i in f.pop_ready(10)] == ["http://a.test/1"]
+
+
+def test_breadth_first_within_a_host():
+    clock, pacer, f = make(0.0)
+    f.push([UrlItem("http://a.test/deep", depth=3), UrlItem("http://a.test/shallow", depth=1)])
+    assert f.pop_ready(1)[0].url == "http://a.test/shallow"
+
+
+def test_retry_waits_with_backoff_and_does_not_block_other_urls():
+    clock, pacer, f = make(0.0)
+    f.push([UrlItem("http://a.test/flaky"), UrlItem("http://a.test/ok")])
+    item = f.pop_ready(1)[0]
+    assert item.url == "http://a.test/flaky"
+    item.attempts = 1
+    due = f.retry(item)
+    f.release("a.test")
+    assert 1.0 <= due <= 2.0  # full-jitter half: backoff_s * 2**0 in [cap/2, cap]
+    assert [i.url for i in f.pop_ready(5)] == ["http://a.test/ok"]
+    f.release("a.test")
+    assert f.pop_ready(5) == [] and f.state() is FrontierState.WAITING
+    clock.advance(due)
+    assert [i.url for i in f.pop_ready(5)] == ["http://a.test/flaky"]
+
+
+def test_backoff_grows_and_is_capped():
+    clock, pacer, f = make(0.0)
+    delays = []
+    for attempts in (1, 2, 3, 10):
+        it = UrlItem(f"http://h{attempts}.test/")
+        it.attempts = attempts
+        delays.append(f.retry(it) - clock.now())
+    assert delays[0] < delays[2]
+    assert delays[3] <= 60.0
+
+
+def test_paused_host_is_never_ready_until_rescheduled():
+    clock, pacer, f = make(0.0)
+    pacer.paused.add("a.test")
+    f.push([UrlItem("http://a.test/")])
+    clock.advance(100)
+    assert f.pop_ready(5) == []
+    assert f.next_wakeup() is None and len(f) == 1
+    pacer.paused.clear()
+    f.reschedule("a.test")
+    assert len(f.pop_ready(5)) == 1
+
+
+def test_remove_where_purges_queued_urls_of_a_host():
+    clock, pacer, f = make(0.0)
+    f.push([UrlItem("http://a.test/private/1"), UrlItem("http://a.test/public"), UrlItem("http://b.test/private/2")])
+    gone = f.remove_where("a.test", lambda it: "/private/" in it.url)
+    assert [i.url for i in gone] == ["http://a.test/private/1"]
+    assert len(f) == 2
+    assert sorted(i.url for i in f.pop_ready(5)) == ["http://a.test/public", "http://b.test/private/2"]
+
+
+def test_release_without_claim_is_a_bug():
+    clock, pacer, f = make()
+    try:
+        f.release("nobody.test")
+    except RuntimeError as exc:
+        assert "nothing in flight" in str(exc)
+    else:
+        raise AssertionError("release of an idle host must raise")
+
+
+def test_many_hosts_served_in_next_allowed_order():
+    clock, pacer, f = make(1.0)
+    f.push([UrlItem(f"http://h{i}.test/{j}") for i in range(50) for j in range(4)])
+    fetched = []
+    for _ in range(400):
+        batch = f.pop_ready(16)
+        for it in batch:
+            fetched.append((clock.now(), it.host))
+            pacer.finished(it.host)
+            f.release(it.host)
+        if len(f) == 0:
+            break
+        wake = f.next_wakeup()
+        if wake is not None and wake > clock.now() and not batch:
+            clock.advance(wake - clock.now())
+    assert len(fetched) == 200
+    last = {}
+    for t, h in fetched:
+        if h in last:
+            assert t - last[h] >= 1.0
+        last[h] = t
