@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "AddressGuard",
+    "address_category",
     "AddressRefused",
     "DnsCache",
     "DnsLookupError",

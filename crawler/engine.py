@@ -401,7 +401,7 @@ class ShardEngine:
     async def _handle_page(self, item: UrlItem, res: FetchResult) -> None:
         body = res.body
         sha = content_sha256(body)
-        ctype = res.content_type
+        ctype = res.headers.get("content-type")  # with its charset parameter
         parsed: ParsedPage | None = None
         fp: int | None = None
         if is_html(ctype, body):

@@ -203,14 +203,16 @@ class HostBudget:
         self._cuts = 0
 
     @staticmethod
-    def _fraction(name: str, value: object, low: float, high: float, open_top: bool = False) -> float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok:
-            ok = low <= value < high if open_top else low <= value <= high  # type: ignore[operator]
-        if not ok:
-            bound = f"< {high}" if open_top else f"<= {high}"
-            raise ConfigError(f"{name} must be a number >= {low} and {bound} (got {value!r})")
-        return float(value)  # type: ignore[arg-type]
+    def _fraction(
+        name: str, value: object, low: float, high: float, open_top: bool = False
+    ) -> float:
+        """Validate a float setting in [low, high] (or [low, high) with ``open_top``)."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+            if low <= number < high or (not open_top and number == high):
+                return number
+        bound = f"< {high}" if open_top else f"<= {high}"
+        raise ConfigError(f"{name} must be a number >= {low} and {bound} (got {value!r})")
 
     def _state(self, host: str) -> _HostState:
         state = self._hosts.get(host)

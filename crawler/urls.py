@@ -2,8 +2,9 @@
 
 Every URL the crawler handles passes through here, so these functions are pure, cheap
 and never raise on input from the web: a URL that cannot be used becomes ``None`` and
-the caller counts it (DESIGN.md invariant 7). Only :func:`validate_seed` and
-:class:`Scope` raise, because their input comes from the user.
+the caller counts it (DESIGN.md invariant 7). Only :func:`validate_seed`, :class:`Scope`
+and the :class:`UrlNormalizer` constructor raise (SeedError / ConfigError), because
+their input comes from the user.
 
 Two functions with two different jobs:
 
@@ -726,7 +727,8 @@ def _absolute(scheme: str, rest: str, encoding: str) -> str | None:
     authority, path, query, fragment = _split_after_scheme(rest)
     if not _has_host(authority):
         return None  # WHATWG: a special URL with an empty host is a failure
-    return _serialize(scheme, authority, _remove_dot_segments(path or "/"), query, fragment, encoding)
+    path = _remove_dot_segments(path or "/")
+    return _serialize(scheme, authority, path, query, fragment, encoding)
 
 
 _MAX_CACHED_BASE = 4096

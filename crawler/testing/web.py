@@ -26,6 +26,38 @@ content=nofollow>`` honoured, ``rel=nofollow`` links not followed unless
 target; it does not follow redirects inside one fetch), trap spaces not expanded.
 ``tests/unit/test_synthetic_web.py`` checks the walk against the served HTML parsed
 independently.
+
+Special hosts (``web.host_for(name)``; each root ``/`` is an ordinary page):
+
+================  ===================================================================
+robots-private    robots.txt disallows ``/private/`` (linked from ``/`` and ``/p/1``)
+robots-agent      a ``RayCrawl`` group disallows ``/nobots/``; ``*`` allows all
+robots-otherbot   an ``otherbot`` group disallows ``/``; ``*`` allows: crawl it all
+robots-delay      ``Crawl-delay: profile.crawl_delay`` (0.2 s in "test"), ``/p/1``-``5``
+robots-404        robots.txt 404: allow all
+robots-500        robots.txt 500: nothing else may be fetched (RFC 9309 2.3.1.4)
+robots-redirect   ``/robots.txt`` 301 -> ``/robots-real.txt``, which disallows ``/secret/``
+retry-503-once    ``/flaky``: 503 on the first request, then 200
+retry-503-always  ``/down``: always 503
+retry-429-once    ``/busy``: 429 with ``Retry-After: 1`` once, then 200
+stall             ``/slow``: answers after ``profile.stall_seconds`` (5 s in "test")
+status-4xx        ``/missing`` 404, ``/forbidden`` 403
+redirect          ``/r/moved`` 301 -> ``/r/target``; ``/r/c1`` -> ``c2`` -> ``c3`` ->
+                  ``/r/chain-end`` (302, 307, 308; some Locations relative);
+                  ``/r/loop-a`` <-> ``/r/loop-b``; ``/r/offsite`` -> redirect-dest
+redirect-dest     ``/landing``, reached only through ``redirect``'s ``/r/offsite``
+trap-*            ``/cal/YYYY/MM`` forever, ``/loop/loop/...``, ``/s/<new id>/page``,
+                  ``/shop?<facets>&page=n``, ``/deep/<n>`` (:meth:`SyntheticWeb.trap_hosts`)
+mirror            byte-identical copy of ``h0001`` (whose self-links are all relative)
+near-dup          ``/v/1``-``5``: one text, footer counters differ, SimHash within 3
+binary            ``/asset/1``: image/png
+oversized         ``/big`` (Content-Length) and ``/big-chunked``: 3 MB of HTML
+meta-nofollow     ``/nf`` has ``<meta name=robots content=nofollow>``; targets ``/nf-hidden/*``
+rel-nofollow      ``/rn`` links only with ``rel=nofollow``; targets ``/rn-hidden/*``
+malformed         ``/broken``: broken markup, bad bytes, one real link ``/broken-target``
+cp1251            ``/ru``: windows-1251 (Content-Type only), links ``/ru/страница``
+gzip              all pages gzip-encoded when the request accepts it
+================  ===================================================================
 """
 
 from __future__ import annotations
@@ -1070,7 +1102,9 @@ class SyntheticWeb:
         if path_qs == "/robots-real.txt" and host in self._specials and self._specials[host].robots_status == 301:
             return None
         if path_qs.startswith(_NUL_PREFIX):
-            return "the only link here is an href containing a NUL character"
+            # The HTML parser turns a NUL in an attribute into U+FFFD (WHATWG tokenizer),
+            # and a browser follows that link; a crawler may too (the server answers 404).
+            return None
         reason = self._blocked(host, path_qs)
         if reason:
             return reason
@@ -1115,7 +1149,7 @@ class SyntheticWeb:
         """The row status a correct crawler ends ``url`` with (DESIGN.md invariant 5).
 
         fetched | redirect | http_error | failed | robots_blocked, or None if not determined.
-        The oversized bodies are ``failed`` (body larger than limits.max_body_bytes).
+        The oversized bodies are ``fetched`` with ``truncated`` set (cut at limits.max_body_bytes).
         """
         node = self.split(url)
         if node is None:
@@ -1125,8 +1159,7 @@ class SyntheticWeb:
             return None
         if self._blocked(*node):
             return "robots_blocked"
-        return {"redirect": "redirect", "status": "http_error", "down": "failed", "stall": "failed",
-                "oversized": "failed", "oversized-chunked": "failed"}.get(page.kind, "fetched")
+        return {"redirect": "redirect", "status": "http_error", "down": "http_error", "stall": "failed"}.get(page.kind, "fetched")
 
     def trap_hosts(self) -> dict[str, str]:
         """Trap host -> calendar | path-repetition | session-id | faceted-search | deep."""

@@ -1,0 +1,312 @@
+"""Tests for crawler.traps: per-link trap rules and the per-host budget."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+
+import pytest
+
+from crawler.errors import ConfigError, StorageError
+from crawler.traps import HostBudget, TrapRules
+
+# --- TrapRules --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "depth", "expected"),
+    [
+        ("http://a.test/x", 3, None),
+        ("http://a.test/x", 4, "depth"),
+        ("http://a.test/" + "x" * 86, 0, None),  # exactly 100 characters
+        ("http://a.test/" + "x" * 87, 0, "url_length"),
+        ("http://a.test/?a=1&b=2", 0, None),
+        ("http://a.test/?a=1&b=2&c=3", 0, "query_params"),
+        ("http://a.test/?", 0, None),
+        ("http://a.test/a/b/a/b", 0, None),  # each segment twice: allowed
+        ("http://a.test/a/b/a/b/a/b", 0, "path_repeats"),
+        ("http://a.test/cal/2024/cal/2025/cal/2026/", 0, "path_repeats"),
+        ("http://a.test/a//b///c////d/", 0, None),  # empty segments do not count
+        ("http://a.test/x/y/z?p=/a/a/a/a", 0, None),  # the query is not the path
+        ("http://a.test/a/a/a?x=1", 0, "path_repeats"),
+        # the first failing rule in the documented order is named
+        ("http://a.test/" + "a/" * 50 + "?a&b&c", 9, "depth"),
+        ("http://a.test/" + "a/" * 50 + "?a&b&c", 0, "url_length"),
+        ("http://a.test/a/a/a?a&b&c", 0, "query_params"),
+    ],
+)
+def test_trap_rules_each_rule(url: str, depth: int, expected: str | None) -> None:
+    rules = TrapRules(max_depth=3, max_url_length=100, max_query_params=2, max_path_repeats=2)
+    assert rules.check(url, depth) == expected
+
+
+def test_trap_rules_none_disables_each_rule() -> None:
+    url = "http://a.test/" + "a/" * 200 + "?" + "&".join(f"p{i}=1" for i in range(100))
+    assert TrapRules(None, None, None, None).check(url, 10_000) is None
+    assert TrapRules(0, None, None, None).check(url, 1) == "depth"
+    assert TrapRules(None, 100, None, None).check(url, 1) == "url_length"
+    assert TrapRules(None, None, 99, None).check(url, 1) == "query_params"
+    assert TrapRules(None, None, None, 199).check(url, 1) == "path_repeats"
+    assert TrapRules(None, None, 100, 200).check(url, 1) is None
+
+
+def test_trap_rules_relative_link_loop_is_cut() -> None:
+    """A page at /a/b/ linking to "a/b/" produces /a/b/a/b/a/b/...: stopped early."""
+    rules = TrapRules(None, None, None, 3)
+    url, depth = "http://a.test/a/b/", 0
+    while rules.check(url, depth) is None:
+        url, depth = url + "a/b/", depth + 1
+        assert depth < 10
+    assert depth == 3  # /a/b repeated 4 times is the first rejected URL
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"max_depth": -1}, "max_depth"),
+        ({"max_url_length": 0}, "max_url_length"),
+        ({"max_query_params": -2}, "max_query_params"),
+        ({"max_path_repeats": 0}, "max_path_repeats"),
+        ({"max_depth": "5"}, "max_depth"),
+        ({"max_depth": True}, "max_depth"),
+        ({"max_url_length": 10.5}, "max_url_length"),
+    ],
+)
+def test_trap_rules_bad_config(kwargs: dict, name: str) -> None:
+    args = {"max_depth": None, "max_url_length": None, "max_query_params": None, "max_path_repeats": None}
+    args.update(kwargs)
+    with pytest.raises(ConfigError, match=name):
+        TrapRules(**args)
+
+
+# --- HostBudget: budget -------------------------------------------------------------------
+
+
+def test_budget_admits_up_to_the_limit_per_host() -> None:
+    budget = HostBudget(3)
+    assert [budget.admit("a.test") for _ in range(5)] == [True, True, True, False, False]
+    assert budget.remaining("a.test") == 0
+    assert budget.admit("b.test")  # hosts are independent
+    assert budget.remaining("b.test") == 2
+    assert budget.remaining("never.seen") == 3
+    stats = budget.stats()
+    assert stats["admitted"] == 4 and stats["rejected"] == 2
+    assert stats["hosts"] == 2 and stats["exhausted_hosts"] == 1
+
+
+def test_budget_none_is_unlimited_while_pages_are_novel() -> None:
+    budget = HostBudget(None)
+    for i in range(1000):
+        assert budget.admit("a.test")
+        budget.record_fetch("a.test", duplicate=(i % 3 == 0))  # novelty 2/3 > 0.5
+    assert budget.remaining("a.test") is None
+    assert budget.penalty("a.test") == 1.0
+    assert budget.stats()["cuts"] == 0
+
+
+def test_zero_budget_admits_nothing() -> None:
+    budget = HostBudget(0)
+    assert not budget.admit("a.test")
+
+
+# --- HostBudget: novelty, cut, penalty ---------------------------------------------------
+
+
+def test_novelty_is_one_until_min_samples_then_share_of_new_pages() -> None:
+    budget = HostBudget(100, novelty_window=10, novelty_min_samples=4)
+    assert budget.novelty("a.test") == 1.0
+    for _ in range(3):
+        budget.record_fetch("a.test", duplicate=True)
+    assert budget.novelty("a.test") == 1.0  # 3 samples < 4
+    budget.record_fetch("a.test", duplicate=False)
+    assert budget.novelty("a.test") == pytest.approx(0.25)
+    for _ in range(10):
+        budget.record_fetch("a.test", duplicate=False)
+    assert budget.novelty("a.test") == 1.0  # only the last 10 fetches count
+    for _ in range(7):
+        budget.record_fetch("a.test", duplicate=True)
+    assert budget.novelty("a.test") == pytest.approx(0.3)
+
+
+def test_a_full_window_of_duplicates_cuts_the_remaining_budget() -> None:
+    budget = HostBudget(1000, novelty_window=10, novelty_min_samples=5, cut_factor=0.5)
+    for _ in range(100):
+        budget.admit("a.test")
+    for _ in range(9):
+        budget.record_fetch("a.test", duplicate=True)
+    assert budget.remaining("a.test") == 900  # window not complete yet
+    budget.record_fetch("a.test", duplicate=True)
+    assert budget.remaining("a.test") == 450
+    for _ in range(10):  # a novel window: no cut, nothing given back
+        budget.record_fetch("a.test", duplicate=False)
+    assert budget.remaining("a.test") == 450
+    for _ in range(10):
+        budget.record_fetch("a.test", duplicate=True)
+    assert budget.remaining("a.test") == 225
+    assert budget.stats()["cuts"] == 2
+
+
+def test_novel_host_is_never_cut() -> None:
+    budget = HostBudget(50, novelty_window=5, novelty_min_samples=5)
+    for i in range(50):
+        assert budget.admit("a.test")
+        budget.record_fetch("a.test", duplicate=(i % 5 == 0))  # novelty 0.8
+    assert budget.remaining("a.test") == 0  # spent normally, not cut
+    assert budget.stats()["cuts"] == 0
+
+
+def test_penalty_grows_to_cap_under_low_novelty_and_relaxes_back() -> None:
+    budget = HostBudget(None, novelty_window=10, novelty_min_samples=5, max_penalty=8.0)
+    assert budget.penalty("a.test") == 1.0
+    for _ in range(4):
+        budget.record_fetch("a.test", duplicate=True)
+    assert budget.penalty("a.test") == 1.0  # fewer than min_samples
+    for _ in range(16):
+        budget.record_fetch("a.test", duplicate=True)
+    # 16 low-novelty fetches: doubled per window of 10, i.e. 2 ** 1.6
+    assert budget.penalty("a.test") == pytest.approx(2 ** 1.6)
+    history = []
+    for _ in range(100):
+        budget.record_fetch("a.test", duplicate=True)
+        history.append(budget.penalty("a.test"))
+    assert history == sorted(history)  # monotone while novelty stays low
+    assert budget.penalty("a.test") == 8.0  # capped
+    for _ in range(200):
+        budget.record_fetch("a.test", duplicate=False)
+    assert budget.penalty("a.test") == 1.0  # recovered
+    assert budget.penalty("other.test") == 1.0
+
+
+def test_threshold_zero_disables_cuts_and_penalties() -> None:
+    budget = HostBudget(100, novelty_threshold=0.0)
+    for _ in range(100):
+        budget.admit("a.test")
+        budget.record_fetch("a.test", duplicate=True)
+    assert budget.penalty("a.test") == 1.0
+    assert budget.stats()["cuts"] == 0
+
+
+def _crawl_all_duplicates(budget: HostBudget, fanout: int) -> tuple[int, int]:
+    """Simulate a host whose every page is a near-duplicate with ``fanout`` new links.
+
+    Order per page as in the pipeline: fetch, fingerprint -> record_fetch, then the
+    page's links are offered to admit(). Returns (admits, fetches).
+    """
+    host = "trap.test"
+    queue: deque[int] = deque()
+    next_id = 0
+    assert budget.admit(host)
+    queue.append(next_id)
+    admits, fetches = 1, 0
+    while queue:
+        queue.popleft()
+        fetches += 1
+        budget.record_fetch(host, duplicate=True)
+        for _ in range(fanout):
+            next_id += 1
+            if budget.admit(host):
+                admits += 1
+                queue.append(next_id)
+        assert fetches < 1_000_000, "the trap did not stop"
+    return admits, fetches
+
+
+@pytest.mark.parametrize("fanout", [1, 10, 50])
+def test_all_duplicate_host_stops_after_a_logarithmic_number_of_admits(fanout: int) -> None:
+    """The documented bound: admits <= 1 + f * W * K, K = floor(log(B)/log(1/c)) + 1."""
+    big = 1_000_000
+    window, cut = 20, 0.5
+    budget = HostBudget(big, novelty_window=window, cut_factor=cut)
+    admits, fetches = _crawl_all_duplicates(budget, fanout)
+    k = math.floor(math.log(big) / math.log(1 / cut)) + 1
+    bound = 1 + fanout * window * k
+    assert admits <= bound
+    assert admits == fetches  # every admitted URL was fetched, then the queue ran dry
+    assert budget.remaining("trap.test") == 0
+    assert budget.penalty("trap.test") == 8.0
+    if fanout == 10:
+        assert bound == 4001  # the number quoted in the HostBudget docstring
+        assert admits < big / 200
+
+
+def test_all_duplicate_host_stops_even_without_a_page_limit() -> None:
+    budget = HostBudget(None)
+    admits, _ = _crawl_all_duplicates(budget, fanout=10)
+    # first cut after 20 fetches (about 200 admits) sets the budget to 0.5 x admitted,
+    # then it halves every 20 fetches
+    assert admits < 1000
+    assert budget.remaining("trap.test") == 0
+
+
+# --- HostBudget: persistence and config ----------------------------------------------------
+
+
+def _drive(budget: HostBudget, steps: range) -> list[tuple]:
+    out = []
+    for i in steps:
+        host = f"h{i % 3}.test"
+        admitted = budget.admit(host)
+        budget.record_fetch(host, duplicate=(i % 4 != 0))
+        out.append((admitted, budget.remaining(host), budget.penalty(host), budget.novelty(host)))
+    return out
+
+
+def test_snapshot_round_trip_through_json_continues_identically() -> None:
+    original = HostBudget(200, novelty_window=8, novelty_min_samples=4)
+    _drive(original, range(150))
+    snap = json.loads(json.dumps(original.snapshot()))
+    restored = HostBudget(200, novelty_window=8, novelty_min_samples=4)
+    restored.restore(snap)
+    assert restored.stats() == original.stats()
+    assert _drive(restored, range(150, 400)) == _drive(original, range(150, 400))
+    assert restored.snapshot() == original.snapshot()
+
+
+def test_restore_replaces_existing_state() -> None:
+    budget = HostBudget(5)
+    budget.admit("old.test")
+    budget.restore(HostBudget(5).snapshot())
+    assert budget.stats()["hosts"] == 0
+    assert budget.remaining("old.test") == 5
+
+
+@pytest.mark.parametrize(
+    "snapshot",
+    [
+        {},
+        {"version": 99, "fields": [], "hosts": {}},
+        {"version": 1, "fields": ["admitted"], "hosts": {"a": [1]}},
+        {"version": 1, "fields": ["admitted", "rejected"], "hosts": {"a": [1]}},
+        {"version": 1, "fields": [], "hosts": []},
+        None,
+    ],
+)
+def test_restore_rejects_malformed_snapshots(snapshot: object) -> None:
+    budget = HostBudget(5)
+    budget.admit("kept.test")
+    with pytest.raises(StorageError):
+        budget.restore(snapshot)  # type: ignore[arg-type]
+    assert budget.remaining("kept.test") == 4  # state untouched on failure
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"max_pages_per_host": -1}, "max_pages_per_host"),
+        ({"novelty_window": 0}, "novelty_window"),
+        ({"novelty_window": None}, "novelty_window"),
+        ({"novelty_min_samples": 0}, "novelty_min_samples"),
+        ({"novelty_min_samples": 30}, "novelty_min_samples"),
+        ({"novelty_threshold": 1.5}, "novelty_threshold"),
+        ({"cut_factor": 1.0}, "cut_factor"),
+        ({"cut_factor": -0.1}, "cut_factor"),
+        ({"max_penalty": 0.5}, "max_penalty"),
+        ({"max_penalty": float("inf")}, "max_penalty"),
+    ],
+)
+def test_host_budget_bad_config(kwargs: dict, name: str) -> None:
+    args: dict = {"max_pages_per_host": 10}
+    args.update(kwargs)
+    with pytest.raises(ConfigError, match=name):
+        HostBudget(**args)
