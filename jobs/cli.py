@@ -44,7 +44,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         stats = run_crawl(cfg, address=args.address, progress=not args.no_progress)
     print_summary(stats, cfg.output.path)
-    return 0
+    return 0 if stats.get("finished") else 130  # 130: stopped by Ctrl-C, like a shell
 
 
 def run_local(cfg, progress: bool = True) -> dict[str, Any]:

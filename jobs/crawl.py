@@ -302,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     stats = run_crawl(cfg, address=args.address, progress=not args.no_progress)
     print_summary(stats, cfg.output.path)
-    return 0
+    return 0 if stats.get("finished") else 130
 
 
 def print_summary(stats: dict[str, Any], out: str, stream=None) -> None:

@@ -1,0 +1,676 @@
+"""A hostile HTTP server on loopback: the broken and malicious web, on purpose.
+
+:class:`HostileServer` is a raw asyncio TCP server (no HTTP library between the test and
+the bytes on the wire) bound to ``127.0.0.1`` on an ephemeral port, serving in a
+background thread with its own event loop so a crawl in the test's loop competes with it
+exactly as with a remote server. Each request is dispatched to a *behaviour*, a named
+coroutine that writes raw bytes:
+
+* by the first label of the ``Host`` header (``slowloris.hostile.test`` -> ``slowloris``;
+  a crawler reaches those names through ``fetch.resolve: {"*.hostile.test": "127.0.0.1"}``),
+* else by a path prefix ``/b/<behaviour>/...`` (for IP-literal or ``localhost`` access),
+* else :func:`secret` (a page no crawl may ever see: the SSRF tests look for it).
+
+``/robots.txt`` answers 404 on every host except ``bigrobots`` (so a behaviour hits the
+page it is meant for, not the robots fetch that precedes it).
+
+=============  ============================================================================
+behaviour      what it does (N = ``max_body_bytes`` the server was told the crawler uses)
+=============  ============================================================================
+normal         fast pages: ``/`` links ``/p/1`` .. ``/p/<normal_pages>``
+slowloris      headers (Content-Length 10000), then one body byte per ``slowloris_interval_s``
+endless        200, no length, 64 KiB chunks until the client leaves (capped in bytes)
+oversized      Content-Length ``oversize_factor * N``, all of it sent (client must cut)
+lying_length   declares Content-Length 100000, sends 1000 bytes, closes (FIN)
+broken_gzip    Content-Encoding gzip: 10 KB of valid deflate, then garbage
+bad_chunked    chunked: one good chunk, then a chunk-size line ``ZZZ``
+huge_headers   one 1 MiB header line
+redirects      ``/`` -> ``/hop/1`` -> ... -> ``/hop/<redirect_chain>`` (302 each, new URL each)
+bigrobots      a ``robots_bytes`` (10 MB) robots.txt: ``Disallow: /early/`` near the top,
+               ``Disallow: /late/`` after the first 600 KiB; ``/`` links both and ``/free``
+reset          Content-Length 100000, 1000 bytes, then RST (SO_LINGER 0)
+silent         reads the request, never answers (until the client leaves)
+bad_status     ``HTTQ/9 banana``
+bomb           gzip body inflating to ``bomb_bytes`` (1 GiB) of zeros, ~1 MB on the wire
+traversal      HTML full of ``../``, ``%2e%2e/`` and NUL-ish strings; links with ``../``
+ssrf           links (and ``/go/<i>`` 302 redirects) to :meth:`HostileServer.loopback_targets`
+secret         "you should not see this" (default for unknown hosts, e.g. ``127.0.0.1``)
+=============  ============================================================================
+
+Everything is bounded: request heads are read with a 64 KiB limit, every connection is
+cut after ``handler_cap_s``, endless streams stop after ``endless_cap_bytes``, and
+:meth:`HostileServer.stop` cancels whatever is still running. Every request is logged as
+a :class:`HostileRequest` (host, path, behaviour, start, end, bytes sent, how it ended).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "BEHAVIOURS",
+    "HostileRequest",
+    "HostileServer",
+    "loopback_only",
+]
+
+log = logging.getLogger(__name__)
+
+_HEAD_LIMIT = 65536
+_CHUNK = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class HostileRequest:
+    """One request as the hostile server saw it.
+
+    ``host``: Host header without port, lower-cased ("" if absent). ``path``: the request
+    target as sent. ``start``: ``time.monotonic()`` when the request head had been read;
+    ``end``: when the handler finished. ``outcome``: "done", "client closed", "capped"
+    (``handler_cap_s`` reached) or "stopped" (server shut down). ``sent``: bytes written.
+    ``addr``: the local address the connection arrived on (which listener).
+    """
+
+    host: str
+    path: str
+    behaviour: str
+    start: float
+    end: float
+    sent: int
+    outcome: str
+    addr: str
+
+
+class _ClientGone(Exception):
+    """The client closed or reset the connection while we were writing."""
+
+
+class Conn:
+    """What a behaviour gets: the request, the writer, byte counting and the settings."""
+
+    __slots__ = ("server", "reader", "writer", "method", "path", "host", "sent")
+
+    def __init__(self, server: HostileServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 method: str, path: str, host: str) -> None:
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        self.method = method
+        self.path = path
+        self.host = host
+        self.sent = 0
+
+    async def send(self, data: bytes) -> None:
+        """Write and drain; raises _ClientGone when the peer has left."""
+        if self.writer.is_closing():
+            raise _ClientGone()
+        self.writer.write(data)
+        self.sent += len(data)
+        try:
+            await self.writer.drain()
+        except (ConnectionError, OSError) as exc:
+            raise _ClientGone() from exc
+
+    async def respond(self, status: str, body: bytes = b"", headers: dict[str, str] | None = None,
+                      content_type: str = "text/html; charset=utf-8") -> None:
+        """A complete, well-formed response with Content-Length and Connection: close."""
+        h = {"Content-Type": content_type, "Content-Length": str(len(body)), "Connection": "close"}
+        h.update(headers or {})
+        head = f"HTTP/1.1 {status}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
+        await self.send(head.encode("latin-1") + body)
+
+    def reset(self) -> None:
+        """Abort with RST instead of FIN (SO_LINGER 0)."""
+        sock = self.writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.writer.transport.abort()
+
+    async def wait_client_gone(self) -> None:
+        """Return once the client closes its side (EOF or reset)."""
+        try:
+            while await self.reader.read(4096):
+                pass
+        except (ConnectionError, OSError):
+            pass
+
+    async def pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or raise _ClientGone as soon as the client hangs up.
+
+        So a stalling behaviour ends (and is logged) when the crawler gives up, not at
+        its next write.
+        """
+        try:
+            await asyncio.wait_for(self.wait_client_gone(), seconds)
+        except asyncio.TimeoutError:
+            return
+        raise _ClientGone()
+
+
+Behaviour = Callable[[Conn], Awaitable[None]]
+
+# ------------------------------------------------------------------------ behaviours
+
+
+def _page(title: str, links: list[str], text: str = "") -> bytes:
+    items = "".join(f'<li><a href="{h}">{h}</a></li>' for h in links)
+    para = text or f"This is {title}, a page served by the hostile test server."
+    return (f"<!doctype html><html><head><title>{title}</title></head><body><h1>{title}</h1>"
+            f"<p>{para}</p><ul>{items}</ul></body></html>").encode()
+
+
+async def normal(c: Conn) -> None:
+    """Fast, well-formed pages: ``/`` links every ``/p/<i>``."""
+    n = c.server.normal_pages
+    if c.path in ("/", ""):
+        await c.respond("200 OK", _page("normal root", [f"/p/{i}" for i in range(1, n + 1)]))
+    elif c.path.startswith("/p/"):
+        await c.respond("200 OK", _page(f"normal page {c.path}", ["/"], f"Normal page number {c.path[3:]} " * 5))
+    else:
+        await c.respond("404 Not Found", b"not found")
+
+
+async def slowloris(c: Conn) -> None:
+    """Headers at once, then one body byte every ``slowloris_interval_s``."""
+    await c.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 10000\r\n\r\n")
+    for _ in range(10000):
+        await c.send(b"x")
+        await c.pause(c.server.slowloris_interval_s)
+
+
+async def endless(c: Conn) -> None:
+    """A body without length that never ends (until the client leaves or the byte cap)."""
+    await c.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n<html><body>")
+    chunk = b"<p>" + b"endless " * (_CHUNK // 8 - 1) + b"</p>"
+    while c.sent < c.server.endless_cap_bytes:
+        await c.send(chunk)
+
+
+async def oversized(c: Conn) -> None:
+    """A truthful Content-Length far above the crawler's max_body_bytes; all of it is sent."""
+    total = c.server.oversize_factor * c.server.max_body_bytes
+    await c.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: close\r\n"
+                 b"Content-Length: %d\r\n\r\n<html><body>" % total)
+    left = total - len(b"<html><body>")
+    block = b"<p>" + b"big " * (_CHUNK // 4 - 2) + b"</p>"
+    while left > 0:
+        piece = block[:left]
+        await c.send(piece)
+        left -= len(piece)
+
+
+async def lying_length(c: Conn) -> None:
+    """Declares 100000 bytes, sends 1000, closes normally."""
+    await c.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 100000\r\n\r\n" + b"s" * 1000)
+
+
+def _broken_gzip_body() -> bytes:
+    c = zlib.compressobj(6, zlib.DEFLATED, 31)
+    good = c.compress(_page("broken gzip", ["/"], "compressed " * 1000)) + c.flush(zlib.Z_FULL_FLUSH)
+    return good + b"\x07garbage" * 100  # a block of invalid type 3 follows the flush point
+
+
+_BROKEN_GZIP = _broken_gzip_body()
+
+
+async def broken_gzip(c: Conn) -> None:
+    """Content-Encoding gzip whose stream turns into garbage after a valid prefix."""
+    await c.respond("200 OK", _BROKEN_GZIP, {"Content-Encoding": "gzip"})
+
+
+async def bad_chunked(c: Conn) -> None:
+    """Transfer-Encoding chunked with an invalid chunk-size line after the first chunk."""
+    await c.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 b"5\r\nhello\r\nZZZ\r\nxx\r\n0\r\n\r\n")
+    await c.wait_client_gone()
+
+
+async def huge_headers(c: Conn) -> None:
+    """A 1 MiB header line."""
+    await c.send(b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (1 << 20) + b"\r\nContent-Length: 2\r\n\r\nok")
+    await c.wait_client_gone()
+
+
+async def redirects(c: Conn) -> None:
+    """``/`` -> ``/hop/1`` -> ... -> ``/hop/<redirect_chain>``, a new URL at every hop."""
+    n = c.server.redirect_chain
+    if c.path in ("/", ""):
+        hop = 0
+    elif c.path.startswith("/hop/") and c.path[5:].isdigit():
+        hop = int(c.path[5:])
+    else:
+        await c.respond("404 Not Found", b"not found")
+        return
+    if hop >= n:
+        await c.respond("200 OK", _page("end of the chain", []))
+    else:
+        await c.respond("302 Found", b"", {"Location": f"/hop/{hop + 1}"})
+
+
+#: Where the bigrobots rules sit in the file (bytes from its start).
+BIGROBOTS_LATE_OFFSET = 600 * 1024
+
+
+async def bigrobots(c: Conn) -> None:
+    """A 10 MB robots.txt: only the Disallow in its first 500 KiB may apply (RFC 9309 2.5)."""
+    if c.path != "/robots.txt":
+        if c.path in ("/", ""):
+            await c.respond("200 OK", _page("big robots", ["/early/page", "/late/page", "/free"]))
+        else:
+            await c.respond("200 OK", _page(f"big robots {c.path}", []))
+        return
+    total = c.server.robots_bytes
+    await c.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                 b"Content-Length: %d\r\n\r\n" % total)
+    head = b"User-agent: *\nDisallow: /early/\n"
+    filler = b"# " + b"f" * 1021 + b"\n"  # 1 KiB comment lines
+    late = b"Disallow: /late/\n"
+    written = 0
+
+    async def put(data: bytes) -> None:
+        nonlocal written
+        data = data[: total - written]
+        if data:
+            await c.send(data)
+            written += len(data)
+
+    await put(head)
+    block = filler * 64
+    while written + len(block) <= BIGROBOTS_LATE_OFFSET:
+        await put(block)
+    while written + len(filler) <= BIGROBOTS_LATE_OFFSET:
+        await put(filler)
+    await put(late)
+    while written < total:
+        await put(block)
+
+
+async def reset(c: Conn) -> None:
+    """Content-Length 100000, 1000 bytes, then a TCP reset."""
+    await c.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 100000\r\n\r\n" + b"z" * 1000)
+    await c.pause(0.05)
+    c.reset()
+
+
+async def silent(c: Conn) -> None:
+    """Accept, read the request, never answer."""
+    await c.wait_client_gone()
+
+
+async def bad_status(c: Conn) -> None:
+    """Not HTTP at all."""
+    await c.send(b"HTTQ/9 banana\r\n\r\n")
+    await c.wait_client_gone()
+
+
+def _bomb_parts() -> tuple[bytes, bytes, bytes]:
+    # With a full flush after each block, every 1 MiB of zeros after the first compresses to
+    # the same ~1 KB, so the stream for 1 GiB is built without 1 GiB in memory anywhere.
+    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = bytes(1 << 20)
+    first = comp.compress(block) + comp.flush(zlib.Z_FULL_FLUSH)
+    repeat = comp.compress(block) + comp.flush(zlib.Z_FULL_FLUSH)
+    return first, repeat, comp.flush()
+
+
+_BOMB_FIRST, _BOMB_REPEAT, _BOMB_END = _bomb_parts()
+
+
+async def bomb(c: Conn) -> None:
+    """A gzip body of ``bomb_bytes`` zeros (1 GiB by default), about 1 MB on the wire."""
+    blocks = max(1, c.server.bomb_bytes >> 20)
+    await c.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\n"
+                 b"Connection: close\r\n\r\n" + _BOMB_FIRST)
+    for _ in range(blocks - 1):
+        await c.send(_BOMB_REPEAT)
+    await c.send(_BOMB_END)
+
+
+TRAVERSAL_STRINGS = (
+    "../../../../../../etc/passwd",
+    "..\\..\\..\\windows\\system32\\config\\sam",
+    "%2e%2e%2f%2e%2e%2fetc%2fshadow",
+    "....//....//etc/hosts",
+    "/etc/passwd\x00.html",
+    "blobs/../../../../tmp/pwned.gz",
+)
+
+
+async def traversal(c: Conn) -> None:
+    """A page whose text and links look like path traversal (they must stay data)."""
+    links = ["../../../../etc/passwd", "/a/../../b/./../c", "..%2f..%2fsecret", "/x/%2e%2e/%2e%2e/y"]
+    text = " ".join(TRAVERSAL_STRINGS).replace("\x00", "&#0;")
+    body = _page(f"traversal {c.path}", links, text)
+    await c.respond("200 OK", body)
+
+
+async def ssrf(c: Conn) -> None:
+    """Links and redirects to loopback targets the crawler must refuse."""
+    targets = c.server.loopback_targets()
+    if c.path.startswith("/go/") and c.path[4:].isdigit() and int(c.path[4:]) < len(targets):
+        await c.respond("302 Found", b"", {"Location": targets[int(c.path[4:])]})
+        return
+    if c.path in ("/", ""):
+        await c.respond("200 OK", _page("ssrf lure", targets + [f"/go/{i}" for i in range(len(targets))] + ["/fine"]))
+        return
+    await c.respond("200 OK", _page(f"ssrf {c.path}", []))
+
+
+async def secret(c: Conn) -> None:
+    """What an internal service would answer: no crawler may ever request it."""
+    await c.respond("200 OK", b"you should not see this", content_type="text/plain")
+
+
+async def not_found(c: Conn) -> None:
+    """A quick 404 (robots.txt of every host but bigrobots)."""
+    await c.respond("404 Not Found", b"", content_type="text/plain")
+
+
+BEHAVIOURS: dict[str, Behaviour] = {
+    f.__name__: f
+    for f in (
+        normal, slowloris, endless, oversized, lying_length, broken_gzip, bad_chunked, huge_headers,
+        redirects, bigrobots, reset, silent, bad_status, bomb, traversal, ssrf, secret,
+    )
+}
+"""Every behaviour by name (also the host label that selects it)."""
+
+
+# ---------------------------------------------------------------------------- server
+
+
+class HostileServer:
+    """The hostile web on ``127.0.0.1:<port>`` (plus optional extra loopback listeners).
+
+    ``with HostileServer(max_body_bytes=200_000) as srv: ... srv.requests()``.
+    ``extra_hosts`` are more local addresses to listen on with the same port (e.g.
+    ``"::1"``, ``"127.0.0.2"``); those that cannot be bound are skipped and left out of
+    :attr:`listening`. ``domain`` is the suffix whose first label names a behaviour.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_body_bytes: int = 200_000,
+        domain: str = "hostile.test",
+        extra_hosts: tuple[str, ...] = (),
+        handler_cap_s: float = 20.0,
+        endless_cap_bytes: int = 64 << 20,
+        slowloris_interval_s: float = 1.0,
+        oversize_factor: int = 25,
+        redirect_chain: int = 50,
+        robots_bytes: int = 10_000_000,
+        bomb_bytes: int = 1 << 30,
+        normal_pages: int = 10,
+    ) -> None:
+        self.max_body_bytes = max_body_bytes
+        self.domain = domain.lower().strip(".")
+        self.extra_hosts = tuple(extra_hosts)
+        self.handler_cap_s = handler_cap_s
+        self.endless_cap_bytes = endless_cap_bytes
+        self.slowloris_interval_s = slowloris_interval_s
+        self.oversize_factor = oversize_factor
+        self.redirect_chain = redirect_chain
+        self.robots_bytes = robots_bytes
+        self.bomb_bytes = bomb_bytes
+        self.normal_pages = normal_pages
+        self.port = 0
+        self.listening: list[str] = []
+        self._log: list[HostileRequest] = []
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> HostileServer:
+        """Bind and serve in a background thread; returns once connections are accepted."""
+        if self._thread is not None:
+            return self
+        self._thread = threading.Thread(target=self._run, name="hostile-web", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout=30):
+            raise RuntimeError("hostile server did not start within 30 s")
+        if self._error is not None:
+            self._thread = None
+            raise RuntimeError(f"hostile server failed to start: {self._error}") from self._error
+        return self
+
+    def stop(self) -> None:
+        """Stop listening, cancel every running handler and join the thread."""
+        thread, loop, ev = self._thread, self._loop, self._stop
+        if thread is None or loop is None or ev is None:
+            return
+        try:
+            loop.call_soon_threadsafe(ev.set)
+        except RuntimeError:  # loop already closed
+            pass
+        thread.join(timeout=10)
+        self._thread = None
+
+    def __enter__(self) -> HostileServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:  # reported to start(), or logged once serving
+            if not self._ready.is_set():
+                self._error = exc
+                self._ready.set()
+            else:
+                log.exception("hostile server crashed")
+        finally:
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        servers = [await asyncio.start_server(self._handle, "127.0.0.1", 0, limit=_HEAD_LIMIT)]
+        self.port = servers[0].sockets[0].getsockname()[1]
+        self.listening = ["127.0.0.1"]
+        for host in self.extra_hosts:
+            try:
+                servers.append(await asyncio.start_server(self._handle, host, self.port, limit=_HEAD_LIMIT))
+            except OSError as exc:  # e.g. no IPv6 loopback here
+                log.info("hostile server: cannot listen on %s:%d (%s)", host, self.port, exc)
+            else:
+                self.listening.append(host)
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            for s in servers:
+                s.close()
+            for t in list(self._tasks):
+                t.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- serving --------------------------------------------------------------------------
+
+    def behaviour_for(self, host: str, path: str) -> tuple[str, str]:
+        """(behaviour name, path seen by it) for a request: Host label, ``/b/<name>/``, else secret."""
+        if host.endswith("." + self.domain):
+            label = host[: -len(self.domain) - 1].rsplit(".", 1)[-1]
+            if label in BEHAVIOURS:
+                return label, path
+        if path.startswith("/b/"):
+            name, _, rest = path[3:].partition("/")
+            if name in BEHAVIOURS:
+                return name, "/" + rest
+        return "secret", path
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        sock = writer.get_extra_info("sockname")
+        addr = str(sock[0]) if sock else ""
+        try:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.handler_cap_s)
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
+                    ConnectionError, OSError, ValueError):
+                return  # not an HTTP request head we are willing to read: just hang up
+            start = time.monotonic()
+            lines = head.decode("latin-1").split("\r\n")
+            parts = lines[0].split(" ")
+            method, path = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
+            host = ""
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "host":
+                    host = _strip_port(value)
+            name, sub = self.behaviour_for(host, path)
+            if sub == "/robots.txt" and name != "bigrobots":
+                behaviour: Behaviour = not_found
+            else:
+                behaviour = BEHAVIOURS[name]
+            conn = Conn(self, reader, writer, method, sub, host)
+            outcome = "done"
+            try:
+                await asyncio.wait_for(behaviour(conn), self.handler_cap_s)
+            except _ClientGone:
+                outcome = "client closed"
+            except asyncio.TimeoutError:
+                outcome = "capped"
+            except asyncio.CancelledError:
+                outcome = "stopped"
+            finally:
+                rec = HostileRequest(host, path, name if behaviour is not not_found else "robots404",
+                                     start, time.monotonic(), conn.sent, outcome, addr)
+                with self._lock:
+                    self._log.append(rec)
+        except asyncio.CancelledError:
+            pass  # stop() cancels what is still running; nothing to clean beyond close
+        finally:
+            if not writer.transport.is_closing():
+                writer.close()
+            self._tasks.discard(task)
+
+    # -- views ----------------------------------------------------------------------------
+
+    def active(self) -> int:
+        """Connections being handled right now."""
+        return len(self._tasks)
+
+    def wait_idle(self, timeout_s: float = 5.0) -> bool:
+        """Block until no connection is being handled (their log records are then final).
+
+        Returns False if some are still running after ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        while self._tasks:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def requests(self, behaviour: str | None = None) -> list[HostileRequest]:
+        """A thread-safe snapshot of the log (optionally one behaviour's requests), by start."""
+        with self._lock:
+            recs = list(self._log)
+        if behaviour is not None:
+            recs = [r for r in recs if r.behaviour == behaviour]
+        return sorted(recs, key=lambda r: r.start)
+
+    def url(self, behaviour: str, path: str = "/") -> str:
+        """``http://<behaviour>.<domain>:<port><path>``."""
+        return f"http://{behaviour}.{self.domain}:{self.port}{path}"
+
+    def loopback_targets(self) -> list[str]:
+        """Loopback URLs on this server's port that an SSRF guard must refuse.
+
+        All of them would reach this server (or another local service) if the guard let
+        them through: IPv4 loopback in several spellings, ``localhost``, IPv6 loopback and
+        its IPv4-mapped form, and ``0.0.0.0`` (which Linux routes to the local host).
+        """
+        p = self.port
+        return [
+            f"http://127.0.0.1:{p}/",
+            f"http://127.0.0.2:{p}/",
+            f"http://localhost:{p}/",
+            f"http://[::1]:{p}/",
+            f"http://[::ffff:127.0.0.1]:{p}/mapped",
+            f"http://2130706433:{p}/decimal",
+            f"http://127.1:{p}/short",
+            f"http://0.0.0.0:{p}/zero",
+        ]
+
+    def resolve_setting(self) -> dict[str, str]:
+        """The ``fetch.resolve`` entry that routes this server's names here."""
+        return {f"*.{self.domain}": "127.0.0.1"}
+
+
+def _strip_port(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):  # [::1]:8080
+        return host[: host.find("]") + 1]
+    return host.partition(":")[0]
+
+
+# ----------------------------------------------------------------------- network guard
+
+
+@contextmanager
+def loopback_only() -> Iterator[list[str]]:
+    """Refuse, for the duration, any socket connect to a non-loopback address and any real
+    DNS lookup of a name, in this process (asyncio's selector loop and ``getaddrinfo``).
+
+    Yields the list of violations (also raised as ``AssertionError`` at the attempt), so a
+    test can assert it stayed empty even if the crawler swallowed the error into a row.
+    """
+    import ipaddress
+    from asyncio import selector_events
+
+    violations: list[str] = []
+    real_connect = selector_events.BaseSelectorEventLoop.sock_connect
+    real_getaddrinfo = socket.getaddrinfo
+
+    async def sock_connect(self: Any, sock: socket.socket, address: Any) -> Any:
+        host = str(address[0]).split("%")[0]
+        try:
+            ok = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            ok = False
+        if not ok:
+            violations.append(f"connect to {address!r}")
+            raise AssertionError(f"test tried to connect to non-loopback {address!r}")
+        return await real_connect(self, sock, address)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host is not None:
+            text = host.decode() if isinstance(host, bytes) else str(host)
+            try:
+                ipaddress.ip_address(text.split("%")[0])
+            except ValueError:
+                violations.append(f"dns lookup of {text!r}")
+                raise AssertionError(f"test tried a real DNS lookup of {text!r}") from None
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    selector_events.BaseSelectorEventLoop.sock_connect = sock_connect  # type: ignore[method-assign]
+    socket.getaddrinfo = getaddrinfo  # type: ignore[assignment]
+    try:
+        yield violations
+    finally:
+        selector_events.BaseSelectorEventLoop.sock_connect = real_connect  # type: ignore[method-assign]
+        socket.getaddrinfo = real_getaddrinfo  # type: ignore[assignment]

@@ -1,0 +1,108 @@
+"""The command line: bad seeds fail fast, stats summarize, Ctrl-C stops cleanly, demo runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pyarrow.parquet as pq
+import yaml
+
+from crawler.storage import read_pages
+from crawler.testing.fixtures import crawl_config_for
+from jobs import cli
+
+
+def _env(**extra):
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def test_malformed_seed_exits_nonzero_with_one_line(tmp_path):
+    cfgfile = tmp_path / "bad.yaml"
+    cfgfile.write_text(yaml.safe_dump({"seeds": ["http://ok.test/", "htp:/broken seed"]}))
+    for module in ("jobs.cli", "jobs.crawl"):
+        args = [sys.executable, "-m", module] + (["run"] if module == "jobs.cli" else []) + [str(cfgfile), "--no-progress"]
+        t0 = time.monotonic()
+        proc = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "htp:/broken seed" in lines[0], proc.stderr
+        assert time.monotonic() - t0 < 30  # no Ray was started for a config that cannot run
+
+
+def test_unknown_config_key_fails_with_the_key(tmp_path, capsys):
+    cfgfile = tmp_path / "bad.yaml"
+    cfgfile.write_text("seeds: [http://a.test/]\nlimits: {max_pagez: 3}\n")
+    assert cli.main(["run", str(cfgfile), "--local"]) == 2
+    assert "limits.max_pagez" in capsys.readouterr().err
+
+
+def test_local_run_then_stats(web, tmp_path, capsys):
+    cfgfile = tmp_path / "c.yaml"
+    out = tmp_path / "out"
+    cfgfile.write_text(yaml.safe_dump(crawl_config_for(web)))
+    assert cli.main(["run", str(cfgfile), "--local", "--out", str(out), "--no-progress"]) == 0
+    summary = capsys.readouterr().out
+    assert "crawl finished" in summary and "pages fetched" in summary
+    assert cli.main(["stats", str(out)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["by_outcome"]["fetched"] >= len(web.web.must_fetch()) - 10
+    assert stats["by_outcome"]["robots_blocked"] > 0
+    assert stats["run"]["finished"] is True
+    assert stats["top_hosts"]
+
+
+def test_ctrl_c_stops_cleanly_and_output_stays_readable(web, tmp_path):
+    cfgfile = tmp_path / "c.yaml"
+    out = tmp_path / "out"
+    # Slow enough that the crawl is still running when we interrupt it.
+    cfgfile.write_text(yaml.safe_dump(crawl_config_for(web, politeness={"interval_s": 0.5, "max_interval_s": 2.0}, runtime={"shards": 2}, output={"path": str(out), "flush_interval_s": 0.5})))
+    ray_tmp = tempfile.mkdtemp(prefix="rayc-", dir="/tmp")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "run", str(cfgfile), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(RAY_TMPDIR=ray_tmp),
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(web.requests()) < 40 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 15, f"exit took {took:.1f}s"
+    assert proc.returncode == 130, stderr
+    assert "crawl stopped" in stdout
+    n_requests = len(web.requests())
+    # What was fetched before the stop is stored and readable; every Parquet file is whole.
+    for f in (out / "pages").glob("*.parquet"):
+        pq.read_table(f)
+    rows = read_pages(str(out))
+    assert rows.num_rows > 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["finished"] is False
+    time.sleep(1.0)
+    assert len(web.requests()) == n_requests  # nothing kept crawling after exit
+
+
+def test_demo_runs_and_prints_its_summary(ray_cluster, tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert cli.main(["demo", "--out", str(out), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "crawl finished" in captured.out
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["finished"] is True
+    assert stats["outcomes"]["fetched"] > 2500
+    assert stats["outcomes"]["robots_blocked"] > 0 and stats["duplicates"]["exact"] > 0 and stats["duplicates"]["near"] > 0
+    assert read_pages(str(out)).num_rows == sum(stats["outcomes"].values())
