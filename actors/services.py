@@ -9,11 +9,14 @@ cannot tell whether it runs in one process or on a cluster.
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from typing import Any, Sequence
 
 import ray
 
 from crawler.dedup import ContentIndex
+from crawler.runner import save_snapshot
 from crawler.seen import SeenSet, shard_of, url_hash64
 
 
@@ -56,13 +59,33 @@ class SeenGroupClient:
 
 @ray.remote(num_cpus=0)
 class ContentIndexActor:
-    """The crawl-wide duplicate-content index (mirrors live on other hosts, so it is global)."""
+    """The crawl-wide duplicate-content index (mirrors live on other hosts, so it is global).
 
-    def __init__(self, distance: int, tables: int) -> None:
-        self.index = ContentIndex(distance, tables)
+    With ``path`` it restores from a snapshot there and saves one every ``save_every_s``
+    and on :meth:`save`; after a restart, duplicates of pages indexed since the last
+    snapshot are missed (they are stored as originals), nothing else is lost.
+    """
+
+    def __init__(self, distance: int, tables: int, path: str | None = None, save_every_s: float = 30.0) -> None:
+        self.path = path
+        self.save_every_s = save_every_s
+        self._last_save = time.monotonic()
+        if path and os.path.exists(path):
+            with open(path, "rb") as f:
+                self.index = ContentIndex.restore(f.read())
+        else:
+            self.index = ContentIndex(distance, tables)
 
     def check_and_add(self, items: list[tuple[str, str, int | None]]) -> list[tuple[str | None, str | None]]:
-        return self.index.check_and_add(items)
+        out = self.index.check_and_add(items)
+        if self.path and time.monotonic() - self._last_save > self.save_every_s:
+            self.save()
+        return out
+
+    def save(self) -> None:
+        if self.path:
+            save_snapshot(self.path, self.index.snapshot())
+            self._last_save = time.monotonic()
 
     def stats(self) -> dict[str, Any]:
         return self.index.stats()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import types
 import typing
@@ -106,6 +107,9 @@ class RuntimeConfig:
     batch_size: int = 1000
     flush_interval_s: float = 0.05
     progress_interval_s: float = 1.0
+    frontier_window: int = 16
+    state_dir: str | None = None
+    max_restarts: int = 5
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,7 @@ class OutputConfig:
 
     path: str = "./crawl-out"
     rows_per_file: int = 5000
-    flush_interval_s: float = 2.0
+    flush_interval_s: float = 1.0
     store_bodies: bool = True
     storage_options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -247,7 +251,15 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                number = float(value)
+            except OverflowError:  # an int too large for a float
+                number = math.inf
+            # YAML's .nan / .inf parse as floats; no setting means anything with them
+            # (a NaN interval would silently disable politeness comparisons).
+            if not math.isfinite(number):
+                raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+            return number
         raise ConfigError(f"{key}: expected a number, got {value!r}")
     if tp is str:
         if isinstance(value, str):
@@ -328,7 +340,8 @@ def _validate(obj: Any, prefix: str) -> None:
             v = getattr(obj, n)
             if v != "auto" and v < 1:
                 raise ConfigError(f"{prefix}{n}: must be 'auto' or >= 1, got {v!r}")
-        _positive(obj, prefix, "batch_size", "flush_interval_s", "progress_interval_s")
+        _positive(obj, prefix, "batch_size", "flush_interval_s", "progress_interval_s", "frontier_window")
+        _positive(obj, prefix, "max_restarts", allow_zero=True)
     elif isinstance(obj, OutputConfig):
         if not obj.path:
             raise ConfigError(f"{prefix}path: must not be empty")
@@ -353,9 +366,22 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return path, value
 
 
+def _copy_tree(value: Any) -> Any:
+    """Copy the dict/list structure (values as they are): overrides mutate the copy.
+
+    Not a JSON round trip: YAML values such as dates are not JSON, and they must reach
+    the type checks (which name the key) rather than fail here with a TypeError.
+    """
+    if isinstance(value, Mapping):
+        return {k: _copy_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_copy_tree(v) for v in value]
+    return value
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """Return ``data`` with each ``section.key=value`` override applied (a deep copy)."""
-    out = json.loads(json.dumps(data, default=list)) if data else {}
+    out = _copy_tree(data) if data else {}
     for item in overrides:
         path, value = parse_override(item)
         node = out
@@ -395,7 +421,11 @@ def load(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, 
             raise ConfigError(f"config {str(p)!r}: not valid YAML: {exc}") from exc
         if data is None:
             data = {}
-        if data.get("seeds_file") and not os.path.isabs(data["seeds_file"]):
+        if not isinstance(data, dict):
+            raise ConfigError(f"config {str(p)!r}: expected a mapping of settings at the top level, "
+                              f"got {type(data).__name__}")
+        seeds_file = data.get("seeds_file")
+        if isinstance(seeds_file, str) and seeds_file and not os.path.isabs(seeds_file):
             # A seeds file is found next to the config that names it.
             data["seeds_file"] = str(p.parent / data["seeds_file"])
     try:

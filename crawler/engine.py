@@ -22,9 +22,9 @@ class unchanged: a :class:`~crawler.routing.LinkRouter` for discovered links (se
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
-import time
 from collections import Counter
 from datetime import datetime, timezone
 from typing import Any, Mapping, Protocol, Sequence
@@ -35,6 +35,7 @@ from crawler.config import CrawlConfig
 from crawler.dedup import content_sha256, text_fingerprint, to_int64
 from crawler.fetch import FetchResult, Fetcher, classify
 from crawler.frontier import Frontier, UrlItem
+from crawler.journal import FrontierStore
 from crawler.links import LinkPolicy
 from crawler.parse import ParsedPage, is_html, parse_page
 from crawler.politeness import Politeness
@@ -128,6 +129,7 @@ class ShardEngine:
         router: LinkRouter | None = None,
         fetcher: Fetcher | None = None,
         writer: ResultWriter | None = None,
+        store: FrontierStore | None = None,
         clock=SYSTEM_CLOCK,
         rng: random.Random | None = None,
     ) -> None:
@@ -148,8 +150,15 @@ class ShardEngine:
             retry_after_cap_s=pol.retry_after_cap_s,
         )
         self.robots = RobotsCache(cfg.user_agent, ttl_s=pol.robots_ttl_s, error_ttl_s=pol.robots_error_ttl_s, clock=clock)
+        self.store = store
         self.frontier = Frontier(
-            self.politeness, clock, self.rng, backoff_s=cfg.fetch.backoff_s, max_backoff_s=cfg.fetch.max_backoff_s
+            self.politeness,
+            clock,
+            self.rng,
+            backoff_s=cfg.fetch.backoff_s,
+            max_backoff_s=cfg.fetch.max_backoff_s,
+            window=cfg.runtime.frontier_window if store is not None else None,
+            loader=store.load if store is not None else None,
         )
         self.links = build_link_policy(cfg, seeds)
         self.host_budget = HostBudget(
@@ -174,6 +183,12 @@ class ShardEngine:
         self.dropped: Counter[str] = Counter()
         self.batches_received = 0
         self.started_wall = clock.wall()
+        self._handed: list[str] = []  # URLs whose rows the writer holds, not yet durable
+        self._hold_until = 0.0
+        self._last_checkpoint = clock.now()
+        self.resumed = 0
+        if store is not None:
+            self._restore()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -238,6 +253,50 @@ class ShardEngine:
         await self.flush_output(final=True)
         if self.fetcher is not None:
             await self.fetcher.close()
+        if self.store is not None:
+            self.store.close()
+
+    def _restore(self) -> None:
+        """Resume from the durable store: queued URLs back into the frontier, caches back.
+
+        Steps, in order:
+        1. URLs that were claimed (in flight) when the shard stopped return to the queue
+           flagged ``replay`` (their links bypass the seen filter when re-fetched);
+        2. every host's queued URLs are registered as spilled (loaded lazily);
+        3. robots rules and per-host budgets come back from the last checkpoint;
+        4. no request leaves before one politeness interval has passed, so a host
+           contacted just before the crash is not contacted again too soon.
+        """
+        assert self.store is not None
+        self.store.recover()
+        for host, n in self.store.pending_hosts():
+            self.frontier.restore_spilled(host, n)
+            self.resumed += n
+        raw = self.store.get_meta("checkpoint")
+        if raw:
+            try:
+                cp = json.loads(raw)
+                self.robots.restore(cp.get("robots", []))
+                self.host_budget.restore(cp.get("host_budget", {}))
+                self.counters.update(cp.get("counters", {}))
+                self.dropped.update(cp.get("dropped", {}))
+            except (ValueError, TypeError, KeyError) as exc:  # a bad checkpoint costs caches, not URLs
+                log.warning("%s: ignoring unreadable checkpoint: %r", self.shard_id, exc)
+        if self.resumed or raw:
+            self._hold_until = self.clock.now() + max(self.cfg.politeness.interval_s, 0.05)
+
+    def checkpoint(self) -> None:
+        """Save caches and counters next to the queue (robots, budgets); cheap, periodic."""
+        if self.store is None:
+            return
+        cp = {
+            "robots": self.robots.snapshot(),
+            "host_budget": self.host_budget.snapshot(),
+            "counters": dict(self.counters),
+            "dropped": dict(self.dropped),
+        }
+        self.store.set_meta("checkpoint", json.dumps(cp))
+        self._last_checkpoint = self.clock.now()
 
     # -- input from routers ---------------------------------------------------------
 
@@ -249,18 +308,28 @@ class ShardEngine:
         budget drops the rest of an exhausted host (counted as ``host_budget``).
         """
         self.batches_received += 1
+        if self.store is not None:
+            # Idempotent on URL: a batch delivered twice (a retry after a lost reply, or
+            # links of a replayed page) is queued once. Committed before we return.
+            fresh = self.store.add(items)
+            self.dropped["duplicate_delivery"] += len(items) - len(fresh)
+            items = fresh
         keep: list[UrlItem] = []
+        over_budget: list[str] = []
         respect = self.cfg.politeness.respect_robots
         for item in items:
             if respect:
                 allowed = self.robots.allowed(item.url, origin(item.url))
                 if allowed is False:
-                    self._record(item, "robots_blocked", error="disallowed by robots.txt")
+                    self._robots_refused(item)
                     continue
             if not self.host_budget.admit(item.host):
                 self.dropped["host_budget"] += 1
+                over_budget.append(item.url)
                 continue
             keep.append(item)
+        if over_budget and self.store is not None:
+            self.store.done(over_budget)  # dropped by a rule: finished, with no row
         self.frontier.push(keep)
         self.counters["accepted"] += len(keep)
         if self._wake is not None:
@@ -274,13 +343,16 @@ class ShardEngine:
     # -- the loop -------------------------------------------------------------------
 
     def _dispatch(self) -> None:
-        if self._stopping or self._budget_spent:
+        if self._stopping or self._budget_spent or self.clock.now() < self._hold_until:
             return
         free = self.cfg.fetch.max_in_flight - len(self._tasks)
         if free <= 0:
             return
         loop = asyncio.get_running_loop()
-        for item in self.frontier.pop_ready(free):
+        items = self.frontier.pop_ready(free)
+        if items and self.store is not None:
+            self.store.claim([i.url for i in items])  # committed before any fetch starts
+        for item in items:
             task = loop.create_task(self._process(item))
             self._tasks.add(task)
             task.add_done_callback(self._task_done)
@@ -294,6 +366,7 @@ class ShardEngine:
         wake = self.frontier.next_wakeup()
         if wake is None or self._budget_spent:
             return 1.0
+        wake = max(wake, self._hold_until)
         return min(1.0, max(0.0005, wake - self.clock.now()))
 
     async def _process(self, item: UrlItem) -> None:
@@ -306,14 +379,14 @@ class ShardEngine:
                     # First URL of this origin (or expired rules): fetch robots.txt with the
                     # host's slot, then put the URL back to wait for the next allowed time.
                     await self._fetch_robots(org, host)
-                    self.frontier.push([item])
+                    self.frontier.requeue(item)
                     return
                 if not allowed:
-                    self._record(item, "robots_blocked", error="disallowed by robots.txt")
+                    self._robots_refused(item)
                     return
             if item.attempts == 0 and not await self.budget.acquire():
                 self._budget_spent = True
-                self.frontier.push([item])
+                self.frontier.requeue(item)
                 return
             headers = {}
             if item.etag:
@@ -370,7 +443,9 @@ class ShardEngine:
                     break
                 url = nxt
                 continue
-            rules = self.robots.from_response(org, res.status, res.body if res.status else None, truncated=res.truncated)
+            rules = self.robots.from_response(
+                org, res.status, res.body if res.status else None, truncated=res.truncated, error=res.error
+            )
             break
         else:
             rules = self.robots.from_redirect_overflow(org)
@@ -379,7 +454,17 @@ class ShardEngine:
         self.politeness.set_crawl_delay(host, rules.crawl_delay)
         # URLs queued before the rules were known: refuse the disallowed ones now.
         for blocked in self.frontier.remove_where(host, lambda it: not rules.allowed(it.url)):
-            self._record(blocked, "robots_blocked", error="disallowed by robots.txt")
+            self._robots_refused(blocked)
+
+    def _robots_refused(self, item: UrlItem) -> None:
+        """Record a URL the robots rules refuse: ``robots_blocked``, or ``failed`` with the
+        cause when robots.txt got no response at all (a dead name, the address guard, a
+        timeout): the site said nothing, the network failed."""
+        cause = self.robots.unreachable_reason(origin(item.url))
+        if cause is None:
+            self._record(item, "robots_blocked", error="disallowed by robots.txt")
+        else:
+            self._record(item, "failed", error=f"robots.txt unreachable: {cause}")
 
     async def _handle(self, item: UrlItem, res: FetchResult) -> None:
         kind = classify(res)
@@ -387,7 +472,7 @@ class ShardEngine:
         if kind == "ok":
             await self._handle_page(item, res)
         elif kind == "redirect":
-            self._handle_redirect(item, res)
+            await self._handle_redirect(item, res)
         elif kind == "not_modified":
             self._record(item, "not_modified", res)
         elif kind == "transient" and item.attempts < self.cfg.fetch.attempts:
@@ -423,43 +508,46 @@ class ShardEngine:
         if penalty != 1.0:
             self.politeness.set_penalty(item.host, penalty)
         error = res.error
+        if res.truncated:  # the row must say why the stored body is partial
+            cut = f"body truncated at limits.max_body_bytes ({self.cfg.limits.max_body_bytes} bytes)"
+            error = cut if error is None else f"{error}; {cut}"
         if parsed is not None and parsed.error:
             error = f"parse: {parsed.error}" if error is None else f"{error}; parse: {parsed.error}"
             self.counters["parse_errors"] += 1
+        if parsed is not None and parsed.links:
+            urls = self.links.follow(parsed, item.depth + 1, self.dropped)
+            # The page is acked (its row written) only once its links reached their
+            # owners: a crash in between re-fetches the page and re-sends its links.
+            await self._route([UrlItem(u, item.depth + 1, item.url) for u in urls], replay=item.replay)
         self._record(item, "fetched", res, sha=sha, simhash=fp, dup_kind=dup_kind, dup_of=dup_of, error=error)
         if self.cfg.output.store_bodies:
             self._bodies[sha] = body
         self.counters["bytes"] += len(body)
-        if parsed is not None and parsed.links:
-            urls = self.links.follow(parsed, item.depth + 1, self.dropped)
-            self._route([UrlItem(u, item.depth + 1, item.url) for u in urls])
 
-    def _handle_redirect(self, item: UrlItem, res: FetchResult) -> None:
+    async def _handle_redirect(self, item: UrlItem, res: FetchResult) -> None:
         loc = res.headers.get("location", "")
         resolved = join_url(item.url, loc) if loc else None
         target = self.links.normalizer(resolved) if resolved else None
         if target is None:
             self._record(item, "redirect", res, error=f"unusable Location header: {loc[:200]!r}")
             return
-        self._record(item, "redirect", res, redirect_to=target)
         # The target is an ordinary discovered link: seen check, scope, traps, robots.
         # Depth grows so an endless chain of distinct redirects stays bounded.
-        reason = None
-        if not self.links.scope.allows(target):
-            reason = "scope"
-        else:
-            reason = self.links.traps.check(target, item.depth + 1)
+        reason = "scope" if not self.links.scope.allows(target) else self.links.traps.check(target, item.depth + 1)
         if reason is not None:
             self.dropped[reason] += 1
-            return
-        self._route([UrlItem(target, item.depth + 1, item.url)])
+        else:
+            await self._route([UrlItem(target, item.depth + 1, item.url)], replay=item.replay)
+        self._record(item, "redirect", res, redirect_to=target)
 
-    def _route(self, items: list[UrlItem]) -> None:
+    async def _route(self, items: list[UrlItem], *, replay: bool = False) -> None:
+        """Hand links to the router and wait until their owners have them."""
         if not items:
             return
         if self.router is None:
             raise RuntimeError("engine has no router attached")
-        self.router.submit(items)
+        if not await self.router.submit(items, bypass_seen=replay):
+            raise RuntimeError(f"{len(items)} links could not be delivered to their shards")
 
     # -- output ---------------------------------------------------------------------
 
@@ -512,7 +600,11 @@ class ShardEngine:
             await self.flush_output()
 
     async def flush_output(self, final: bool = False) -> None:
-        """Hand buffered rows and bodies to the writer (in a thread: gzip and I/O)."""
+        """Hand buffered rows and bodies to the writer (in a thread: gzip and I/O).
+
+        Once the writer has flushed (rows and blobs durable), the URLs of those rows
+        are marked done in the store: ack after store (DESIGN.md invariant 6).
+        """
         if self.writer is None:
             return
         assert self._output_lock is not None
@@ -522,10 +614,18 @@ class ShardEngine:
             writer = self.writer
             if rows or bodies:
                 await asyncio.to_thread(writer.add, rows, bodies)
+                self._handed.extend(r["url"] for r in rows)
             if final:
                 await asyncio.to_thread(writer.flush)
+                flushed = True
             else:
-                await asyncio.to_thread(writer.maybe_flush)
+                flushed = await asyncio.to_thread(writer.maybe_flush)
+            if flushed and self._handed:
+                handed, self._handed = self._handed, []
+                if self.store is not None:
+                    self.store.done(handed)
+            if self.store is not None and (final or self.clock.now() - self._last_checkpoint > 10.0):
+                self.checkpoint()
 
     # -- status ---------------------------------------------------------------------
 

@@ -57,6 +57,7 @@ from crawler.dns import (
     GuardedSocketFactory,
 )
 from crawler.clock import SYSTEM_CLOCK
+from crawler.robots import ROBOTS_MAX_BYTES
 from crawler.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -385,11 +386,16 @@ class Fetcher:
 
     # -- fetch ------------------------------------------------------------------------
 
-    async def fetch(self, url: str, headers: Mapping[str, str] | None = None) -> FetchResult:
+    async def fetch(
+        self, url: str, headers: Mapping[str, str] | None = None, *, max_body_bytes: int | None = None
+    ) -> FetchResult:
         """GET ``url`` (no redirects followed). Never raises except CancelledError.
 
         ``headers`` are sent in addition to User-Agent and Accept-Encoding (e.g.
-        If-None-Match / If-Modified-Since for a recrawl).
+        If-None-Match / If-Modified-Since for a recrawl). ``max_body_bytes`` replaces the
+        configured cap for this one request; without it a ``/robots.txt`` URL is capped at
+        ``ROBOTS_MAX_BYTES`` (500 KiB, what RFC 9309 2.5 says to parse) and any other URL
+        at the configured ``max_body_bytes``.
         """
         clock = self._clock
         started = clock.now()
@@ -423,6 +429,15 @@ class Fetcher:
         size = 0
         truncated = False
         peer: str | None = None
+        if max_body_bytes is not None:
+            cap = max(1, int(max_body_bytes))
+        elif u.raw_path == "/robots.txt":
+            # RFC 9309 2.5: robots.txt is parsed to 500 KiB (ROBOTS_MAX_BYTES), so read exactly
+            # that much whatever the page limit: all the parser needs when pages are capped
+            # lower, and no 10 MB download when they are capped higher.
+            cap = ROBOTS_MAX_BYTES
+        else:
+            cap = self._max_body
         error: str | None = None
         kind: str | None = None
         transient = False
@@ -451,7 +466,6 @@ class Fetcher:
             decoder, note = _decoder_for(hdrs.get("content-encoding"))
             if note is not None:
                 error, kind = note, "decode"
-            cap = self._max_body
             content = resp.content
             while True:
                 chunk = await content.readany()
@@ -484,8 +498,8 @@ class Fetcher:
                         error, kind, transient, clean = "connection reset", "reset", True, False
         except _DecodeError as exc:
             error, kind, transient = str(exc), "decode", False
-            if exc.partial and size < self._max_body:
-                keep = exc.partial[: self._max_body - size]
+            if exc.partial and size < cap:
+                keep = exc.partial[: cap - size]
                 parts.append(keep)
                 size += len(keep)
         except asyncio.CancelledError:

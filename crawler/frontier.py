@@ -57,6 +57,8 @@ class UrlItem:
     kind: str = "discover"
     etag: str | None = None
     last_modified: str | None = None
+    sid: int = 0  # row id in the shard's durable store (acceptance order); 0 = not stored
+    replay: bool = False  # fetched before a crash: its links bypass the seen filter
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -80,9 +82,11 @@ class _HostQueue:
     delayed: list[tuple[float, int, UrlItem]] = field(default_factory=list)  # (due_at, seq, item)
     in_flight: bool = False
     scheduled_at: float | None = None  # the key of this host's live entry in the host heap
+    spilled: int = 0  # queued URLs left in the durable store, not in memory
+    cursor: int = 0  # store id of the last URL of this host brought into memory
 
     def __len__(self) -> int:
-        return len(self.ready) + len(self.delayed)
+        return len(self.ready) + len(self.delayed) + self.spilled
 
 
 class Frontier:
@@ -105,7 +109,11 @@ class Frontier:
         priority: Callable[[UrlItem], float] = bfs_priority,
         backoff_s: float = 2.0,
         max_backoff_s: float = 600.0,
+        window: int | None = None,
+        loader: Callable[[str, int, int], list[UrlItem]] | None = None,
     ) -> None:
+        if (window is None) != (loader is None):
+            raise ValueError("window and loader go together")
         self._pacer = pacer
         self._clock = clock
         self._rng = rng or random.Random(0)
@@ -117,6 +125,8 @@ class Frontier:
         self._seq = itertools.count()
         self._size = 0
         self._in_flight = 0
+        self._window = window
+        self._loader = loader
 
     # -- queries --------------------------------------------------------------------
 
@@ -153,15 +163,30 @@ class Frontier:
 
     # -- adding work ----------------------------------------------------------------
 
-    def push(self, items: Iterable[UrlItem]) -> int:
-        """Enqueue URLs (already seen-checked, robots-checked if known). Returns the count."""
+    def push(self, items: Iterable[UrlItem], *, in_memory: bool = False) -> int:
+        """Enqueue URLs (already seen-checked, robots-checked if known). Returns the count.
+
+        With a spill window, a host keeps at most ``window`` URLs in memory; the rest
+        stay in the durable store (where :meth:`FrontierStore.add` already put them) and
+        are loaded back in acceptance order as the host's queue drains. ``in_memory``
+        forces a URL into memory (one taken out and put back, e.g. after a robots fetch).
+        """
         n = 0
         touched: set[str] = set()
+        now = self._clock.now()
+        window = self._window
         for item in items:
             q = self._queues.get(item.host)
             if q is None:
                 q = self._queues[item.host] = _HostQueue()
-            if item.due_at > self._clock.now():
+            if window is not None and not in_memory and item.due_at <= now:
+                if q.spilled or len(q.ready) >= window:
+                    q.spilled += 1
+                    touched.add(item.host)
+                    n += 1
+                    continue
+                q.cursor = max(q.cursor, item.sid)
+            if item.due_at > now:
                 heapq.heappush(q.delayed, (item.due_at, next(self._seq), item))
             else:
                 item.priority = self._priority(item)
@@ -172,6 +197,10 @@ class Frontier:
         for host in touched:
             self._schedule(host)
         return n
+
+    def requeue(self, item: UrlItem) -> None:
+        """Put back a URL that was handed out but not fetched (kept in memory, never spilled)."""
+        self.push([item], in_memory=True)
 
     def retry(self, item: UrlItem, delay: float | None = None) -> float:
         """Re-enter a transiently failed URL after exponential backoff with jitter.
@@ -185,7 +214,7 @@ class Frontier:
             cap = min(self._max_backoff_s, self._backoff_s * (2 ** max(0, item.attempts - 1)))
             delay = cap / 2 + self._rng.uniform(0, cap / 2)
         item.due_at = self._clock.now() + max(0.0, delay)
-        self.push([item])
+        self.push([item], in_memory=True)
         return item.due_at
 
     # -- taking work ----------------------------------------------------------------
@@ -207,7 +236,7 @@ class Frontier:
                 break
             heapq.heappop(self._heap)
             q.scheduled_at = None
-            self._promote(q, now)
+            self._promote(q, now, host)
             if not q.ready:  # politeness moved on, or only delayed items remain
                 self._schedule(host)
                 continue
@@ -255,6 +284,21 @@ class Frontier:
             del self._queues[host]
         return removed_items
 
+    def restore_spilled(self, host: str, count: int) -> None:
+        """After a restart: ``count`` queued URLs of ``host`` wait in the durable store."""
+        if count <= 0:
+            return
+        q = self._queues.get(host)
+        if q is None:
+            q = self._queues[host] = _HostQueue()
+        q.spilled += count
+        self._size += count
+        self._schedule(host)
+
+    def in_memory(self) -> int:
+        """URLs held in memory (the rest of :meth:`__len__` is spilled to the store)."""
+        return sum(len(q.ready) + len(q.delayed) for q in self._queues.values())
+
     def drain(self) -> list[UrlItem]:
         """Remove and return every queued URL (shutdown, snapshot)."""
         items = [e[2] for q in self._queues.values() for e in (*q.ready, *q.delayed)]
@@ -269,7 +313,20 @@ class Frontier:
 
     # -- internals ------------------------------------------------------------------
 
-    def _promote(self, q: _HostQueue, now: float) -> None:
+    def _promote(self, q: _HostQueue, now: float, host: str = "") -> None:
+        if not q.ready and q.spilled and self._loader is not None:
+            loaded = self._loader(host, q.cursor, self._window or 1)
+            if not loaded:  # the store has fewer than we counted: trust the store
+                self._size -= q.spilled
+                q.spilled = 0
+            for item in loaded:
+                q.spilled -= 1
+                q.cursor = max(q.cursor, item.sid)
+                item.priority = self._priority(item)
+                heapq.heappush(q.ready, (item.priority, next(self._seq), item))
+            if q.spilled < 0:  # loaded more than counted (restore raced an add): recount
+                self._size -= q.spilled
+                q.spilled = 0
         while q.delayed and q.delayed[0][0] <= now:
             _, _, item = heapq.heappop(q.delayed)
             item.priority = self._priority(item)
@@ -280,7 +337,7 @@ class Frontier:
         if q.in_flight or len(q) == 0:
             return
         at = self._pacer.next_allowed(host)
-        if not q.ready and q.delayed:
+        if not q.ready and not q.spilled and q.delayed:
             at = max(at, q.delayed[0][0])
         if math.isinf(at):  # paused host: stays queued, never scheduled until reschedule()
             q.scheduled_at = None

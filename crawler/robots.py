@@ -103,6 +103,8 @@ class RobotsRules:
     ``fetched_at`` / ``expires_at`` are times of the cache's clock. ``crawl_delay`` is
     the group's ``Crawl-delay`` (or the interval implied by ``Request-rate``, whichever is
     larger), a floor for the politeness interval; None when the file names none.
+    ``unreachable`` says why there was no response at all (DNS failure, address guard,
+    refused, timeout) when that is what made the rules ``disallow_all``; else None.
     """
 
     kind: str
@@ -119,6 +121,7 @@ class RobotsRules:
     _always: bool = field(default=False, repr=False, compare=False)
     # The decoded text the parser saw, kept for snapshot() (parsed rules only).
     _text: str | None = field(default=None, repr=False, compare=False)
+    unreachable: str | None = field(default=None, compare=False)
 
     def allowed(self, url: str) -> bool:
         """True if our user agent may fetch ``url`` (an absolute URL of this origin)."""
@@ -262,6 +265,16 @@ class RobotsCache:
         rules = self.get(origin)
         return None if rules is None else rules.allowed(url)
 
+    def unreachable_reason(self, origin: str) -> str | None:
+        """Why ``origin``'s robots.txt got no response, if that is why it is disallowed.
+
+        Lets the crawler record such URLs as failures of the network (a dead name, a
+        refused address) rather than as refusals by a robots.txt that never answered.
+        Does not count as a lookup in :meth:`stats`.
+        """
+        rules = self._entries.get(origin)
+        return None if rules is None else rules.unreachable
+
     def crawl_delay(self, origin: str) -> float | None:
         """The latest known Crawl-delay of ``origin``, even from expired rules.
 
@@ -280,13 +293,20 @@ class RobotsCache:
     # -- building rules ---------------------------------------------------------------
 
     def from_response(
-        self, origin: str, status: int | None, body: bytes | None, *, truncated: bool = False
+        self,
+        origin: str,
+        status: int | None,
+        body: bytes | None,
+        *,
+        truncated: bool = False,
+        error: str | None = None,
     ) -> RobotsRules:
         """Build, store and return the rules for the final (post-redirect) response.
 
-        ``status`` None means no response (DNS failure, refused, timeout). ``truncated``
-        says the fetcher stopped reading early (it need not read past ROBOTS_MAX_BYTES).
-        Never raises on what the server sent.
+        ``status`` None means no response (DNS failure, refused, timeout); ``error`` then
+        says why and is kept as :attr:`RobotsRules.unreachable`. ``truncated`` says the
+        fetcher stopped reading early (it need not read past ROBOTS_MAX_BYTES). Never
+        raises on what the server sent.
         """
         now = self._now()
         prev = self._entries.get(origin)
@@ -303,7 +323,7 @@ class RobotsCache:
             self._stats[ALLOW_ALL] += 1
         else:
             # 5xx, 429, no response, or a status that is not HTTP: unreachable.
-            rules = self._unreachable(prev, status, now)
+            rules = self._unreachable(prev, status, now, error if status is None else None)
         self._store(origin, rules)
         return rules
 
@@ -340,14 +360,16 @@ class RobotsCache:
             PARSED, status, fetched_at, expires_at, delay, _parser=parser, _agent=agent, _always=always, _text=text
         )
 
-    def _unreachable(self, prev: RobotsRules | None, status: int | None, now: float) -> RobotsRules:
+    def _unreachable(
+        self, prev: RobotsRules | None, status: int | None, now: float, reason: str | None = None
+    ) -> RobotsRules:
         if prev is not None and _is_good(prev) and now - prev.fetched_at < self.stale_ok_s:
             # Keep using the last good copy (RFC 9309 2.4), but only until error_ttl_s so
             # we ask again soon. fetched_at is unchanged: the copy keeps ageing.
             self._stats["stale_used"] += 1
             return replace(prev, expires_at=now + self.error_ttl_s)
         self._stats[DISALLOW_ALL] += 1
-        return RobotsRules(DISALLOW_ALL, status, now, now + self.error_ttl_s)
+        return RobotsRules(DISALLOW_ALL, status, now, now + self.error_ttl_s, unreachable=reason)
 
     def _store(self, origin: str, rules: RobotsRules) -> None:
         entries = self._entries
@@ -376,6 +398,7 @@ class RobotsCache:
                 "age_s": now - r.fetched_at,
                 "ttl_left_s": r.expires_at - now,
                 "text": r._text,
+                "unreachable": r.unreachable,
                 "saved_wall": wall,
             }
             for origin, r in self._entries.items()
@@ -413,7 +436,11 @@ class RobotsCache:
             if kind == PARSED:
                 rules = self._rules_from_text(entry["text"], status, fetched_at, expires_at)
             else:
-                rules = RobotsRules(kind, status, fetched_at, expires_at, _always=kind == ALLOW_ALL)
+                reason = entry.get("unreachable")
+                rules = RobotsRules(
+                    kind, status, fetched_at, expires_at, _always=kind == ALLOW_ALL,
+                    unreachable=reason if isinstance(reason, str) and kind == DISALLOW_ALL else None,
+                )
                 self._stats[kind] += 1
             self._store(origin, rules)
             loaded += 1

@@ -53,7 +53,7 @@ class LinkRouter:
         *,
         batch_size: int = 1000,
         flush_interval_s: float = 0.05,
-        max_attempts: int = 5,
+        max_attempts: int = 10,
     ) -> None:
         self._seen = seen
         self._owner_of = owner_of
@@ -62,6 +62,8 @@ class LinkRouter:
         self._flush_interval_s = flush_interval_s
         self._max_attempts = max_attempts
         self._buffer: list[UrlItem] = []
+        self._force: list[bool] = []  # parallel to _buffer: deliver even if already seen
+        self._waiters: list[asyncio.Future[bool]] = []
         self._in_flush = 0  # links inside a flush that has not finished
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -76,16 +78,29 @@ class LinkRouter:
         """Links submitted and not yet accepted by their owner (0 means nothing in transit)."""
         return len(self._buffer) + self._in_flush
 
-    def submit(self, items: list[UrlItem]) -> None:
-        """Queue links for routing (non-blocking; call from within the event loop)."""
+    def submit(self, items: list[UrlItem], *, bypass_seen: bool = False) -> asyncio.Future[bool]:
+        """Queue links for routing (non-blocking; call from within the event loop).
+
+        Returns a future that resolves to True once every one of these links has been
+        accepted by its owner (or dropped as already seen), False if a delivery was given
+        up. ``bypass_seen`` delivers them even if the seen set knows them: used when a
+        page fetched before a crash is fetched again, since its links may have been
+        marked seen without reaching their owner (the owner's table de-duplicates).
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
         if not items:
-            return
+            fut.set_result(True)
+            return fut
         self._buffer.extend(items)
+        self._force.extend([bypass_seen] * len(items))
+        self._waiters.append(fut)
         self.submitted += len(items)
         if len(self._buffer) >= self._batch_size:
             self._start_flush()
         elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self._flush_interval_s, self._start_flush)
+            self._timer = loop.call_later(self._flush_interval_s, self._start_flush)
+        return fut
 
     async def flush(self) -> None:
         """Flush now and wait until every submitted link has been delivered."""
@@ -100,12 +115,15 @@ class LinkRouter:
         if not self._buffer:
             return
         batch, self._buffer = self._buffer, []
+        force, self._force = self._force, []
+        waiters, self._waiters = self._waiters, []
         self._in_flush += len(batch)
-        task = asyncio.get_running_loop().create_task(self._flush(batch))
+        task = asyncio.get_running_loop().create_task(self._flush(batch, force, waiters))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _flush(self, batch: list[UrlItem]) -> None:
+    async def _flush(self, batch: list[UrlItem], force: list[bool], waiters: list[asyncio.Future[bool]]) -> None:
+        ok = False
         try:
             # 1. Seen check: one call marks every novel URL seen (first one in the batch wins).
             verdicts = await self._retrying(lambda: self._seen.check_and_add([i.url for i in batch]), "seen check")
@@ -113,23 +131,28 @@ class LinkRouter:
                 self.links_lost += len(batch)
                 return
             by_owner: dict[str, list[UrlItem]] = defaultdict(list)
-            for item, is_new in zip(batch, verdicts):
-                if is_new:
+            for item, is_new, forced in zip(batch, verdicts, force):
+                if is_new or forced:
                     by_owner[self._owner_of(item.host)].append(item)
                 else:
                     self.already_seen += 1
             # 2. One delivery per owning shard, concurrently.
-            await asyncio.gather(*(self._send(owner, items) for owner, items in by_owner.items()))
+            results = await asyncio.gather(*(self._send(owner, items) for owner, items in by_owner.items()))
+            ok = all(results)
         finally:
             self._in_flush -= len(batch)
+            for w in waiters:
+                if not w.done():
+                    w.set_result(ok)
 
-    async def _send(self, owner: str, items: list[UrlItem]) -> None:
+    async def _send(self, owner: str, items: list[UrlItem]) -> bool:
         self.batches_sent += 1
         ok = await self._retrying(lambda: self._deliver(owner, items), f"delivery to {owner}")
         if ok is None:
             self.links_lost += len(items)
-        else:
-            self.novel += len(items)
+            return False
+        self.novel += len(items)
+        return True
 
     async def _retrying(self, call: Callable[[], Awaitable], what: str):
         """At-least-once: retry a failed call with a short backoff; None after max_attempts."""

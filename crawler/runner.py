@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from typing import Any, Callable, Sequence
 
@@ -19,6 +20,8 @@ from crawler.dedup import ContentIndex
 from crawler.engine import LocalPageBudget, ShardEngine
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
+from crawler.journal import FrontierStore
+from crawler.resume import crawl_state_dir, mark_finished, prepare
 from crawler.routing import LinkRouter
 from crawler.seen import SeenSet
 from crawler.storage import open_fs
@@ -28,24 +31,47 @@ log = logging.getLogger(__name__)
 
 
 class LocalSeen:
-    """The seen-URL service backed by one in-process :class:`SeenSet`."""
+    """The seen-URL service backed by one in-process :class:`SeenSet` (on disk with ``path``)."""
 
-    def __init__(self, cfg: CrawlConfig) -> None:
+    def __init__(self, cfg: CrawlConfig, path: str | None = None) -> None:
         d = cfg.dedup
-        self.set = SeenSet(d.seen_capacity, d.seen_error_rate, exact=d.seen_exact)
+        self.set = SeenSet(d.seen_capacity, d.seen_error_rate, exact=d.seen_exact, **({"path": path} if path else {}))
 
     async def check_and_add(self, urls: list[str]) -> list[bool]:
         return self.set.check_and_add(urls)
 
 
 class LocalContent:
-    """The content-duplicate service backed by one in-process :class:`ContentIndex`."""
+    """The content-duplicate service backed by one in-process :class:`ContentIndex`.
 
-    def __init__(self, cfg: CrawlConfig) -> None:
-        self.index = ContentIndex(cfg.dedup.simhash_distance, cfg.dedup.simhash_tables)
+    With ``path`` the index is restored from a snapshot there and saved by :meth:`save`.
+    """
+
+    def __init__(self, cfg: CrawlConfig, path: str | None = None) -> None:
+        self.path = path
+        if path and os.path.exists(path):
+            with open(path, "rb") as f:
+                self.index = ContentIndex.restore(f.read())
+        else:
+            self.index = ContentIndex(cfg.dedup.simhash_distance, cfg.dedup.simhash_tables)
+
+    def save(self) -> None:
+        if self.path:
+            save_snapshot(self.path, self.index.snapshot())
 
     async def check_and_add(self, items):
         return self.index.check_and_add(items)
+
+
+def save_snapshot(path: str, data: bytes) -> None:
+    """Write a snapshot atomically (temp file, fsync, rename)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def merge_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -83,12 +109,24 @@ class LocalCrawl:
         fetcher_factory: Callable[[], Any] | None = None,
         poll_interval_s: float = 0.05,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
+        durable: bool = True,
+        force: bool = False,
     ) -> None:
         self.cfg = cfg
         self.clock = clock
         self.seeds = cfg.all_seeds()
-        self.seen = LocalSeen(cfg)
-        self.content = LocalContent(cfg)
+        self.mode = "new"
+        self.record = None
+        sdir = None
+        if durable:
+            # 1. New, resumed or finished? A resumed crawl keeps its shard count (hosts
+            #    are owned by shard, and each shard's queue is in its own store).
+            self.record, self.mode = prepare(cfg, shards, 1, force=force)
+            shards = self.record.shards
+            sdir = crawl_state_dir(cfg)
+        self.state_dir = sdir
+        self.seen = LocalSeen(cfg, None)  # TODO(disk seen): os.path.join(sdir, "seen-000.sqlite")
+        self.content = LocalContent(cfg, os.path.join(sdir, "content.snapshot") if sdir else None)
         self.budget = LocalPageBudget(cfg.limits.max_pages)
         ids = [f"shard-{i:03d}" for i in range(shards)]
         self.ring = HashRing(ids)
@@ -102,6 +140,7 @@ class LocalCrawl:
                 seeds=self.seeds,
                 clock=clock,
                 fetcher=fetcher_factory() if fetcher_factory else None,
+                store=FrontierStore(os.path.join(sdir, f"{sid}.sqlite")) if sdir else None,
             )
             eng.attach_router(
                 LinkRouter(
@@ -136,10 +175,18 @@ class LocalCrawl:
     def status(self) -> list[dict[str, Any]]:
         return [e.status() for e in self.engines.values()]
 
+    @property
+    def resumed(self) -> int:
+        """URLs that were queued when this crawl last stopped (0 for a new crawl)."""
+        return sum(e.resumed for e in self.engines.values())
+
     async def run(self) -> dict[str, Any]:
         """Seed, crawl until termination is proven, flush, write stats.json; return the stats."""
+        if self.mode == "finished":
+            return self._finished_stats()
         started = time.monotonic()
         runners = [asyncio.get_running_loop().create_task(e.run()) for e in self.engines.values()]
+        finished = False
         try:
             await self.seed(self.seeds)
             while True:
@@ -148,6 +195,7 @@ class LocalCrawl:
                 if self.on_progress is not None:
                     self.on_progress(merge_status(statuses))
                 if self.detector.observe(statuses):
+                    finished = True
                     break
                 for r in runners:
                     if r.done() and r.exception() is not None:
@@ -158,9 +206,27 @@ class LocalCrawl:
             await asyncio.gather(*runners, return_exceptions=True)
             for e in self.engines.values():
                 await e.close()
+            self.content.save()
+            close = getattr(self.seen.set, "close", None)
+            if close is not None:
+                close()
         elapsed = time.monotonic() - started
         stats = self.final_stats(elapsed)
+        stats["finished"] = finished
         write_stats(self.cfg, stats)
+        if finished and self.record is not None:
+            mark_finished(self.cfg, self.record)
+        return stats
+
+    def _finished_stats(self) -> dict[str, Any]:
+        fs_path = os.path.join(self.cfg.output.path, "stats.json")
+        try:
+            with open(fs_path) as f:
+                stats = json.load(f)
+        except OSError:
+            stats = {"outcomes": {}}
+        stats["already_finished"] = True
+        stats["finished"] = True
         return stats
 
     def final_stats(self, elapsed: float) -> dict[str, Any]:
@@ -181,6 +247,8 @@ class LocalCrawl:
             "queued_unfetched": total["queued"],
             "shards": total["shards"],
             "seen": self.seen.set.stats(),
+            "resumed_urls": self.resumed,
+            "mode": self.mode,
             "content": self.content.index.stats(),
             "config_fingerprint": self.cfg.fingerprint(),
             "config": to_dict(self.cfg),

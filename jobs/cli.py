@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from crawler.errors import ConfigError, CrawlError
+from crawler.errors import ConfigError, CrawlError, OutputExistsError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -40,21 +40,27 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.out, args.overrides)
     if args.local:
-        stats = run_local(cfg, progress=not args.no_progress)
+        stats = run_local(cfg, progress=not args.no_progress, force=args.force)
     else:
-        stats = run_crawl(cfg, address=args.address, progress=not args.no_progress)
+        stats = run_crawl(cfg, address=args.address, progress=not args.no_progress, force=args.force)
+    if stats.get("already_finished"):
+        return 0
     print_summary(stats, cfg.output.path)
     return 0 if stats.get("finished") else 130  # 130: stopped by Ctrl-C, like a shell
 
 
-def run_local(cfg, progress: bool = True) -> dict[str, Any]:
+def run_local(cfg, progress: bool = True, force: bool = False) -> dict[str, Any]:
     """The single-process crawl (no Ray): same engine, in-process services."""
     from crawler.runner import LocalCrawl
     from jobs.progress import Progress
 
     prog = Progress(enabled=progress, interval_s=cfg.runtime.progress_interval_s)
     try:
-        crawl = LocalCrawl(cfg, on_progress=prog.update)
+        crawl = LocalCrawl(cfg, on_progress=prog.update, force=force)
+        if crawl.mode == "finished":
+            print(f"the crawl in {cfg.output.path} is already finished; nothing to do", file=sys.stderr)
+        elif crawl.mode == "resume":
+            print(f"resuming the unfinished crawl in {cfg.output.path}", file=sys.stderr)
         return asyncio.run(crawl.run())
     finally:
         prog.close()
@@ -77,10 +83,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         ]
         cfg = config_mod.load(_find_config("demo"), overrides)
         print(f"demo: synthetic web of {len(web.hosts())} hosts on 127.0.0.1:{server.port}; crawling with embedded Ray...", file=sys.stderr)
+        # The demo's web gets a new port each time, so it is a new config: start over.
         if args.local:
-            stats = run_local(cfg, progress=not args.no_progress)
+            stats = run_local(cfg, progress=not args.no_progress, force=True)
         else:
-            stats = run_crawl(cfg, progress=not args.no_progress)
+            stats = run_crawl(cfg, progress=not args.no_progress, force=True)
         print_summary(stats, out)
         requests = len(server.requests())
     print(f"the synthetic web answered {requests} requests; read the pages with:", file=sys.stderr)
@@ -161,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else embedded Ray)")
     r.add_argument("--local", action="store_true", help="single process, no Ray")
     r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--force", action="store_true", help="start over in an output folder that holds a crawl of another config")
     common(r)
     r.set_defaults(func=cmd_run)
 
@@ -197,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except ConfigError as exc:
+    except (ConfigError, OutputExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except CrawlError as exc:

@@ -11,18 +11,20 @@ loopback-only, quiet Ray is started for the duration of the crawl.
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import logging
 import os
 import signal
 import sys
 import time
+import uuid
 from typing import Any, Sequence
 
 from crawler import config as config_mod
 from crawler.config import CrawlConfig, resolve_shards, to_dict
-from crawler.errors import ConfigError
+from crawler.errors import ConfigError, OutputExistsError
 from crawler.hashring import HashRing
+from crawler.resume import crawl_state_dir, mark_finished, prepare
 from crawler.runner import merge_status, write_stats
 from crawler.seen import shard_of, url_hash64
 from crawler.termination import TerminationDetector
@@ -70,9 +72,16 @@ class Crawl:
     proven (or ``stop()`` is called) and returns the final stats.
     """
 
-    def __init__(self, cfg: CrawlConfig, *, address: str | None = None, poll_interval_s: float = 0.2) -> None:
+    def __init__(
+        self, cfg: CrawlConfig, *, address: str | None = None, poll_interval_s: float = 0.2, force: bool = False
+    ) -> None:
         self.cfg = cfg
         self.address = address
+        self.force = force
+        self.mode = "new"
+        self.record: Any = None
+        self.resumed = 0
+        self.crawl_name = ""
         self.poll_interval_s = poll_interval_s
         self.seeds = cfg.all_seeds()
         if not self.seeds:
@@ -87,37 +96,80 @@ class Crawl:
         self._stop_requested = False
         self.started_at: float | None = None
         self.final: dict[str, Any] | None = None
+        self._last_total: dict[str, Any] = {}
 
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> "Crawl":
+        """Create the actors (or find the crawl finished), restore or seed, start fetching.
+
+        Steps, in order:
+        1. join or start Ray;
+        2. decide new / resume / finished from ``OUT/state/crawl.json`` (a resumed crawl
+           keeps its shard counts: hosts are owned by shard, queues live per shard);
+        3. create the SeenFilter group, the content index and the budget;
+        4. create the HostShards (restartable, named, spread over nodes); each reopens
+           its durable store, so a resumed crawl continues where it stopped;
+        5. seed (seeds already seen are dropped, so re-seeding a resumed crawl is harmless).
+        """
         import ray
-        from actors.host_shard import HostShard
+
+        from actors.host_shard import HostShard, shard_actor_name
         from actors.services import Budget, ContentIndexActor, SeenFilter
 
         self._owns_ray = init_ray(self.address)
         cpus = int(ray.cluster_resources().get("CPU", 2))
         n = resolve_shards(self.cfg.runtime.shards, cpus)
         n_seen = resolve_shards(self.cfg.runtime.seen_shards, cpus)
+        self.record, self.mode = prepare(self.cfg, n, n_seen, force=self.force)
+        if self.mode == "finished":
+            self.final = self._finished_stats()
+            return self
+        n, n_seen = self.record.shards, self.record.seen_shards
+        sdir = crawl_state_dir(self.cfg)
+        os.makedirs(sdir, exist_ok=True)
         d = self.cfg.dedup
+        restarts = self.cfg.runtime.max_restarts
         cfg_dict = to_dict(self.cfg)
         per_shard = max(1000, d.seen_capacity // n_seen)
-        self.seen_actors = [SeenFilter.remote(per_shard, d.seen_error_rate, d.seen_exact) for _ in range(n_seen)]
-        self.content_actor = ContentIndexActor.remote(d.simhash_distance, d.simhash_tables)
-        self.budget_actor = Budget.remote(self.cfg.limits.max_pages)
+        self.seen_actors = [
+            SeenFilter.options(max_restarts=restarts).remote(per_shard, d.seen_error_rate, d.seen_exact)
+            for _ in range(n_seen)
+        ]
+        self.content_actor = ContentIndexActor.options(max_restarts=restarts).remote(
+            d.simhash_distance, d.simhash_tables, os.path.join(sdir, "content.snapshot")
+        )
+        self.budget_actor = Budget.options(max_restarts=restarts).remote(self.cfg.limits.max_pages)
         ids = [f"shard-{i:03d}" for i in range(n)]
         self.ring = HashRing(ids)
+        self.crawl_name = f"raycrawl-{self.cfg.fingerprint()}-{uuid.uuid4().hex[:6]}"
         self.shards = {
-            sid: HostShard.options(scheduling_strategy="SPREAD", name=None).remote(
-                cfg_dict, sid, ids, self.seen_actors, self.content_actor, self.budget_actor, self.seeds
-            )
+            sid: HostShard.options(
+                scheduling_strategy="SPREAD", name=shard_actor_name(self.crawl_name, sid), max_restarts=restarts
+            ).remote(cfg_dict, sid, ids, self.seen_actors, self.content_actor, self.budget_actor, self.seeds, self.crawl_name, sdir)
             for sid in ids
         }
         ray.get([s.set_peers.remote(self.shards) for s in self.shards.values()])
         ray.get([s.start.remote() for s in self.shards.values()])
         self.started_at = time.monotonic()
+        if self.mode == "resume":
+            self.resumed = sum(st.get("resumed", 0) for st in self.statuses() or [])
+            log.info("resuming the unfinished crawl in %s: %d URLs were queued", self.cfg.output.path, self.resumed)
         self.add_seeds(self.seeds, _initial=True)
         return self
+
+    def _finished_stats(self) -> dict[str, Any]:
+        from crawler.storage import open_fs
+
+        fs, root = open_fs(self.cfg.output.path, dict(self.cfg.output.storage_options) or None)
+        try:
+            with fs.open(f"{root.rstrip('/')}/stats.json", "r") as f:
+                stats = json.load(f)
+        except (OSError, ValueError):
+            stats = {}
+        stats["finished"] = True
+        stats["already_finished"] = True
+        return stats
 
     def add_seeds(self, urls: Sequence[str], *, _initial: bool = False) -> int:
         """Add seed URLs to a running crawl (validated; scope widened). Returns how many were new."""
@@ -147,14 +199,22 @@ class Crawl:
         self.detector.note_driver_batches(len(by_owner))
         return sum(len(b) for b in by_owner.values())
 
-    def statuses(self) -> list[dict[str, Any]]:
+    def statuses(self) -> list[dict[str, Any]] | None:
+        """Every shard's status, or None if a shard is restarting (no consistent view now)."""
         import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
 
-        return ray.get([s.status.remote() for s in self.shards.values()])
+        try:
+            return ray.get([s.status.remote() for s in self.shards.values()], timeout=30)
+        except (RayActorError, GetTimeoutError) as exc:
+            log.warning("a shard did not answer (restarting?): %s", type(exc).__name__)
+            return None
 
     def stats(self) -> dict[str, Any]:
         """Crawl-wide totals right now (pages, queued, in flight, hosts, errors, duplicates, bytes)."""
-        return merge_status(self.statuses())
+        if self.final is not None:
+            return self.final
+        return merge_status(self.statuses() or [])
 
     def set_host_policy(self, host: str, *, max_rps: float | None = None, paused: bool | None = None) -> None:
         """Override one host's politeness (``max_rps`` -> interval 1/max_rps) or pause it."""
@@ -165,6 +225,20 @@ class Crawl:
         owner = self.shards[self.ring.node_for(host)]
         ray.get(owner.set_host_policy.remote(host, interval, paused))
 
+    def poll(self) -> bool:
+        """One termination check (call repeatedly, e.g. from a notebook); True once finished."""
+        if self.final is not None:
+            return True
+        statuses = self.statuses()
+        if statuses is None:
+            self.detector.observe([{"shard": "?", "idle": False, "batches_sent": 0, "batches_received": 0, "counters": {}, "queued": 0}])
+            return False
+        for st in statuses:
+            if st.get("error"):
+                raise RuntimeError(f"{st['shard']} failed: {st['error']}")
+        self._last_total = merge_status(statuses)
+        return self.detector.observe(statuses)
+
     def request_stop(self) -> None:
         """Ask :meth:`wait` to stop at its next poll (safe from a signal handler)."""
         self._stop_requested = True
@@ -174,13 +248,10 @@ class Crawl:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         finished = False
         while not self._stop_requested:
-            statuses = self.statuses()
-            for st in statuses:
-                if st.get("error"):
-                    raise RuntimeError(f"{st['shard']} failed: {st['error']}")
+            done = self.poll()
             if progress is not None:
-                progress.update(merge_status(statuses))
-            if self.detector.observe(statuses):
+                progress.update(self._last_total)
+            if done:
                 finished = True
                 break
             if deadline is not None and time.monotonic() > deadline:
@@ -196,6 +267,7 @@ class Crawl:
             return self.final
         elapsed = time.monotonic() - (self.started_at or time.monotonic())
         finals = ray.get([s.stop.remote() for s in self.shards.values()], timeout=60)
+        ray.get(self.content_actor.save.remote(), timeout=60)
         seen_stats = ray.get([a.stats.remote() for a in self.seen_actors])
         content_stats = ray.get(self.content_actor.stats.remote())
         total = merge_status(finals)
@@ -224,7 +296,11 @@ class Crawl:
             "config_fingerprint": self.cfg.fingerprint(),
             "config": to_dict(self.cfg),
         }
+        self.final["resumed_urls"] = self.resumed
+        self.final["mode"] = self.mode
         write_stats(self.cfg, self.final)
+        if finished and self.record is not None:
+            mark_finished(self.cfg, self.record)
         self.shutdown()
         return self.final
 
@@ -243,11 +319,11 @@ class Crawl:
             self._owns_ray = False
 
 
-def run_crawl(cfg: CrawlConfig, *, address: str | None = None, progress: bool = True) -> dict[str, Any]:
+def run_crawl(cfg: CrawlConfig, *, address: str | None = None, progress: bool = True, force: bool = False) -> dict[str, Any]:
     """Run a crawl to the end with progress output and Ctrl-C handling; returns stats."""
     from jobs.progress import Progress
 
-    crawl = Crawl(cfg, address=address)
+    crawl = Crawl(cfg, address=address, force=force)
     prog = Progress(enabled=progress, interval_s=cfg.runtime.progress_interval_s)
     previous = signal.getsignal(signal.SIGINT)
 
@@ -263,6 +339,11 @@ def run_crawl(cfg: CrawlConfig, *, address: str | None = None, progress: bool = 
         previous = None
     try:
         crawl.start()
+        if crawl.mode == "finished":
+            print(f"the crawl in {cfg.output.path} is already finished; nothing to do", file=sys.stderr)
+            return crawl.final or {}
+        if crawl.mode == "resume":
+            print(f"resuming the unfinished crawl in {cfg.output.path} ({crawl.resumed} URLs queued)", file=sys.stderr)
         return crawl.wait(prog)
     finally:
         prog.close()
@@ -279,6 +360,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a setting, e.g. --set limits.max_pages=100")
     p.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else embedded Ray)")
     p.add_argument("--no-progress", action="store_true", help="plain periodic log lines instead of a live line")
+    p.add_argument("--force", action="store_true", help="start over in an output folder that holds a crawl of another config")
     return p
 
 
@@ -300,8 +382,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    stats = run_crawl(cfg, address=args.address, progress=not args.no_progress)
-    print_summary(stats, cfg.output.path)
+    try:
+        stats = run_crawl(cfg, address=args.address, progress=not args.no_progress, force=args.force)
+    except OutputExistsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not stats.get("already_finished"):
+        print_summary(stats, cfg.output.path)
     return 0 if stats.get("finished") else 130
 
 

@@ -26,8 +26,8 @@ broken_gzip    Content-Encoding gzip: 10 KB of valid deflate, then garbage
 bad_chunked    chunked: one good chunk, then a chunk-size line ``ZZZ``
 huge_headers   one 1 MiB header line
 redirects      ``/`` -> ``/hop/1`` -> ... -> ``/hop/<redirect_chain>`` (302 each, new URL each)
-bigrobots      a ``robots_bytes`` (10 MB) robots.txt: ``Disallow: /early/`` near the top,
-               ``Disallow: /late/`` after the first 600 KiB; ``/`` links both and ``/free``
+bigrobots      a ``robots_bytes`` (10 MB) robots.txt: ``Disallow: /early/`` at the top,
+               ``/middle/`` at 300 KiB, ``/late/`` at 600 KiB; ``/`` links all three and ``/free``
 reset          Content-Length 100000, 1000 bytes, then RST (SO_LINGER 0)
 silent         reads the request, never answers (until the client leaves)
 bad_status     ``HTTQ/9 banana``
@@ -257,24 +257,25 @@ async def redirects(c: Conn) -> None:
         await c.respond("302 Found", b"", {"Location": f"/hop/{hop + 1}"})
 
 
-#: Where the bigrobots rules sit in the file (bytes from its start).
+#: Where the bigrobots rules sit in the file (bytes from its start): ``/early/`` at the top,
+#: ``/middle/`` past a 200 KB page limit but inside the 500 KiB RFC 9309 2.5 says to parse,
+#: ``/late/`` beyond it.
+BIGROBOTS_MIDDLE_OFFSET = 300 * 1024
 BIGROBOTS_LATE_OFFSET = 600 * 1024
 
 
 async def bigrobots(c: Conn) -> None:
-    """A 10 MB robots.txt: only the Disallow in its first 500 KiB may apply (RFC 9309 2.5)."""
+    """A 10 MB robots.txt: only the Disallow lines in its first 500 KiB may apply (RFC 9309 2.5)."""
     if c.path != "/robots.txt":
         if c.path in ("/", ""):
-            await c.respond("200 OK", _page("big robots", ["/early/page", "/late/page", "/free"]))
+            await c.respond("200 OK", _page("big robots", ["/early/page", "/middle/page", "/late/page", "/free"]))
         else:
             await c.respond("200 OK", _page(f"big robots {c.path}", []))
         return
     total = c.server.robots_bytes
     await c.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
                  b"Content-Length: %d\r\n\r\n" % total)
-    head = b"User-agent: *\nDisallow: /early/\n"
     filler = b"# " + b"f" * 1021 + b"\n"  # 1 KiB comment lines
-    late = b"Disallow: /late/\n"
     written = 0
 
     async def put(data: bytes) -> None:
@@ -284,15 +285,19 @@ async def bigrobots(c: Conn) -> None:
             await c.send(data)
             written += len(data)
 
-    await put(head)
-    block = filler * 64
-    while written + len(block) <= BIGROBOTS_LATE_OFFSET:
-        await put(block)
-    while written + len(filler) <= BIGROBOTS_LATE_OFFSET:
-        await put(filler)
-    await put(late)
-    while written < total:
-        await put(block)
+    async def fill_to(offset: int) -> None:
+        while written + 64 * len(filler) <= offset:
+            await put(filler * 64)
+        while written + len(filler) <= offset:
+            await put(filler)
+
+    await put(b"User-agent: *\nDisallow: /early/\n")
+    await fill_to(BIGROBOTS_MIDDLE_OFFSET)
+    await put(b"Disallow: /middle/\n")
+    await fill_to(BIGROBOTS_LATE_OFFSET)
+    await put(b"Disallow: /late/\n")
+    await fill_to(total)
+    await put(b"#" * (total - written))
 
 
 async def reset(c: Conn) -> None:
@@ -355,13 +360,15 @@ async def traversal(c: Conn) -> None:
 
 
 async def ssrf(c: Conn) -> None:
-    """Links and redirects to loopback targets the crawler must refuse."""
-    targets = c.server.loopback_targets()
-    if c.path.startswith("/go/") and c.path[4:].isdigit() and int(c.path[4:]) < len(targets):
-        await c.respond("302 Found", b"", {"Location": targets[int(c.path[4:])]})
+    """Links to loopback targets (paths under ``/link``) and ``/go/<i>`` redirects to them
+    (paths under ``/redirect``): the crawler must refuse every one."""
+    links = c.server.loopback_targets("/link")
+    hops = c.server.loopback_targets("/redirect")
+    if c.path.startswith("/go/") and c.path[4:].isdigit() and int(c.path[4:]) < len(hops):
+        await c.respond("302 Found", b"", {"Location": hops[int(c.path[4:])]})
         return
     if c.path in ("/", ""):
-        await c.respond("200 OK", _page("ssrf lure", targets + [f"/go/{i}" for i in range(len(targets))] + ["/fine"]))
+        await c.respond("200 OK", _page("ssrf lure", links + [f"/go/{i}" for i in range(len(hops))] + ["/fine"]))
         return
     await c.respond("200 OK", _page(f"ssrf {c.path}", []))
 
@@ -597,23 +604,24 @@ class HostileServer:
         """``http://<behaviour>.<domain>:<port><path>``."""
         return f"http://{behaviour}.{self.domain}:{self.port}{path}"
 
-    def loopback_targets(self) -> list[str]:
+    def loopback_targets(self, prefix: str = "") -> list[str]:
         """Loopback URLs on this server's port that an SSRF guard must refuse.
 
         All of them would reach this server (or another local service) if the guard let
         them through: IPv4 loopback in several spellings, ``localhost``, IPv6 loopback and
         its IPv4-mapped form, and ``0.0.0.0`` (which Linux routes to the local host).
+        ``prefix`` starts every path (so links, redirects and seeds can differ).
         """
-        p = self.port
+        p, x = self.port, prefix
         return [
-            f"http://127.0.0.1:{p}/",
-            f"http://127.0.0.2:{p}/",
-            f"http://localhost:{p}/",
-            f"http://[::1]:{p}/",
-            f"http://[::ffff:127.0.0.1]:{p}/mapped",
-            f"http://2130706433:{p}/decimal",
-            f"http://127.1:{p}/short",
-            f"http://0.0.0.0:{p}/zero",
+            f"http://127.0.0.1:{p}{x}/",
+            f"http://127.0.0.2:{p}{x}/",
+            f"http://localhost:{p}{x}/",
+            f"http://[::1]:{p}{x}/",
+            f"http://[::ffff:127.0.0.1]:{p}{x}/mapped",
+            f"http://2130706433:{p}{x}/decimal",
+            f"http://127.1:{p}{x}/short",
+            f"http://0.0.0.0:{p}{x}/zero",
         ]
 
     def resolve_setting(self) -> dict[str, str]:
@@ -636,6 +644,9 @@ def loopback_only() -> Iterator[list[str]]:
     """Refuse, for the duration, any socket connect to a non-loopback address and any real
     DNS lookup of a name, in this process (asyncio's selector loop and ``getaddrinfo``).
 
+    Loopback includes IPv4-mapped loopback and the unspecified addresses ``0.0.0.0`` and
+    ``::`` (Linux delivers a connect to those to the local host).
+
     Yields the list of violations (also raised as ``AssertionError`` at the attempt), so a
     test can assert it stayed empty even if the crawler swallowed the error into a row.
     """
@@ -649,9 +660,12 @@ def loopback_only() -> Iterator[list[str]]:
     async def sock_connect(self: Any, sock: socket.socket, address: Any) -> Any:
         host = str(address[0]).split("%")[0]
         try:
-            ok = ipaddress.ip_address(host).is_loopback
+            ip = ipaddress.ip_address(host)
         except ValueError:
             ok = False
+        else:
+            mapped = getattr(ip, "ipv4_mapped", None)
+            ok = ip.is_loopback or ip.is_unspecified or (mapped is not None and (mapped.is_loopback or mapped.is_unspecified))
         if not ok:
             violations.append(f"connect to {address!r}")
             raise AssertionError(f"test tried to connect to non-loopback {address!r}")

@@ -1,0 +1,203 @@
+"""The durable frontier of one shard: every URL it accepted, and how far each got.
+
+A SQLite database per HostShard (WAL mode) holds one row per URL the shard ever
+accepted, in acceptance order, with its state:
+
+* ``0`` queued: accepted, not yet handed to a fetch;
+* ``1`` claimed: handed to a fetch (its links may already be on their way);
+* ``2`` done: its outcome row and body are durable in the output.
+
+The ordering that makes the crawl lose nothing (DESIGN.md invariant 6):
+
+1. :meth:`FrontierStore.add` commits a batch before the sender is told it was
+   delivered, so an accepted URL survives a crash of the receiver.
+2. :meth:`claim` commits before the fetch starts, so after a crash we know which URLs
+   were in flight. Their links may have been marked seen without reaching their owner,
+   so when they are fetched again their links bypass the seen filter (``replay``) and
+   the owner's own table de-duplicates them (``add`` is idempotent on URL).
+3. :meth:`done` runs only after the output writer flushed the URL's row (ack after store).
+
+The table is also the spill area of the in-memory frontier: only the heads of each host's
+queue live in memory, the rest is read back with :meth:`load` in acceptance order.
+
+``synchronous=NORMAL`` with WAL makes every commit durable against a crash of the
+process (the log write is in the operating system before commit returns); a power loss
+may lose the last commits. ``durable=False`` turns syncing off (benchmarks only).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from typing import Iterable, Sequence
+
+from crawler.errors import StorageError
+from crawler.frontier import UrlItem
+
+QUEUED, CLAIMED, DONE = 0, 1, 2
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS urls (
+    id INTEGER PRIMARY KEY,
+    url TEXT NOT NULL UNIQUE,
+    host TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    referrer TEXT,
+    kind TEXT NOT NULL DEFAULT 'discover',
+    state INTEGER NOT NULL DEFAULT 0,
+    replay INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS urls_host_state ON urls(host, state, id);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+_CHUNK = 500  # SQLite's default limit on bound parameters is 999 (older builds)
+
+
+def _chunks(seq: Sequence, n: int = _CHUNK) -> Iterable[Sequence]:
+    for i in range(0, len(seq), n):
+        yield seq[i : i + n]
+
+
+class FrontierStore:
+    """One shard's durable URL table (see the module docstring for the states)."""
+
+    def __init__(self, path: str, *, durable: bool = True, cache_kib: int = 16_000) -> None:
+        self.path = path
+        os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={'NORMAL' if durable else 'OFF'}")
+            # Bounded page cache: memory stays flat however many URLs are queued.
+            self._db.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open the frontier store {path!r}: {exc}") from exc
+        self._lock = threading.Lock()
+        self._in_tx = False
+
+    # -- writes -----------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        if not self._in_tx:
+            self._db.execute("BEGIN")
+            self._in_tx = True
+
+    def commit(self) -> None:
+        """Make every change so far durable (group commit)."""
+        with self._lock:
+            if self._in_tx:
+                self._db.execute("COMMIT")
+                self._in_tx = False
+
+    def add(self, items: Sequence[UrlItem]) -> list[UrlItem]:
+        """Record a batch of URLs; returns the ones not seen before (with ``sid`` set). Committed."""
+        if not items:
+            return []
+        with self._lock:
+            self._begin()
+            existing: set[str] = set()
+            urls = [i.url for i in items]
+            for part in _chunks(urls):
+                q = f"SELECT url FROM urls WHERE url IN ({','.join('?' * len(part))})"
+                existing.update(r[0] for r in self._db.execute(q, part))
+            fresh: list[UrlItem] = []
+            seen_now: set[str] = set()
+            for it in items:
+                if it.url in existing or it.url in seen_now:
+                    continue
+                seen_now.add(it.url)
+                fresh.append(it)
+            cur = self._db.cursor()
+            for it in fresh:
+                cur.execute(
+                    "INSERT INTO urls(url, host, depth, referrer, kind) VALUES (?, ?, ?, ?, ?)",
+                    (it.url, it.host, it.depth, it.referrer, it.kind),
+                )
+                it.sid = cur.lastrowid or 0
+            self._db.execute("COMMIT")
+            self._in_tx = False
+        return fresh
+
+    def claim(self, urls: Sequence[str]) -> None:
+        """Mark URLs as handed to a fetch. Committed (the fetch starts after this returns)."""
+        self._set_state(urls, CLAIMED)
+
+    def done(self, urls: Sequence[str]) -> None:
+        """Mark URLs finished: their outcome rows are durable. Committed."""
+        self._set_state(urls, DONE)
+
+    def _set_state(self, urls: Sequence[str], state: int) -> None:
+        if not urls:
+            return
+        with self._lock:
+            self._begin()
+            self._db.executemany("UPDATE urls SET state=? WHERE url=?", [(state, u) for u in urls])
+            self._db.execute("COMMIT")
+            self._in_tx = False
+
+    # -- reads ------------------------------------------------------------------------
+
+    def load(self, host: str, after_id: int, limit: int) -> list[UrlItem]:
+        """The next queued URLs of ``host`` in acceptance order, after ``after_id``."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, url, depth, referrer, kind, replay FROM urls WHERE host=? AND state=0 AND id>? ORDER BY id LIMIT ?",
+                (host, after_id, limit),
+            ).fetchall()
+        out = []
+        for sid, url, depth, referrer, kind, replay in rows:
+            it = UrlItem(url, depth, referrer, host=host, kind=kind)
+            it.sid = sid
+            it.replay = bool(replay)
+            out.append(it)
+        return out
+
+    def recover(self) -> int:
+        """After a crash: claimed URLs go back to the queue, flagged for replay. Returns how many."""
+        with self._lock:
+            cur = self._db.execute("UPDATE urls SET state=0, replay=1 WHERE state=1")
+            return cur.rowcount
+
+    def pending_hosts(self) -> list[tuple[str, int]]:
+        """(host, queued URLs) for every host with queued work."""
+        with self._lock:
+            return self._db.execute("SELECT host, count(*) FROM urls WHERE state=0 GROUP BY host").fetchall()
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            rows = dict(self._db.execute("SELECT state, count(*) FROM urls GROUP BY state").fetchall())
+        return {"queued": rows.get(QUEUED, 0), "claimed": rows.get(CLAIMED, 0), "done": rows.get(DONE, 0)}
+
+    def get_meta(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._in_tx:
+                self._db.execute("COMMIT")
+                self._in_tx = False
+            self._db.close()
+
+
+def state_dir(output_path: str, configured: str | None, fingerprint: str) -> str:
+    """Where a crawl keeps its durable state (local disk: SQLite needs a real file).
+
+    ``configured`` (runtime.state_dir) wins; a local output keeps it under ``OUT/state``;
+    a remote output (s3://...) keeps it in a local cache folder named by the config.
+    """
+    if configured:
+        return os.path.abspath(os.path.expanduser(configured))
+    if "://" not in output_path or output_path.startswith("file://"):
+        base = output_path[len("file://") :] if output_path.startswith("file://") else output_path
+        return os.path.join(os.path.abspath(base), "state")
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(cache, "raycrawl", fingerprint)

@@ -1,0 +1,101 @@
+"""Resuming a crawl: what ``OUT/state/crawl.json`` says about an output folder.
+
+``crawl run CONFIG --out OUT`` looks here first:
+
+* no record: a new crawl;
+* a record of an unfinished crawl with the same config fingerprint: resume it (the
+  shards reopen their durable stores under the state folder, with the shard count the
+  crawl started with, since hosts are owned by shard);
+* a finished crawl: say so and exit 0;
+* a different config: refuse, unless ``--force`` (then the old state is set aside).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from crawler.config import CrawlConfig
+from crawler.errors import OutputExistsError
+from crawler.journal import state_dir
+from crawler.storage import open_fs
+
+
+@dataclass
+class CrawlRecord:
+    """The durable facts about one crawl in an output folder."""
+
+    fingerprint: str
+    shards: int
+    seen_shards: int
+    finished: bool = False
+    runs: int = 1
+    started_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+
+
+def _record_path(cfg: CrawlConfig) -> tuple[Any, str]:
+    fs, root = open_fs(cfg.output.path, dict(cfg.output.storage_options) or None)
+    return fs, f"{root.rstrip('/')}/state/crawl.json"
+
+
+def crawl_state_dir(cfg: CrawlConfig) -> str:
+    """The local folder with this crawl's SQLite stores."""
+    return state_dir(cfg.output.path, cfg.runtime.state_dir, cfg.fingerprint())
+
+
+def load_record(cfg: CrawlConfig) -> CrawlRecord | None:
+    fs, path = _record_path(cfg)
+    if not fs.exists(path):
+        return None
+    with fs.open(path, "r") as f:
+        data = json.load(f)
+    return CrawlRecord(**{k: v for k, v in data.items() if k in CrawlRecord.__dataclass_fields__})
+
+
+def save_record(cfg: CrawlConfig, rec: CrawlRecord) -> None:
+    fs, path = _record_path(cfg)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    tmp = path + ".tmp"
+    with fs.open(tmp, "w") as f:
+        json.dump(asdict(rec), f, indent=2)
+    fs.mv(tmp, path)
+
+
+def prepare(cfg: CrawlConfig, shards: int, seen_shards: int, *, force: bool = False) -> tuple[CrawlRecord, str]:
+    """Decide new / resume / finished / refuse for this output. Returns (record, mode).
+
+    mode is "new", "resume" or "finished". Raises :class:`OutputExistsError` when the
+    folder holds a crawl of a different config and ``force`` is not set.
+    """
+    rec = load_record(cfg)
+    fp = cfg.fingerprint()
+    if rec is not None and rec.fingerprint != fp:
+        if not force:
+            raise OutputExistsError(
+                f"{cfg.output.path} holds a crawl made with a different config (fingerprint {rec.fingerprint}, "
+                f"this config {fp}); use another --out, or --force to start over in it"
+            )
+        old = crawl_state_dir(cfg)
+        if os.path.isdir(old):
+            shutil.rmtree(old)
+        rec = None
+    if rec is None:
+        rec = CrawlRecord(fp, shards, seen_shards)
+        save_record(cfg, rec)
+        return rec, "new"
+    if rec.finished:
+        return rec, "finished"
+    rec.runs += 1
+    save_record(cfg, rec)
+    return rec, "resume"
+
+
+def mark_finished(cfg: CrawlConfig, rec: CrawlRecord) -> None:
+    rec.finished = True
+    rec.finished_at = time.time()
+    save_record(cfg, rec)

@@ -1,0 +1,226 @@
+"""Security end to end (one process, no Ray): the SSRF guard, decompression bombs, and
+stored bodies that look like paths.
+
+Only loopback is ever a target: the hostile server listens on 127.0.0.1 (and on ::1 and
+127.0.0.2 when this machine allows), and no name reaches real DNS (a fake base resolver
+answers, :func:`crawler.testing.hostile.loopback_only` refuses everything else). The
+guard tests prove a negative from the server's own log, so a control crawl with the
+guard switched off shows the same targets *are* reachable: the log would show them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import re
+import resource
+import socket
+import time
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.abc import AbstractResolver
+
+from crawler import config
+from crawler.engine import build_fetcher
+from crawler.runner import LocalCrawl
+from crawler.storage import read_pages
+from crawler.testing.hostile import TRAVERSAL_STRINGS, HostileServer, loopback_only
+from crawler.urls import normalize
+
+try:
+    import psutil
+except ImportError:  # pragma: no cover - psutil is optional; tracemalloc is the fallback
+    psutil = None
+
+
+class FakeResolver(AbstractResolver):
+    """A base resolver that knows ``localhost`` (as the OS would) and nothing else."""
+
+    def __init__(self, table: dict[str, list[str]]) -> None:
+        self.table = table
+        self.calls: list[str] = []
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict[str, Any]]:
+        self.calls.append(host)
+        ips = self.table.get(host)
+        if ips is None:
+            raise OSError(f"fake resolver: no such name {host}")
+        return [
+            {"hostname": host, "host": ip, "port": port, "family": socket.AF_INET6 if ":" in ip else socket.AF_INET,
+             "proto": 0, "flags": 0}
+            for ip in ips
+        ]
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    with HostileServer(max_body_bytes=200_000, extra_hosts=("::1", "127.0.0.2")) as srv:
+        yield srv
+
+
+def _config(srv: HostileServer, out: Path, seeds: list[str], **over: Any) -> config.CrawlConfig:
+    data: dict[str, Any] = {
+        "seeds": seeds,
+        "scope": "any",  # links to other hosts are in scope: only the guard stands between
+        "limits": {"max_body_bytes": 200_000, "max_depth": 3},
+        "politeness": {"interval_s": 0.0, "max_interval_s": 0.2},
+        "fetch": {"resolve": srv.resolve_setting(), "timeout_s": 2.0, "attempts": 2, "backoff_s": 0.02,
+                  "max_backoff_s": 0.1},
+        "output": {"path": str(out), "flush_interval_s": 0.2},
+    }
+    for section, values in over.items():
+        data.setdefault(section, {}).update(values)
+    return config.from_dict(data)
+
+
+def _run(cfg: config.CrawlConfig, resolver: FakeResolver) -> tuple[LocalCrawl, dict, list[str]]:
+    crawl = LocalCrawl(cfg, fetcher_factory=lambda: build_fetcher(cfg, base_resolver=resolver))
+    with loopback_only() as violations:
+        stats = asyncio.run(crawl.run())
+    return crawl, stats, violations
+
+
+def _rows(cfg: config.CrawlConfig) -> dict[str, dict]:
+    rows = read_pages(cfg.output.path, dedupe=False).to_pylist()
+    assert max(Counter(r["url"] for r in rows).values()) == 1, "a URL has more than one row"
+    return {r["url"]: r for r in rows}
+
+
+def _localhost(srv: HostileServer) -> FakeResolver:
+    return FakeResolver({"localhost": ["127.0.0.1", "::1"] if "::1" in srv.listening else ["127.0.0.1"]})
+
+
+# ------------------------------------------------------------------------- SSRF guard
+
+
+@pytest.mark.parametrize("respect_robots", [True, False], ids=["robots", "no-robots"])
+def test_loopback_targets_are_refused_before_connecting(server, tmp_path, respect_robots):
+    srv = server
+    seeds = srv.loopback_targets("/seed") + [srv.url("ssrf")]
+    cfg = _config(srv, tmp_path / "out", seeds, politeness={"respect_robots": respect_robots})
+    before = len(srv.requests())
+    crawl, stats, violations = _run(cfg, _localhost(srv))
+    assert stats["finished"] and not violations
+    assert srv.wait_idle()
+    rows = _rows(cfg)
+
+    # Seeds, links and redirect targets: every loopback URL is one failed row naming the guard.
+    targets = [normalize(u) for u in seeds[:-1] + srv.loopback_targets("/link") + srv.loopback_targets("/redirect")]
+    assert len(set(targets)) == len(targets) == 24
+    for url in targets:
+        row = rows[url]
+        assert row["outcome"] == "failed" and row["status"] is None, row
+        assert "refused by address guard" in row["error"], row["error"]
+        if respect_robots:  # the origin's robots.txt was refused first: the row says so
+            assert row["error"].startswith("robots.txt unreachable: refused by address guard")
+    # Each redirect hop is its own row pointing at the refused target.
+    for i, target in enumerate(srv.loopback_targets("/redirect")):
+        hop = rows[srv.url("ssrf", f"/go/{i}")]
+        assert hop["outcome"] == "redirect" and hop["redirect_to"] == normalize(target)
+    # The allowed host was crawled.
+    assert rows[srv.url("ssrf")]["outcome"] == "fetched"
+    assert rows[srv.url("ssrf", "/fine")]["outcome"] == "fetched"
+
+    # From the server's side: nothing but the allowed host was ever asked for anything.
+    log = srv.requests()[before:]
+    assert log and {r.host for r in log} == {"ssrf.hostile.test"}, Counter(r.host for r in log)
+    assert not [r for r in log if r.behaviour == "secret"]
+    guard = sum(e.fetcher.stats()["guard_refusals"] for e in crawl.engines.values())
+    assert guard >= 1
+
+
+def test_control_without_the_guard_the_same_targets_are_reached(server, tmp_path):
+    """The negative above can fail: with ``fetch.ssrf_guard: false`` the log shows them."""
+    srv = server
+    cfg = _config(srv, tmp_path / "out", srv.loopback_targets("/seed"),
+                  fetch={"ssrf_guard": False}, politeness={"respect_robots": False})
+    before = len(srv.requests())
+    _, stats, violations = _run(cfg, _localhost(srv))
+    assert stats["finished"] and not violations
+    assert srv.wait_idle()
+    reached = [r for r in srv.requests()[before:] if r.behaviour == "secret"]
+    hosts = {r.host for r in reached}
+    assert {"127.0.0.1", "localhost", "0.0.0.0"} <= hosts, hosts
+    for extra, host in (("127.0.0.2", "127.0.0.2"), ("::1", "[::1]")):
+        if extra in srv.listening:
+            assert host in hosts, (host, hosts)
+    rows = _rows(cfg)
+    assert rows[normalize(srv.loopback_targets("/seed")[0])]["outcome"] == "fetched"
+
+
+# ------------------------------------------------------------------ decompression bomb
+
+
+def test_gzip_bomb_is_cut_at_max_body_bytes_with_bounded_memory(server, tmp_path):
+    srv = server
+    cfg = _config(srv, tmp_path / "out", [srv.url("bomb")], limits={"max_body_bytes": 2_000_000})
+    proc = psutil.Process() if psutil is not None else None
+    rss_before = proc.memory_info().rss if proc is not None else 0
+    maxrss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    tracemalloc.start()
+    t0 = time.monotonic()
+    try:
+        _, stats, violations = _run(cfg, FakeResolver({}))
+        elapsed = time.monotonic() - t0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    rss_delta = proc.memory_info().rss - rss_before if proc is not None else 0
+    maxrss_delta = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - maxrss_before) * 1024
+    print(f"bomb crawl: {elapsed:.2f}s, traced peak {peak / 1e6:.1f} MB, "
+          f"RSS delta {rss_delta / 1e6:.1f} MB, max-RSS growth {maxrss_delta / 1e6:.1f} MB")
+    assert stats["finished"] and not violations
+    row = _rows(cfg)[srv.url("bomb")]
+    assert row["outcome"] == "fetched" and row["truncated"] is True
+    assert row["content_length"] == 2_000_000 and "truncated at limits.max_body_bytes" in row["error"]
+    assert row["content_sha256"] == hashlib.sha256(bytes(2_000_000)).hexdigest()
+    # 1 GiB inflated would be 1000x these bounds; the cut body is 2 MB (+ copies in flight).
+    assert peak < 60_000_000, f"traced peak {peak} bytes: the bomb was inflated, not cut"
+    assert maxrss_delta < 200_000_000
+    assert elapsed < 10
+
+
+# --------------------------------------------------------------- stored bodies are data
+
+
+_BLOB_KEY = re.compile(r"^blobs/([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{64})\.gz$")
+
+
+def test_bodies_and_urls_that_look_like_paths_stay_data(server, tmp_path):
+    srv = server
+    out = tmp_path / "a" / "b" / "out"  # "../.." from OUT would still land inside tmp_path
+    seeds = [
+        srv.url("traversal", "/a/../../../../etc/passwd"),
+        srv.url("traversal", "/x/%2e%2e/%2e%2e/%2e%2e/tmp/pwned"),
+        srv.url("traversal", "/..%2f..%2f..%2fblobs"),
+    ]
+    cfg = _config(srv, out, seeds)
+    _, stats, violations = _run(cfg, FakeResolver({}))
+    assert stats["finished"] and not violations
+    rows = _rows(cfg)
+    fetched = [r for r in rows.values() if r["outcome"] == "fetched"]
+    assert len(fetched) >= 4  # the seeds (dot segments resolved) and the page's own links
+    for row in fetched:
+        assert "/../" not in row["url"] and "/./" not in row["url"]
+        m = _BLOB_KEY.match(row["blob_key"] or "")
+        assert m, row["blob_key"]
+        sha = m.group(3)
+        assert sha == row["content_sha256"] and m.group(1) == sha[:2] and m.group(2) == sha[2:4]
+        body = gzip.decompress((out / row["blob_key"]).read_bytes())
+        assert hashlib.sha256(body).hexdigest() == sha
+        assert b"etc/passwd" in body  # the hostile text is stored verbatim, as data
+    assert any(TRAVERSAL_STRINGS[0].encode() in gzip.decompress((out / r["blob_key"]).read_bytes())
+               for r in fetched)
+    # Every file the crawl wrote is inside OUT, under pages/, blobs/ or stats.json.
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written and all(out in p.parents for p in written), [p for p in written if out not in p.parents]
+    top = {p.relative_to(out).parts[0] for p in written}
+    assert top <= {"pages", "blobs", "stats.json"}, top
