@@ -35,6 +35,10 @@ Deliver = Callable[[str, list[UrlItem]], Awaitable[None]]
 class LinkRouter:
     """Buffers links, seen-checks them in batches and delivers them to their owners.
 
+    Owners must accept idempotently (their durable store ignores a URL it already has):
+    deliveries are retried after a failure, and a batch whose seen check failed is
+    delivered unfiltered.
+
     Args:
         seen: the seen-URL service.
         owner_of: maps a host key to the id of the shard that owns it.
@@ -73,6 +77,7 @@ class LinkRouter:
         self.batches_sent = 0
         self.batches_failed = 0
         self.links_lost = 0
+        self.seen_bypassed = 0
 
     def pending(self) -> int:
         """Links submitted and not yet accepted by their owner (0 means nothing in transit)."""
@@ -126,10 +131,19 @@ class LinkRouter:
         ok = False
         try:
             # 1. Seen check: one call marks every novel URL seen (first one in the batch wins).
-            verdicts = await self._retrying(lambda: self._seen.check_and_add([i.url for i in batch]), "seen check")
-            if verdicts is None:
-                self.links_lost += len(batch)
-                return
+            try:
+                verdicts = await self._seen.check_and_add([i.url for i in batch])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a seen shard down or restarting
+                # The failed call may have marked part of the batch (one seen shard
+                # answered, another did not; or a reply was lost), so asking again would
+                # call those URLs "seen" and drop them. Deliver the whole batch instead:
+                # each owner's durable store de-duplicates exactly.
+                self.batches_failed += 1
+                self.seen_bypassed += len(batch)
+                log.warning("seen check failed (%r): delivering %d links unfiltered", exc, len(batch))
+                verdicts = [True] * len(batch)
             by_owner: dict[str, list[UrlItem]] = defaultdict(list)
             for item, is_new, forced in zip(batch, verdicts, force):
                 if is_new or forced:
@@ -181,5 +195,6 @@ class LinkRouter:
             "batches_sent": self.batches_sent,
             "batches_failed": self.batches_failed,
             "links_lost": self.links_lost,
+            "links_seen_bypassed": self.seen_bypassed,
             "links_in_transit": self.pending(),
         }

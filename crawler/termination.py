@@ -6,17 +6,21 @@ therefore declares the crawl done only when, in two *consecutive* polls:
 
 1. every shard reports ``idle`` (no fetch in flight, no link in transit, nothing that
    could become ready), and
-2. every batch ever sent has been received (sum of ``batches_sent`` plus the driver's
-   seed batches equals the sum of ``batches_received``), and
-3. the per-shard activity vectors (batches sent and received, requests, rows) are
-   identical in both polls.
+2. the per-shard activity vectors (incarnation, batches sent and received, requests,
+   queued) are identical in both polls.
 
-Why two polls: a shard polled early may look idle and then receive a batch from a shard
-polled later that was busy. That delivery changes the receiver's ``batches_received``,
-so the second poll's vector differs and the detector waits another round. If nothing
-changed between two complete rounds in which everybody was idle, no message was in
-flight in between (a sender is busy until its delivery has been accepted), so nothing can
-ever happen again: the crawl is done.
+Why this is enough: a sender counts as busy until the receiver has *accepted* its
+batch (the delivery call returns only then), and an idle shard has no timer that could
+wake it: only a received batch can. If every shard was idle at its first poll and
+received nothing until its second poll (its ``batches_received`` did not move), then at
+the instant between the two rounds every shard was idle with nothing in transit, and
+nothing can ever happen again. A shard polled early that receives a batch later shows a
+changed vector in the second round, and the detector waits another round.
+
+Sent and received totals are deliberately *not* required to balance: a delivery retried
+after a lost reply is received twice, and a restarted shard starts its counters afresh
+(its new ``incarnation`` changes the vector, which is what keeps a restart from being
+mistaken for quiet).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ def _vector(statuses: Sequence[Mapping[str, Any]]) -> tuple:
     return tuple(
         (
             s["shard"],
+            s.get("incarnation", ""),
             s["batches_sent"],
             s["batches_received"],
             s["counters"].get("requests", 0),
@@ -53,11 +58,8 @@ class TerminationDetector:
     def observe(self, statuses: Sequence[Mapping[str, Any]]) -> bool:
         """Record one full round of statuses; True once termination is proven."""
         self.polls += 1
-        all_idle = all(s["idle"] for s in statuses)
-        sent = sum(s["batches_sent"] for s in statuses) + self.driver_batches_sent
-        received = sum(s["batches_received"] for s in statuses)
         vec = _vector(statuses)
-        if not (all_idle and sent == received):
+        if not all(s["idle"] for s in statuses):
             self._last = None
             return False
         done = self._last == vec
