@@ -21,7 +21,7 @@ from crawler.config import from_dict
 from crawler.engine import ShardEngine
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
-from crawler.journal import FrontierStore
+from crawler.journal import FrontierStore, fetch_snapshot, is_remote
 from crawler.routing import LinkRouter
 
 
@@ -58,7 +58,13 @@ class HostShard:
         self.ring = HashRing(shard_ids)
         self.peers: dict[str, Any] = {}
         self.incarnation = uuid.uuid4().hex[:8]
-        store = FrontierStore(os.path.join(state_dir, f"{shard_id}.sqlite")) if state_dir else None
+        store = None
+        if state_dir:
+            local = os.path.join(state_dir, f"{shard_id}.sqlite")
+            out = self.cfg.output.path
+            if is_remote(out):  # restarted on another machine: start from the shipped snapshot
+                fetch_snapshot(f"{out.rstrip('/')}/state/{shard_id}.sqlite", local, dict(self.cfg.output.storage_options) or None)
+            store = FrontierStore(local)
         self.engine = ShardEngine(
             self.cfg,
             shard_id,

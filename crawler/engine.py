@@ -35,7 +35,7 @@ from crawler.config import CrawlConfig
 from crawler.dedup import content_sha256, text_fingerprint, to_int64
 from crawler.fetch import FetchResult, Fetcher, classify
 from crawler.frontier import Frontier, UrlItem
-from crawler.journal import FrontierStore
+from crawler.journal import FrontierStore, is_remote, ship_snapshot
 from crawler.links import LinkPolicy
 from crawler.parse import ParsedPage, is_html, parse_page
 from crawler.politeness import Politeness
@@ -186,6 +186,7 @@ class ShardEngine:
         self._handed: list[str] = []  # URLs whose rows the writer holds, not yet durable
         self._hold_until = 0.0
         self._last_checkpoint = clock.now()
+        self._last_ship = clock.now()
         self.resumed = 0
         if store is not None:
             self._restore()
@@ -297,6 +298,20 @@ class ShardEngine:
         }
         self.store.set_meta("checkpoint", json.dumps(cp))
         self._last_checkpoint = self.clock.now()
+
+    async def _ship_state(self, force: bool) -> None:
+        """With a remote output, copy the store to OUT/state/ every minute and at the end."""
+        out = self.cfg.output.path
+        if self.store is None or not is_remote(out):
+            return
+        if not force and self.clock.now() - self._last_ship < 60.0:
+            return
+        self._last_ship = self.clock.now()
+        target = f"{out.rstrip('/')}/state/{self.shard_id}.sqlite"
+        try:
+            await asyncio.to_thread(ship_snapshot, self.store, target, dict(self.cfg.output.storage_options) or None)
+        except Exception as exc:  # noqa: BLE001 - the local store is intact; try again next time
+            log.warning("%s: copying state to %s failed: %r", self.shard_id, target, exc)
 
     # -- input from routers ---------------------------------------------------------
 
@@ -626,6 +641,7 @@ class ShardEngine:
                     self.store.done(handed)
             if self.store is not None and (final or self.clock.now() - self._last_checkpoint > 10.0):
                 self.checkpoint()
+                await self._ship_state(final)
 
     # -- status ---------------------------------------------------------------------
 

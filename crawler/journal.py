@@ -180,6 +180,15 @@ class FrontierStore:
         with self._lock:
             self._db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value))
 
+    def backup(self, dest_path: str) -> None:
+        """A consistent copy of the whole store (SQLite's online backup) at ``dest_path``."""
+        with self._lock:
+            dst = sqlite3.connect(dest_path)
+            try:
+                self._db.backup(dst)
+            finally:
+                dst.close()
+
     def close(self) -> None:
         with self._lock:
             if self._in_tx:
@@ -201,3 +210,41 @@ def state_dir(output_path: str, configured: str | None, fingerprint: str) -> str
         return os.path.join(os.path.abspath(base), "state")
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return os.path.join(cache, "raycrawl", fingerprint)
+
+
+def ship_snapshot(store: FrontierStore, remote_path: str, storage_options: dict | None = None) -> None:
+    """Copy a store to remote storage (``OUT/state/<shard>.sqlite`` on s3://...): one PUT.
+
+    Used when the output is remote, so a shard restarted on another machine can resume
+    from the last snapshot (a crash on the same machine resumes from the local store and
+    loses nothing; a lost machine loses what was accepted since the last snapshot).
+    """
+    import tempfile
+
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(remote_path, **(storage_options or {}))
+    with tempfile.TemporaryDirectory() as tmp:
+        local = os.path.join(tmp, "snapshot.sqlite")
+        store.backup(local)
+        fs.put_file(local, path)
+
+
+def fetch_snapshot(remote_path: str, local_path: str, storage_options: dict | None = None) -> bool:
+    """Bring a shipped snapshot to local disk if there is no local store. True if copied."""
+    import fsspec
+
+    if os.path.exists(local_path):
+        return False
+    fs, path = fsspec.core.url_to_fs(remote_path, **(storage_options or {}))
+    if not fs.exists(path):
+        return False
+    os.makedirs(os.path.dirname(os.path.abspath(local_path)) or ".", exist_ok=True)
+    fs.get_file(path, local_path + ".part")
+    os.replace(local_path + ".part", local_path)
+    return True
+
+
+def is_remote(path: str) -> bool:
+    """True for fsspec URLs other than local files (s3://, gs://, ...)."""
+    return "://" in path and not path.startswith("file://")

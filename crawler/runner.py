@@ -24,6 +24,7 @@ from crawler.journal import FrontierStore
 from crawler.resume import crawl_state_dir, mark_finished, prepare
 from crawler.routing import LinkRouter
 from crawler.seen import SeenSet
+from crawler.dataset import compact_pages
 from crawler.storage import open_fs
 from crawler.termination import TerminationDetector
 
@@ -213,6 +214,9 @@ class LocalCrawl:
         elapsed = time.monotonic() - started
         stats = self.final_stats(elapsed)
         stats["finished"] = finished
+        if finished:
+            # Rows repeated across a crash or a retried delivery: leave each (url, content) once.
+            stats["compacted_rows"] = compact_pages(self.cfg.output.path, dict(self.cfg.output.storage_options) or None)
         write_stats(self.cfg, stats)
         if finished and self.record is not None:
             mark_finished(self.cfg, self.record)

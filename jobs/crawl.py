@@ -298,6 +298,10 @@ class Crawl:
         }
         self.final["resumed_urls"] = self.resumed
         self.final["mode"] = self.mode
+        if finished:
+            from crawler.dataset import compact_pages
+
+            self.final["compacted_rows"] = compact_pages(self.cfg.output.path, dict(self.cfg.output.storage_options) or None)
         write_stats(self.cfg, self.final)
         if finished and self.record is not None:
             mark_finished(self.cfg, self.record)

@@ -50,7 +50,7 @@ def _refetched_outside_window(server, kill_times):
             continue
         start, end = first[u]
         if not any(start <= k and end >= k - UNACKED_WINDOW_S for k in kill_times):
-            bad.append(u)
+            bad.append((u, [round(start - k, 2) for k in kill_times], [round(end - k, 2) for k in kill_times]))
     return sorted(bad)
 
 
@@ -64,7 +64,8 @@ def _wait_requests(server, n, timeout=120):
 def _check_output_whole(out):
     for f in (out / "pages").glob("*.parquet"):
         pq.read_table(f)  # every file readable
-    rows = read_pages(str(out)).to_pylist()
+    # The files themselves (not just a de-duplicating reader) hold each fetched page once.
+    rows = read_pages(str(out), dedupe=False).to_pylist()
     fetched = [(r["url"], r["content_sha256"]) for r in rows if r["outcome"] == "fetched"]
     assert len(fetched) == len(set(fetched)), "duplicate (url, content_sha256) fetched rows"
     for r in rows:
@@ -154,8 +155,11 @@ def test_sigkill_of_the_whole_job_then_resume(web, tmp_path):
     try:
         # A random point in the crawl, once it is well under way.
         _wait_requests(web, random.Random().randint(40, 120), timeout=180)
-        kills = [time.monotonic()]
+        # The whole job at once: the driver's process group, then every process of its
+        # Ray (workers run in their own sessions). The crash is complete when they are gone.
         os.killpg(proc.pid, signal.SIGKILL)
+        _kill_leftovers(ray_tmp)
+        kills = [time.monotonic()]
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
