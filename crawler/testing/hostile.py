@@ -12,7 +12,8 @@ coroutine that writes raw bytes:
 * else :func:`secret` (a page no crawl may ever see: the SSRF tests look for it).
 
 ``/robots.txt`` answers 404 on every host except ``bigrobots`` (so a behaviour hits the
-page it is meant for, not the robots fetch that precedes it).
+page it is meant for, not the robots fetch that precedes it); the log names those
+requests ``robots404``.
 
 =============  ============================================================================
 behaviour      what it does (N = ``max_body_bytes`` the server was told the crawler uses)
@@ -27,20 +28,28 @@ bad_chunked    chunked: one good chunk, then a chunk-size line ``ZZZ``
 huge_headers   one 1 MiB header line
 redirects      ``/`` -> ``/hop/1`` -> ... -> ``/hop/<redirect_chain>`` (302 each, new URL each)
 bigrobots      a ``robots_bytes`` (10 MB) robots.txt: ``Disallow: /early/`` at the top,
-               ``/middle/`` at 300 KiB, ``/late/`` at 600 KiB; ``/`` links all three and ``/free``
+               ``/middle/`` at 300 KiB, ``/late/`` at 600 KiB (past what RFC 9309 2.5
+               says to parse); ``/`` links all three and ``/free``
 reset          Content-Length 100000, 1000 bytes, then RST (SO_LINGER 0)
 silent         reads the request, never answers (until the client leaves)
 bad_status     ``HTTQ/9 banana``
 bomb           gzip body inflating to ``bomb_bytes`` (1 GiB) of zeros, ~1 MB on the wire
 traversal      HTML full of ``../``, ``%2e%2e/`` and NUL-ish strings; links with ``../``
-ssrf           links (and ``/go/<i>`` 302 redirects) to :meth:`HostileServer.loopback_targets`
+ssrf           links to :meth:`HostileServer.loopback_targets` (paths under ``/link``) and
+               ``/go/<i>`` 302 redirects to them (paths under ``/redirect``)
 secret         "you should not see this" (default for unknown hosts, e.g. ``127.0.0.1``)
 =============  ============================================================================
 
 Everything is bounded: request heads are read with a 64 KiB limit, every connection is
 cut after ``handler_cap_s``, endless streams stop after ``endless_cap_bytes``, and
 :meth:`HostileServer.stop` cancels whatever is still running. Every request is logged as
-a :class:`HostileRequest` (host, path, behaviour, start, end, bytes sent, how it ended).
+a :class:`HostileRequest` (host, path, behaviour, start, end, bytes sent, how it ended)
+when its handler ends; :meth:`HostileServer.wait_idle` waits for the last ones. Bytes
+"sent" count what entered the kernel's socket buffer (several MB on loopback), not what
+the client read.
+
+:func:`loopback_only` is the companion safety net for tests: while it is active, a
+connect to anything but loopback or a DNS lookup of a name fails the test.
 """
 
 from __future__ import annotations
@@ -59,8 +68,12 @@ from typing import Any
 
 __all__ = [
     "BEHAVIOURS",
+    "BIGROBOTS_LATE_OFFSET",
+    "BIGROBOTS_MIDDLE_OFFSET",
+    "Conn",
     "HostileRequest",
     "HostileServer",
+    "TRAVERSAL_STRINGS",
     "loopback_only",
 ]
 
@@ -665,7 +678,8 @@ def loopback_only() -> Iterator[list[str]]:
             ok = False
         else:
             mapped = getattr(ip, "ipv4_mapped", None)
-            ok = ip.is_loopback or ip.is_unspecified or (mapped is not None and (mapped.is_loopback or mapped.is_unspecified))
+            ip = mapped if mapped is not None else ip
+            ok = ip.is_loopback or ip.is_unspecified
         if not ok:
             violations.append(f"connect to {address!r}")
             raise AssertionError(f"test tried to connect to non-loopback {address!r}")

@@ -4,7 +4,7 @@
 
 Each target gets ``--minutes`` of wall time, shared by its properties (see
 :data:`tests.unit.test_fuzz_properties.PROPERTIES`): hypothesis generates examples in
-rounds of ``--chunk`` (``max_examples`` per round, no deadline, no example database, so
+rounds of up to ``--chunk`` examples (``max_examples`` per round, no deadline, no example database, so
 every round explores anew) until the time is up. It prints the examples run per
 property and target, and any failure with hypothesis's shrunk example; the exit status
 is 1 if anything failed.
@@ -38,9 +38,13 @@ def run_property(prop: Property, seconds: float, chunk: int, rng: random.Random)
         prop.check(**kwargs)
 
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    rate = 0.0  # examples per second, measured by the previous round
+    while (left := deadline - time.monotonic()) > 0:
+        # Rounds as long as --chunk allows, shortened near the end to keep to the budget.
+        examples = chunk if rate == 0.0 else max(10, min(chunk, int(rate * left)))
+        started, before = time.monotonic(), count
         test = settings(
-            max_examples=chunk,
+            max_examples=examples,
             deadline=None,
             database=None,
             derandomize=False,
@@ -54,6 +58,7 @@ def run_property(prop: Property, seconds: float, chunk: int, rng: random.Random)
             test()
         except Exception:  # noqa: BLE001 - a property failure is the result we report
             return count, traceback.format_exc()
+        rate = (count - before) / max(1e-3, time.monotonic() - started)
     return count, None
 
 
@@ -62,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.fuzz.run", description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=3.0, help="wall time per target (default 3)")
     ap.add_argument("--target", choices=TARGETS + ("all",), default="all")
-    ap.add_argument("--chunk", type=int, default=2000, help="examples per hypothesis round (default 2000)")
+    ap.add_argument("--chunk", type=int, default=2000, help="max examples per hypothesis round (default 2000)")
     ap.add_argument("--seed", type=int, default=None, help="seed the rounds (default: random)")
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().getrandbits(32)

@@ -118,7 +118,8 @@ def _section(cls: type) -> st.SearchStrategy[dict[str, Any]]:
         if f.name == "seeds_file":  # a path the loader would read: never a random one
             optional[f.name] = st.none()
         elif f.name == "seeds":
-            optional[f.name] = st.lists(st.one_of(st.sampled_from(SEEDISH), st.text(max_size=20), ANY_VALUE), max_size=3)
+            seed = st.one_of(st.sampled_from(SEEDISH), st.text(max_size=20), ANY_VALUE)
+            optional[f.name] = st.lists(seed, max_size=3)
         else:
             optional[f.name] = st.one_of(_typed(hints[f.name]), _typed(hints[f.name]), ANY_VALUE)
     optional["no_such_key"] = ANY_VALUE  # unknown keys must be refused by name
@@ -130,8 +131,9 @@ CONFIG_DATA = st.one_of(_section(config.CrawlConfig), ANY_VALUE)
 
 _KEY_PATHS = st.one_of(
     st.sampled_from(
-        ["limits.max_pages", "fetch.resolve", "fetch", "politeness.interval_s", "seeds", "scope", "urls.tracking_params",
-         "runtime.shards", "fetch.resolve.a.test", "limits", "", ".", "a..b", "output.storage_options.key"]
+        ["limits.max_pages", "fetch.resolve", "fetch", "politeness.interval_s", "seeds", "scope",
+         "urls.tracking_params", "runtime.shards", "fetch.resolve.a.test", "limits", "", ".", "a..b",
+         "output.storage_options.key"]
     ),
     st.text(alphabet=string.ascii_lowercase + "._", max_size=16),
 )
@@ -174,8 +176,8 @@ YAML_TEXT = st.one_of(
     ANY_VALUE.map(lambda v: yaml.safe_dump(v, allow_unicode=True) if not isinstance(v, bytes) else "x: !!binary aGk="),
     _section(config.CrawlConfig).map(lambda v: yaml.safe_dump(_yaml_safe(v))),
     st.text(max_size=60),
-    st.sampled_from(["- a\n- b\n", "42\n", "seeds_file: 5\n", "seeds_file: [a]\n", "{1: 2}\n", "a: [\n", "\t", "---\n---\n",
-                     "seeds: [2024-01-01]\nlimits: {max_depth: 2}\n", "fetch: {timeout_s: .nan}\n"]),
+    st.sampled_from(["- a\n- b\n", "42\n", "seeds_file: 5\n", "seeds_file: [a]\n", "{1: 2}\n", "a: [\n", "\t",
+                     "---\n---\n", "seeds: [2024-01-01]\nlimits: {max_depth: 2}\n", "fetch: {timeout_s: .nan}\n"]),
 )
 
 
@@ -266,7 +268,8 @@ _TAG = st.one_of(
     st.builds(lambda h: f'<area href="{h}">', HREF),
     st.builds(lambda h: f'<base href="{h}">', HREF),
     st.sampled_from(['<meta name="robots" content="nofollow">', '<meta name=raycrawl content="none">',
-                     '<meta charset="windows-1251">', '<meta http-equiv="content-type" content="text/html; charset=sjis">',
+                     '<meta charset="windows-1251">',
+                     '<meta http-equiv="content-type" content="text/html; charset=sjis">',
                      "<a>no href</a>", "<a href>", "<!-- <a href=/c> -->", "<script>'<a href=/s>'</script>",
                      "<template><a href=/t></template>", "<noscript><a href=/n></noscript>", "<div><p><b>", "</a>",
                      "<svg><a href=/svg></a></svg>", "\x00", "\ufeff", "<a href=/" + "x" * 300 + ">"]),
@@ -289,7 +292,9 @@ POLICY = st.fixed_dictionaries({
     "urls": st.fixed_dictionaries({
         "sort_query": st.booleans(),
         "follow_rel_nofollow": st.booleans(),
-        "tracking_params": st.one_of(st.none(), st.lists(st.sampled_from(["utm_*", "q", "x", "*", "fbclid"]), max_size=3)),
+        "tracking_params": st.one_of(
+            st.none(), st.lists(st.sampled_from(["utm_*", "q", "x", "*", "fbclid"]), max_size=3)
+        ),
     }),
 })
 
