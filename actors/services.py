@@ -22,10 +22,18 @@ from crawler.seen import SeenSet, shard_of, url_hash64
 
 @ray.remote(num_cpus=0)
 class SeenFilter:
-    """One shard of the seen-URL set (Bloom filter in front of an exact store)."""
+    """One shard of the seen-URL set (Bloom filter in front of an exact store).
 
-    def __init__(self, capacity: int, error_rate: float, exact: bool) -> None:
-        self.set = SeenSet(capacity, error_rate, exact=exact)
+    With ``path`` the exact store is a SQLite file there (every call committed before it
+    returns) and the Bloom filter is snapshotted beside it, so a restarted actor reopens
+    the same set (rebuilding the filter from the store if the snapshot is stale).
+    """
+
+    def __init__(self, capacity: int, error_rate: float, exact: bool, path: str | None = None) -> None:
+        self.set = SeenSet(capacity, error_rate, exact=exact, path=path)
+
+    def close(self) -> None:
+        self.set.close()
 
     def check_and_add_hashes(self, hashes: list[int]) -> list[bool]:
         return self.set.check_and_add_hashes(hashes)

@@ -126,7 +126,7 @@ class LocalCrawl:
             shards = self.record.shards
             sdir = crawl_state_dir(cfg)
         self.state_dir = sdir
-        self.seen = LocalSeen(cfg, None)  # TODO(disk seen): os.path.join(sdir, "seen-000.sqlite")
+        self.seen = LocalSeen(cfg, os.path.join(sdir, "seen-000.sqlite") if sdir else None)
         self.content = LocalContent(cfg, os.path.join(sdir, "content.snapshot") if sdir else None)
         self.budget = LocalPageBudget(cfg.limits.max_pages)
         ids = [f"shard-{i:03d}" for i in range(shards)]

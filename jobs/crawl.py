@@ -133,8 +133,10 @@ class Crawl:
         cfg_dict = to_dict(self.cfg)
         per_shard = max(1000, d.seen_capacity // n_seen)
         self.seen_actors = [
-            SeenFilter.options(max_restarts=restarts).remote(per_shard, d.seen_error_rate, d.seen_exact)
-            for _ in range(n_seen)
+            SeenFilter.options(max_restarts=restarts).remote(
+                per_shard, d.seen_error_rate, d.seen_exact, os.path.join(sdir, f"seen-{i:03d}.sqlite")
+            )
+            for i in range(n_seen)
         ]
         self.content_actor = ContentIndexActor.options(max_restarts=restarts).remote(
             d.simhash_distance, d.simhash_tables, os.path.join(sdir, "content.snapshot")
@@ -269,6 +271,7 @@ class Crawl:
         finals = ray.get([s.stop.remote() for s in self.shards.values()], timeout=60)
         ray.get(self.content_actor.save.remote(), timeout=60)
         seen_stats = ray.get([a.stats.remote() for a in self.seen_actors])
+        ray.get([a.close.remote() for a in self.seen_actors], timeout=60)
         content_stats = ray.get(self.content_actor.stats.remote())
         total = merge_status(finals)
         c = total["counters"]

@@ -49,7 +49,9 @@ def _refetched_outside_window(server, kill_times):
         if n < 2 or u in failing or u not in web.must_fetch():
             continue
         start, end = first[u]
-        if not any(start <= k and end >= k - UNACKED_WINDOW_S for k in kill_times):
+        # start <= k (+ slack: the server thread may log a request sent before the kill
+        # a moment later).
+        if not any(start <= k + 0.5 and end >= k - UNACKED_WINDOW_S for k in kill_times):
             bad.append((u, [round(start - k, 2) for k in kill_times], [round(end - k, 2) for k in kill_times]))
     return sorted(bad)
 
