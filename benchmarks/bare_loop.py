@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-nginx", action="store_true", help="nginx is already serving --port")
     p.add_argument("--child", action="store_true", help="print @@MARK/@@RESULT lines for a measuring parent")
     a = p.parse_args(argv)
+    common.exit_on_sigterm()
     ngx = None
     if not a.no_nginx:
         from benchmarks.nginx import Nginx

@@ -30,9 +30,15 @@ MARK = "@@MARK"
 RESULT = "@@RESULT"
 
 
-def mark(name: str) -> None:
-    """Called by a measured child: tell the parent a phase boundary was reached."""
-    print(f"{MARK} {name} {time.time():.6f}", flush=True)
+def mark(name: str, *, sync: bool = False) -> None:
+    """Called by a measured child: tell the parent a phase boundary was reached.
+
+    ``sync=True`` waits until the parent has sampled (it answers on our stdin): use it
+    before the child stops processes whose CPU must still be counted.
+    """
+    print(f"{MARK} {name} {time.time():.6f}{' sync' if sync else ''}", flush=True)
+    if sync:
+        sys.stdin.readline()
 
 
 def emit_result(obj: dict[str, Any]) -> None:
@@ -142,6 +148,11 @@ class TreeSampler:
         with self._lock:
             by_cat: dict[str, float] = {}
             for e in self.procs.values():
+                if e.alive:  # Ray workers start as ray::IDLE and take their actor's name later
+                    try:
+                        e.category = _category(e.proc.name(), e.proc.cmdline())
+                    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                        pass
                 by_cat[e.category] = by_cat.get(e.category, 0.0) + e.cpu
         m = {"t": time.time(), "mono": time.monotonic(), "cpu": total, "by_category": by_cat}
         self.marks[name] = m
@@ -181,8 +192,8 @@ def run_measured(argv: Sequence[str], *, timeout_s: float, interval_s: float = 0
     t0 = time.monotonic()
     err_path = f"/tmp/rcb-child-{os.getpid()}-{int(t0 * 1000)}.err"
     with open(err_path, "w+b") as err:
-        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=err, env=full_env, cwd=cwd,
-                                text=True, start_new_session=True)
+        proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                env=full_env, cwd=cwd, text=True, start_new_session=True)
         sampler = TreeSampler(proc.pid, interval_s).start()
         sampler.mark("spawned")
         result: dict[str, Any] | None = None
@@ -192,8 +203,12 @@ def run_measured(argv: Sequence[str], *, timeout_s: float, interval_s: float = 0
             assert proc.stdout is not None
             for line in proc.stdout:
                 if line.startswith(MARK):
-                    name = line.split()[1]
-                    sampler.mark(name)
+                    parts = line.split()
+                    sampler.mark(parts[1])
+                    if parts[-1] == "sync":
+                        assert proc.stdin is not None
+                        proc.stdin.write("ok\n")
+                        proc.stdin.flush()
                 elif line.startswith(RESULT):
                     result = json.loads(line[len(RESULT):])
                 elif echo:
@@ -279,3 +294,13 @@ def write_json(path: str | None, obj: dict[str, Any]) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w") as f:
             json.dump(obj, f, indent=2, default=str)
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit so ``finally`` blocks (stopping nginx, Ray) run."""
+    import signal
+
+    def handler(signum: int, frame: Any) -> None:  # noqa: ARG001
+        raise SystemExit(143)
+
+    signal.signal(signal.SIGTERM, handler)

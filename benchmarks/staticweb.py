@@ -41,9 +41,10 @@ ROBOTS_TXT = b"User-agent: *\nDisallow: /private/\n"
 _FORMAT = 2  # bump when the layout or rewriting changes (invalidates old exports)
 
 
-def default_dir(hosts: int, port: int, seed: int = 0) -> str:
+def default_dir(hosts: int, port: int, seed: int = 0, pages_per_host: int | None = None) -> str:
     """Where an export with these parameters lives unless ``--dir`` says otherwise."""
-    return os.path.join(DEFAULT_ROOT, f"web-h{hosts}-p{port}-s{seed}")
+    pph = f"-n{pages_per_host}" if pages_per_host else ""
+    return os.path.join(DEFAULT_ROOT, f"web-h{hosts}{pph}-p{port}-s{seed}")
 
 
 def host_name(i: int) -> str:
@@ -61,12 +62,12 @@ def _rewrite(body: bytes) -> bytes:
     return body.replace(b".web.test", b"." + DOMAIN.encode()).replace(b".WEB.TEST", b"." + DOMAIN.upper().encode())
 
 
-def _render_range(args: tuple[int, int, int, int, int, str]) -> tuple[int, int]:
+def _render_range(args: tuple[int, int, int | None, int, int, int, str]) -> tuple[int, int]:
     """Render hosts [lo, hi) into ``out``; returns (pages, bytes). Runs in a worker process."""
-    seed, hosts, port, lo, hi, out = args
+    seed, hosts, pages_per_host, port, lo, hi, out = args
     from crawler.testing.web import SyntheticWeb
 
-    web = SyntheticWeb(seed=seed, profile="bench", hosts=hosts)
+    web = SyntheticWeb(seed=seed, profile="bench", hosts=hosts, pages_per_host=pages_per_host)
     web.bind(port)
     pages = size = 0
     for i in range(lo, hi):
@@ -86,12 +87,17 @@ def _render_range(args: tuple[int, int, int, int, int, str]) -> tuple[int, int]:
 
 
 def generate(directory: str | None = None, *, hosts: int = DEFAULT_HOSTS, port: int = DEFAULT_PORT,
-             seed: int = 0, workers: int | None = None, force: bool = False) -> dict[str, Any]:
-    """Write the static web (or reuse a complete one with the same parameters); returns the manifest."""
-    directory = directory or default_dir(hosts, port, seed)
+             seed: int = 0, pages_per_host: int | None = None, workers: int | None = None,
+             force: bool = False) -> dict[str, Any]:
+    """Write the static web (or reuse a complete one with the same parameters); returns the manifest.
+
+    ``pages_per_host`` fixes every host's page count (default: the profile's 20-60).
+    """
+    directory = directory or default_dir(hosts, port, seed, pages_per_host)
     root = Path(directory)
     manifest_path = root / "manifest.json"
-    want = {"format": _FORMAT, "seed": seed, "hosts": hosts, "port": port, "domain": DOMAIN}
+    want = {"format": _FORMAT, "seed": seed, "hosts": hosts, "port": port, "domain": DOMAIN,
+            "pages_per_host": pages_per_host}
     if manifest_path.exists() and not force:
         m = json.loads(manifest_path.read_text())
         if all(m.get(k) == v for k, v in want.items()):
@@ -104,7 +110,7 @@ def generate(directory: str | None = None, *, hosts: int = DEFAULT_HOSTS, port: 
     t0 = time.monotonic()
     workers = workers or os.cpu_count() or 1
     step = max(1, hosts // (workers * 8))
-    jobs = [(seed, hosts, port, lo, min(hosts, lo + step), str(root)) for lo in range(0, hosts, step)]
+    jobs = [(seed, hosts, pages_per_host, port, lo, min(hosts, lo + step), str(root)) for lo in range(0, hosts, step)]
     pages = size = 0
     with ProcessPoolExecutor(workers) as pool:
         for p, s in pool.map(_render_range, jobs):
@@ -123,10 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hosts", type=int, default=DEFAULT_HOSTS)
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port written into absolute links")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dir", default=None, help=f"output directory (default {DEFAULT_ROOT}/web-h<hosts>-p<port>-s<seed>)")
+    p.add_argument("--pages-per-host", type=int, default=None, help="fixed page count per host (default 20-60)")
+    p.add_argument("--dir", default=None, help=f"output directory (default {DEFAULT_ROOT}/web-h<hosts>[-n<pages>]-p<port>-s<seed>)")
     p.add_argument("--force", action="store_true", help="regenerate even if a matching export exists")
     a = p.parse_args(argv)
-    m = generate(a.dir, hosts=a.hosts, port=a.port, seed=a.seed, force=a.force)
+    m = generate(a.dir, hosts=a.hosts, port=a.port, seed=a.seed, pages_per_host=a.pages_per_host, force=a.force)
     print(json.dumps(m))
     return 0
 

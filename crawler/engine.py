@@ -327,7 +327,8 @@ class ShardEngine:
             # Idempotent on URL: a batch delivered twice (a retry after a lost reply, or
             # links of a replayed page) is queued once. Committed before we return.
             fresh = self.store.add(items)
-            self.dropped["duplicate_delivery"] += len(items) - len(fresh)
+            if len(fresh) != len(items):
+                self.dropped["duplicate_delivery"] += len(items) - len(fresh)
             items = fresh
         keep: list[UrlItem] = []
         over_budget: list[str] = []

@@ -10,8 +10,8 @@ character encoding" steps, in their order of precedence:
 1. a byte-order mark (UTF-8, UTF-16LE, UTF-16BE) -- it also wins over everything else;
 2. the ``charset=`` parameter of the HTTP Content-Type;
 3. the ``<meta charset>`` / ``<meta http-equiv=Content-Type>`` found by the spec's *prescan*
-   of the first 1024 bytes, else a charset ``<meta>`` later in ``<head>`` (within 32 KB),
-   which browsers also end up obeying (the spec's "change the encoding");
+   of the first 1024 bytes, else a charset ``<meta>`` later in ``<head>``, which browsers
+   also end up obeying (the spec's "change the encoding"; found with Chromium's rules);
 4. UTF-8 (malformed bytes become U+FFFD).
 
 Labels map to encodings through the WHATWG label table, which is why ``iso-8859-1`` and
@@ -26,6 +26,7 @@ that cannot be parsed yields a :class:`ParsedPage` whose ``error`` says why.
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ import numpy as np
 from selectolax.lexbor import LexborHTMLParser
 
 from crawler.errors import ConfigError
-from crawler.urls import join_url
+from crawler.urls import GB18030_2022_SWAPS, join_url
 
 __all__ = ["Link", "ParsedPage", "parse_page", "is_html", "detect_charset", "lookup_charset"]
 
@@ -163,8 +164,11 @@ _labels("cp1256", "cp1256 windows-1256 x-cp1256")
 _labels("cp1257", "cp1257 windows-1257 x-cp1257")
 _labels("cp1258", "cp1258 windows-1258 x-cp1258")
 _labels("mac-cyrillic", "x-mac-cyrillic x-mac-ukrainian")
-# WHATWG's GBK decoder *is* the gb18030 decoder; Python's gb2312/gbk reject many bytes.
-_labels("gb18030", "chinese csgb2312 csiso58gb231280 gb2312 gb_2312 gb_2312-80 gbk iso-ir-58 x-gbk gb18030")
+# GBK and gb18030 are two WHATWG encodings with one decoder (gb18030's: Python's gb2312/gbk
+# reject many bytes) but different encoders, which matter for link queries: GBK has no
+# four-byte codes (a character outside it is sent as an NCR) and encodes U+20AC as 0x80.
+_labels("gbk", "chinese csgb2312 csiso58gb231280 gb2312 gb_2312 gb_2312-80 gbk iso-ir-58 x-gbk")
+_labels("gb18030", "gb18030")
 # WHATWG Big5 includes the HKSCS extensions.
 _labels("big5hkscs", "big5 big5-hkscs cn-big5 csbig5 x-x-big5")
 _labels("euc_jp", "cseucpkdfmtjapanese euc-jp x-euc-jp")
@@ -187,6 +191,8 @@ _labels("utf-16-le", "csunicode iso-10646-ucs-2 ucs-2 unicode unicodefeff utf-16
 _labels("cp1252", "x-user-defined")
 
 _REPLACEMENT = "replacement"
+# Encodings decoded with another codec than their name (see the GBK note above).
+_DECODER = {"gbk": "gb18030"}
 _UTF16 = ("utf-16-le", "utf-16-be")
 _ASCII_WS = " \t\n\x0c\r"
 
@@ -194,8 +200,15 @@ _ASCII_WS = " \t\n\x0c\r"
 def lookup_charset(label: str | bytes | None) -> str | None:
     """Python codec name for a WHATWG encoding label, or None when the label is unknown.
 
-    "Get an encoding": strip ASCII whitespace, ASCII-lowercase, look the label up.
+    "Get an encoding": strip ASCII whitespace, ASCII-lowercase, look the label up. The
+    codec is the one that decodes the encoding (``gbk`` labels give ``gb18030``).
     """
+    encoding = _encoding_for(label)
+    return _DECODER.get(encoding, encoding) if encoding is not None else None
+
+
+def _encoding_for(label: str | bytes | None) -> str | None:
+    """The encoding a label names, as a Python codec name (``gbk`` stays ``gbk``)."""
     if label is None:
         return None
     if isinstance(label, bytes):
@@ -418,7 +431,7 @@ def _prescan_meta(head: bytes, p: int) -> str | int:
             charset, need_pragma = value, False
     if need_pragma is None or (need_pragma and not got_pragma) or charset is None:
         return p + 1
-    codec = lookup_charset(charset)
+    codec = _encoding_for(charset)
     if codec is None:
         return p + 1
     # A page whose <meta> was readable as ASCII is not UTF-16; x-user-defined is mapped
@@ -440,17 +453,19 @@ def detect_charset(body: bytes, content_type: str | None) -> str:
     raises.
     """
     try:
-        return _detect(body, content_type)[0]
+        encoding = _detect(body, content_type)[0]
+        return _DECODER.get(encoding, encoding)
     except Exception:  # noqa: BLE001 - web input must not raise (invariant 7)
         return "utf-8"
 
 
 def _detect(body: bytes, content_type: str | None) -> tuple[str, int]:
-    """(codec, number of BOM bytes to skip)."""
+    """(encoding, number of BOM bytes to skip); ``_DECODER`` maps the encoding to its
+    decoding codec."""
     bom = _bom(body)
     if bom is not None:
         return bom
-    codec = lookup_charset(_content_type_charset(content_type))
+    codec = _encoding_for(_content_type_charset(content_type))
     if codec is not None:
         return codec, 0
     head = body[:1024]
@@ -466,37 +481,183 @@ def _detect(body: bytes, content_type: str | None) -> tuple[str, int]:
     return "utf-8", 0
 
 
+# The tokens of Blink's scan that matter: a comment, a start tag whose content is text
+# (script, style, title), a <meta> that mentions "charset", or any tag that does not
+# belong in <head> (which ends it). Other head tags (link, base, a meta without charset,
+# their end tags) change nothing and are skipped by the regex engine. Like the rest of
+# this module it does not track attribute quoting: a "<div" inside an attribute value of
+# a head tag ends the head early (in practice harmless: the window check follows).
+_LATE_TOKEN = re.compile(
+    rb"<(?:(!--)|((?:script|style|title)(?=[\t\n\x0c\r />]))|(meta(?=[\t\n\x0c\r /])[^>]*?charset)"
+    rb"|(?!(?:link|meta|base|object|noscript|html|head)[\t\n\x0c\r /]|(?:link|meta|base|object|noscript|html|head)>)[A-Za-z]"
+    rb"|/(?!(?:script|noscript|style|link|meta|object|title|base)[\t\n\x0c\r />])[A-Za-z])",
+    re.IGNORECASE,
+)
+_RAW_TEXT_END = {
+    name: re.compile(rb"</" + name + rb"[ \t\n\x0c\r/>]", re.IGNORECASE) for name in (b"script", b"style", b"title")
+}
+_LATE_META_MAX_TOKENS = 4096
+# Chromium has no byte limit while in <head>; this bound keeps the cost of a page with no
+# declaration predictable (tests/unit/test_parse.py pins it; docs/browser-agreement.md
+# counts the pages it costs).
 _LATE_META_WINDOW = 32768
 
 
-# A <meta> start tag, or the end of the head; "<" is a literal prefix, so the regex engine
-# skips between candidates at memchr speed (lowering the window would cost ~1 ns/byte).
-_LATE_TAG = re.compile(rb"<(?:(/head|body)|meta)[ \t\n\x0c\r/>]", re.IGNORECASE)
-_LATE_META_MAX = 64
-
-
 def _late_meta_charset(body: bytes) -> str | None:
-    """A charset ``<meta>`` past the first 1024 bytes but still in the head, if any.
+    """A charset ``<meta>`` the 1024-byte prescan did not see, found the way Chromium does.
 
-    The prescan stops at 1024 bytes, but browsers also obey a charset meta the tree builder
-    meets later in ``<head>`` (HTML spec "change the encoding": the page is re-decoded).
-    Such pages exist (long ``<head>`` scripts before the meta): without this their text
-    and link queries would be mojibake. The search is bounded (32 KB, 64 metas, up to
-    ``</head>`` or ``<body``) and only runs when nothing was declared earlier.
+    Browsers obey a charset ``<meta>`` anywhere in ``<head>`` (HTML spec "change the
+    encoding"): pages put one after kilobytes of inline script, and without it their
+    text and link queries would be mojibake. Blink's HTMLMetaCharsetParser tokenizes
+    from the start, skipping comments and the content of script/style/title, and stops
+    once a tag that does not belong in ``<head>`` has been seen *and* 1024 bytes are
+    consumed (so a meta early in ``<body>`` still counts, one later does not). Only runs
+    when nothing was declared earlier; bounded by ``_LATE_META_WINDOW`` bytes and
+    ``_LATE_META_MAX_TOKENS`` tokens, where Chromium reads the whole head.
     """
-    end = min(len(body), _LATE_META_WINDOW)
-    # Start at the last tag that began inside the prescanned 1024 bytes: it may straddle.
-    start = max(0, body.rfind(b"<", 0, 1024))
-    for count, m in enumerate(_LATE_TAG.finditer(body, start, end)):
-        if m.group(1) is not None or count >= _LATE_META_MAX:
+    search = _LATE_TOKEN.search
+    pos = 0
+    in_head = True
+    for _ in range(_LATE_META_MAX_TOKENS):
+        m = search(body, pos, _LATE_META_WINDOW)
+        if m is None or (not in_head and m.start() >= 1024):
             return None
-        tag_end = body.find(b">", m.end() - 1, m.end() + 1024)
-        tag = body[m.start() : tag_end + 1 if tag_end >= 0 else m.end() + 1024]
-        if b"charset" in tag.lower():
-            codec = _prescan(tag)
-            if codec is not None:
-                return codec
+        comment, raw_text, meta = m.group(1, 2, 3)
+        if comment is not None:
+            end = body.find(b"-->", m.start() + 4)
+            if end < 0:
+                return None
+            pos = end + 3
+        elif raw_text is not None:
+            closer = _RAW_TEXT_END[raw_text.lower()].search(body, m.end())
+            if closer is None:
+                return None
+            pos = closer.start()
+        elif meta is not None:
+            found = _prescan_meta(body, m.start() + 5)
+            if isinstance(found, str):
+                return found
+            pos = found
+        else:  # a tag that has no place in <head>
+            in_head = False
+            if body[m.start() + 1 : m.start() + 10].lower() == b"plaintext":
+                return None
+            pos = m.end()
     return None
+
+
+# --------------------------------------------------------------------------------------
+# Decoding where Python's codec differs from the WHATWG decoder of the same encoding
+# (measured against Chromium for every byte sequence; docs/browser-agreement.md).
+
+# windows-125x and windows-874: bytes 0x80-0x9F that Microsoft left undefined decode to
+# the C1 control of the same number (WHATWG index); Python's codecs reject them.
+_C1_CODECS = frozenset("cp874 cp1250 cp1251 cp1252 cp1253 cp1254 cp1255 cp1256 cp1257 cp1258".split())
+
+
+def _c1_errors(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    byte = exc.object[exc.start]
+    if 0x80 <= byte <= 0x9F:
+        return chr(byte), exc.start + 1
+    if byte == 0xCA:
+        # U+05BA in windows-1255, the only one of these codecs without a 0xCA (Python's
+        # single-byte codecs all report their name as "charmap", so it cannot be asked).
+        return "\u05ba", exc.start + 1
+    return "\ufffd", exc.start + 1
+
+
+def _euc_jp_errors(exc: UnicodeError) -> tuple[str, int]:
+    """Rows Python's euc_jp lacks (NEC row 13, NEC-selected IBM rows 89-92): WHATWG reads
+    them from the same table as Shift_JIS, so the pair is converted and decoded as cp932."""
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    data, i = exc.object, exc.start
+    if i + 1 < len(data) and 0xA1 <= data[i] <= 0xFE and 0xA1 <= data[i + 1] <= 0xFE:
+        row, cell = data[i] - 0xA0, data[i + 1] - 0xA0  # JIS X 0208 row and cell, 1-94
+        lead = (row + 1) // 2 + (0x80 if row <= 62 else 0xC0)
+        trail = cell + (0x3F if cell <= 63 else 0x40) if row % 2 else cell + 0x9E
+        try:
+            return bytes((lead, trail)).decode("cp932"), i + 2
+        except UnicodeDecodeError:
+            return "\ufffd", i + 2  # an unassigned pair is one error, as in WHATWG
+    return "\ufffd", exc.end
+
+
+# Big5 pairs browsers decode and Python's big5hkscs (HKSCS-2004) rejects, with lead bytes
+# >= 0xA1: control pictures, the euro sign, ETEN extensions and HKSCS-2008 additions. The
+# HKSCS area below 0xA1 (about 140 more) is left: docs/browser-agreement.md.
+_BIG5_EXTRA = {
+    0xA3E0: "\u2421", 0xA3E1: "\u20ac", 0xC6CF: "\u5ef4", 0xC6D3: "\u65e0", 0xC6D5: "\u7676",
+    0xC6D7: "\u96b6", 0xC6DE: "\u3003", 0xC6DF: "\u4edd", 0xFA5F: "\u5029", 0xFA66: "\u507d",
+    0xFABD: "\u5305", 0xFAC5: "\u5344", 0xFAD5: "\u537f", 0xFB48: "\u5605", 0xFBB8: "\u5a77",
+    0xFBF3: "\u5e75", 0xFBF9: "\u5ed0", 0xFC4F: "\u5f58", 0xFC6C: "\u60a4", 0xFCB9: "\u6490",
+    0xFCE2: "\u6674", 0xFCF1: "\u675e", 0xFDB7: "\u6c9c", 0xFDB8: "\u6e1d", 0xFDBB: "\u6e2f",
+    0xFDF1: "\u716e", 0xFE52: "\u732a", 0xFE6F: "\u745c", 0xFEAA: "\u74e9", 0xFEDD: "\u7809",
+}
+_BIG5_EXTRA.update({0xA3C0 + i: chr(0x2400 + i) for i in range(0x20)})
+
+
+def _big5_errors(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    data, i = exc.object, exc.start
+    if i + 1 < len(data):
+        ch = _BIG5_EXTRA.get(data[i] << 8 | data[i + 1])
+        if ch is not None:
+            return ch, i + 2
+    return "\ufffd", exc.end
+
+
+codecs.register_error("crawler-c1", _c1_errors)
+codecs.register_error("crawler-euc-jp", _euc_jp_errors)
+codecs.register_error("crawler-big5", _big5_errors)
+_DECODE_ERRORS = {codec: "crawler-c1" for codec in _C1_CODECS}
+_DECODE_ERRORS["euc_jp"] = "crawler-euc-jp"
+_DECODE_ERRORS["big5hkscs"] = "crawler-big5"
+
+# Characters Python decodes to something else than the WHATWG decoder, per codec: a
+# regex finding any of them (so most pages skip the translate) and the mapping.
+_DECODE_FIXES: dict[str, tuple[re.Pattern[str], dict[int, str]]] = {}
+
+
+def _decode_fix(codec: str, pairs: dict[str, str]) -> None:
+    _DECODE_FIXES[codec] = (
+        re.compile("[" + re.escape("".join(pairs)) + "]"),
+        {ord(old): new for old, new in pairs.items()},
+    )
+
+
+# KOI8-U on the web is KOI8-RU: 0xAE/0xBE are the Belarusian short U, not box drawing.
+_decode_fix("koi8-u", {"\u255d": "\u045e", "\u256c": "\u040e"})
+# EUC-JP uses the Microsoft variants of these JIS X 0208 characters, as Shift_JIS does.
+_decode_fix(
+    "euc_jp",
+    {"\u301c": "\uff5e", "\u2016": "\u2225", "\u2212": "\uff0d", "\u00a2": "\uffe0",
+     "\u00a3": "\uffe1", "\u00ac": "\uffe2"},
+)
+# GB18030-2022 (what browsers decode) gives these two-byte codes standard code points
+# where Python's gb18030 (the 2005 edition) gives Private Use Area ones; U+1E3F and
+# U+E7C7 trade places (0xA8BC and 0x8135F437).
+_decode_fix("gb18030", {**dict(GB18030_2022_SWAPS), "\ue5e5": "\u3000", "\u1e3f": "\ue7c7"})
+# Big5: symbols Python's big5hkscs reads as other look-alikes (each from one byte pair;
+# 0xA241/0xA242, which Python reads as the same characters as 0xA1FE/0xA240, are left).
+_decode_fix(
+    "big5hkscs",
+    {"\u2022": "\u2027", "\uff64": "\ufe51", "\u203e": "\u00af", "\u223c": "\uff5e", "\u2641": "\u2295",
+     "\u2609": "\u2299", "\u00a5": "\uffe5", "\u00a2": "\uffe0", "\u00a3": "\uffe1"},
+)
+
+
+def _decode(body: bytes, codec: str) -> str:
+    """``body`` decoded as the WHATWG decoder of ``codec``'s encoding does (malformed
+    bytes become U+FFFD; see the tables above for where Python's codec is patched)."""
+    text = body.decode(codec, _DECODE_ERRORS.get(codec, "replace"))
+    fix = _DECODE_FIXES.get(codec)
+    if fix is not None and fix[0].search(text):
+        text = text.translate(fix[1])
+    return text
 
 
 # --------------------------------------------------------------------------------------
@@ -601,6 +762,26 @@ def _too_deep(data: bytes) -> bool:
 # parse_page
 
 _LINKS = "a[href], area[href]"
+_REFUSED_BASE_SCHEMES = ("data:", "javascript:")
+# An SVG or MathML <base> is not the HTML base element; below these, content is HTML again.
+_FOREIGN_ROOTS = frozenset({"svg", "math"})
+_HTML_INTEGRATION_POINTS = frozenset({"foreignobject", "desc", "title", "annotation-xml"})
+
+
+def _in_foreign_content(node: object) -> bool:
+    """True when ``node`` sits in SVG or MathML (its nearest foreign root comes before any
+    HTML integration point on the way up)."""
+    parent = getattr(node, "parent", None)
+    while parent is not None:
+        tag = (parent.tag or "").lower()
+        if tag in _FOREIGN_ROOTS:
+            return True
+        if tag in _HTML_INTEGRATION_POINTS:
+            return False
+        parent = parent.parent
+    return False
+
+
 _HEAD_SELECTOR = 'base[href], title, meta[name="robots" i]'
 _STRIP_FOR_TEXT = ["script", "style", "noscript", "template", "svg"]
 
@@ -641,10 +822,11 @@ def parse_page(
                 token = user_agent_token.lower() if user_agent_token else None
                 noindex, nofollow = _x_robots_tag(xrt, token)
         html = is_html(content_type, body)
-        charset, skip = _detect(body, content_type)
+        encoding, skip = _detect(body, content_type)
+        charset = _DECODER.get(encoding, encoding)
         if not html:
             return _empty(url, False, charset, meta_noindex=noindex, meta_nofollow=nofollow)
-        return _parse_html(body, url, charset, skip, noindex, nofollow, user_agent_token, max_links)
+        return _parse_html(body, url, encoding, skip, noindex, nofollow, user_agent_token, max_links)
     except Exception as exc:  # noqa: BLE001 - invariant 7: web input costs one page, never the worker
         return _empty(url, html, charset, error=f"{type(exc).__name__}: {exc}"[:500])
 
@@ -652,7 +834,7 @@ def parse_page(
 def _parse_html(
     body: bytes,
     url: str,
-    charset: str,
+    encoding: str,
     skip: int,
     noindex: bool,
     nofollow: bool,
@@ -662,14 +844,16 @@ def _parse_html(
     # lexbor parses bytes as UTF-8 (invalid sequences -> U+FFFD, as WHATWG decodes), so
     # UTF-8 pages go in undecoded; others are transcoded once. lexbor does not strip a
     # BOM itself (it would end up as text and push <head> content into <body>).
+    charset = _DECODER.get(encoding, encoding)
     if charset == "utf-8":
         data = body[skip:] if skip else body
     elif charset == _REPLACEMENT:
         data = "\ufffd".encode() if body else b""
     else:
-        data = body[skip:].decode(charset, "replace").encode("utf-8", "replace")
-    # WHATWG URL: queries of UTF-16 / replacement documents are encoded as UTF-8.
-    url_encoding = "utf-8" if charset in _UTF16 or charset == _REPLACEMENT else charset
+        data = _decode(body[skip:] if skip else body, charset).encode("utf-8", "replace")
+    # WHATWG URL: queries of UTF-16 / replacement documents are encoded as UTF-8; GBK
+    # pages encode them with GBK although they decode with gb18030.
+    url_encoding = "utf-8" if charset in _UTF16 or charset == _REPLACEMENT else encoding
 
     degraded = _too_deep(data)
     if degraded:
@@ -698,7 +882,7 @@ def _parse_html(
                 noindex |= ni
                 nofollow |= nf
         elif tag == "base":
-            if base_href is None:
+            if base_href is None and not _in_foreign_content(node):
                 base_href = node.attributes.get("href") or ""
         elif not seen_title:  # document.title: the first <title> in tree order
             seen_title = True
@@ -708,7 +892,11 @@ def _parse_html(
     # the document URL with the document's encoding; unresolvable -> the document URL.
     base_url = url
     if base_href is not None:
-        base_url = join_url(url, base_href, url_encoding) or url
+        joined = join_url(url, base_href, url_encoding)
+        # Chromium refuses data: and javascript: base URLs (the document URL stays the
+        # base); without this every relative link of such a page would be lost.
+        if joined is not None and not joined.startswith(_REFUSED_BASE_SCHEMES):
+            base_url = joined
 
     nodes = tree.css(_LINKS)
     dropped = max(0, len(nodes) - max_links)
@@ -719,7 +907,11 @@ def _parse_html(
     cache: dict[str, str | None] = {}  # pages repeat hrefs (nav, pagination)
     for node in nodes:
         attrs = node.attributes
-        raw = attrs.get("href") or ""
+        raw = attrs.get("href")
+        if raw is None:
+            if "href" not in attrs:
+                continue  # only an SVG xlink:href matched [href]; a[href] skips it in a browser
+            raw = ""  # <a href> with no value: the document itself
         if raw in cache:
             resolved = cache[raw]
         else:
