@@ -48,8 +48,6 @@ from typing import Any, Protocol
 import fsspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import xxhash
 from fsspec.asyn import AsyncFileSystem

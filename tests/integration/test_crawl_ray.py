@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from crawler import config
 from crawler.storage import read_pages

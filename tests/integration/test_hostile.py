@@ -11,14 +11,13 @@ server's own request log). Every socket goes to loopback and no real DNS query i
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections import Counter
 from typing import Any
 
 import pytest
-from aiohttp.abc import AbstractResolver
 
+from crawler.testing.fakes import FakeResolver
 from crawler import config
 from crawler.engine import build_fetcher
 from crawler.runner import LocalCrawl
@@ -46,30 +45,6 @@ EXPECTED: dict[str, tuple[str, bool, str, int]] = {
 }
 
 
-class FakeResolver(AbstractResolver):
-    """The base resolver: knows no name at all (NXDOMAIN for everything) and counts calls.
-
-    Names under ``*.hostile.test`` never get here (``fetch.resolve`` answers them), so any
-    other name a crawl meets fails here instead of leaving the machine.
-    """
-
-    def __init__(self, table: dict[str, list[str]] | None = None) -> None:
-        self.table = dict(table or {})
-        self.calls: list[str] = []
-
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict[str, Any]]:
-        self.calls.append(host)
-        ips = self.table.get(host)
-        if ips is None:
-            raise OSError(f"fake resolver: no such name {host}")
-        return [
-            {"hostname": host, "host": ip, "port": port, "family": socket.AF_INET6 if ":" in ip else socket.AF_INET,
-             "proto": 0, "flags": 0}
-            for ip in ips
-        ]
-
-    async def close(self) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")

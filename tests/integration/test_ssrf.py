@@ -15,7 +15,6 @@ import gzip
 import hashlib
 import re
 import resource
-import socket
 import time
 import tracemalloc
 from collections import Counter
@@ -23,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.abc import AbstractResolver
 
+from crawler.testing.fakes import FakeResolver
 from crawler import config
 from crawler.engine import build_fetcher
 from crawler.runner import LocalCrawl
@@ -38,26 +37,6 @@ except ImportError:  # pragma: no cover - psutil is optional; tracemalloc is the
     psutil = None
 
 
-class FakeResolver(AbstractResolver):
-    """A base resolver that knows ``localhost`` (as the OS would) and nothing else."""
-
-    def __init__(self, table: dict[str, list[str]]) -> None:
-        self.table = table
-        self.calls: list[str] = []
-
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict[str, Any]]:
-        self.calls.append(host)
-        ips = self.table.get(host)
-        if ips is None:
-            raise OSError(f"fake resolver: no such name {host}")
-        return [
-            {"hostname": host, "host": ip, "port": port, "family": socket.AF_INET6 if ":" in ip else socket.AF_INET,
-             "proto": 0, "flags": 0}
-            for ip in ips
-        ]
-
-    async def close(self) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver
 
+from crawler.testing.fakes import FakeResolver
 from crawler.dns import AddressRefused
 from crawler.errors import ConfigError
 from crawler.fetch import FetchResult, Fetcher, classify
@@ -72,26 +73,6 @@ class FakeClock:
         self.t += dt
 
 
-class FakeResolver(AbstractResolver):
-    """Answers from a table; unknown names raise OSError (like NXDOMAIN)."""
-
-    def __init__(self, table: dict[str, list[str]] | None = None) -> None:
-        self.table = dict(table or {})
-        self.calls: list[str] = []
-
-    async def resolve(self, host, port=0, family=socket.AF_INET):
-        self.calls.append(host)
-        ips = self.table.get(host)
-        if ips is None:
-            raise OSError(f"fake resolver: no such name {host}")
-        return [
-            {"hostname": host, "host": ip, "port": port, "family": socket.AF_INET6 if ":" in ip else socket.AF_INET,
-             "proto": 0, "flags": 0}
-            for ip in ips
-        ]
-
-    async def close(self) -> None:
-        pass
 
 
 class RecordingConnector:
