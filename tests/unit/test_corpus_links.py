@@ -14,7 +14,7 @@ whose scheme is not http(s) (``mailto:``, ``javascript:``...) are counted but no
 asserted: the crawler only needs to reject them, which the normalizer does.
 
 The corpus pages are read from ``$CRAWLER_CORPUS``, ``tests/corpus``, ``corpus`` or
-``/work/shared/corpus``; without one, the corpus tests skip and the synthetic ones run.
+``../shared/corpus`` beside the checkout; without one, the corpus tests skip and the synthetic ones run.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from jobs.cli import main as crawl_main
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "browser_links.json.gz"
-_CORPUS_CANDIDATES = [ROOT / "tests" / "corpus", ROOT / "corpus", Path("/work/shared/corpus")]
+# ../shared/corpus is where the project's shared folder sits beside a checkout (and CI's clone).
+_CORPUS_CANDIDATES = [ROOT / "tests" / "corpus", ROOT / "corpus", ROOT.parent / "shared" / "corpus", Path("/work/shared/corpus")]
 # parse.py reads a late charset <meta> only within this many bytes (Chromium: whole head).
 LATE_META_WINDOW = 32768
 
