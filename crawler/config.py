@@ -107,7 +107,7 @@ class RuntimeConfig:
     batch_size: int = 1000
     flush_interval_s: float = 0.05
     progress_interval_s: float = 1.0
-    frontier_window: int = 16
+    frontier_window: int = 4
     state_dir: str | None = None
     max_restarts: int = 5
 

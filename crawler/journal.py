@@ -34,13 +34,22 @@ from typing import Iterable, Sequence
 
 from crawler.errors import StorageError
 from crawler.frontier import UrlItem
+from crawler.seen import url_hash64
+
+
+def _key(url: str) -> int:
+    h = url_hash64(url)
+    return h - (1 << 64) if h >= 1 << 63 else h
 
 QUEUED, CLAIMED, DONE = 0, 1, 2
 
+# ``h`` is the URL's 64-bit hash (signed for SQLite): a small integer index instead of a
+# second copy of every URL's text, like the seen set's exact store (same 8-byte keys).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS urls (
     id INTEGER PRIMARY KEY,
-    url TEXT NOT NULL UNIQUE,
+    h INTEGER NOT NULL UNIQUE,
+    url TEXT NOT NULL,
     host TEXT NOT NULL,
     depth INTEGER NOT NULL,
     referrer TEXT,
@@ -77,6 +86,8 @@ class FrontierStore:
             raise StorageError(f"cannot open the frontier store {path!r}: {exc}") from exc
         self._lock = threading.Lock()
         self._in_tx = False
+        # One writer per store, so ids can be handed out here (no per-row round trip).
+        self._next_id = (self._db.execute("SELECT coalesce(max(id), 0) FROM urls").fetchone()[0] or 0) + 1
 
     # -- writes -----------------------------------------------------------------------
 
@@ -96,27 +107,24 @@ class FrontierStore:
         """Record a batch of URLs; returns the ones not seen before (with ``sid`` set). Committed."""
         if not items:
             return []
+        keys = [_key(i.url) for i in items]
         with self._lock:
             self._begin()
-            existing: set[str] = set()
-            urls = [i.url for i in items]
-            for part in _chunks(urls):
-                q = f"SELECT url FROM urls WHERE url IN ({','.join('?' * len(part))})"
+            existing: set[int] = set()
+            for part in _chunks(keys):
+                q = f"SELECT h FROM urls WHERE h IN ({','.join('?' * len(part))})"
                 existing.update(r[0] for r in self._db.execute(q, part))
             fresh: list[UrlItem] = []
-            seen_now: set[str] = set()
-            for it in items:
-                if it.url in existing or it.url in seen_now:
+            rows = []
+            for it, k in zip(items, keys):
+                if k in existing:
                     continue
-                seen_now.add(it.url)
+                existing.add(k)  # a repeat inside the batch is not new either
+                it.sid = self._next_id
+                self._next_id += 1
                 fresh.append(it)
-            cur = self._db.cursor()
-            for it in fresh:
-                cur.execute(
-                    "INSERT INTO urls(url, host, depth, referrer, kind) VALUES (?, ?, ?, ?, ?)",
-                    (it.url, it.host, it.depth, it.referrer, it.kind),
-                )
-                it.sid = cur.lastrowid or 0
+                rows.append((it.sid, k, it.url, it.host, it.depth, it.referrer, it.kind))
+            self._db.executemany("INSERT INTO urls(id, h, url, host, depth, referrer, kind) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
             self._db.execute("COMMIT")
             self._in_tx = False
         return fresh
@@ -134,7 +142,7 @@ class FrontierStore:
             return
         with self._lock:
             self._begin()
-            self._db.executemany("UPDATE urls SET state=? WHERE url=?", [(state, u) for u in urls])
+            self._db.executemany("UPDATE urls SET state=? WHERE h=?", [(state, _key(u)) for u in urls])
             self._db.execute("COMMIT")
             self._in_tx = False
 

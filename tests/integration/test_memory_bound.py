@@ -66,7 +66,7 @@ def test_a_million_queued_urls_stay_on_disk(tmp_path):
             "politeness": {"interval_s": 0.0, "respect_robots": True},
             "fetch": {"resolve": {"*.wide.test": "127.0.0.1"}},
             "dedup": {"seen_capacity": 2_000_000},
-            "runtime": {"frontier_window": 16},
+            "runtime": {"frontier_window": 4},
             "output": {"path": str(tmp_path / "out")},
         }
         proc = subprocess.run(

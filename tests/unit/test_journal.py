@@ -1,0 +1,79 @@
+"""The durable frontier store and the frontier's spill to it."""
+
+import random
+
+from crawler.clock import MockClock
+from crawler.frontier import Frontier, UrlItem
+from crawler.journal import FrontierStore, state_dir
+
+
+class Pacer:
+    def next_allowed(self, host):
+        return 0.0
+
+
+def items(host, n, start=0):
+    return [UrlItem(f"http://{host}/p/{i}", 1) for i in range(start, start + n)]
+
+
+def test_add_is_idempotent_on_url_and_orders_by_acceptance(tmp_path):
+    st = FrontierStore(str(tmp_path / "s.sqlite"))
+    first = st.add(items("a.test", 3) + items("a.test", 2))  # repeats inside one batch
+    assert [i.url for i in first] == [f"http://a.test/p/{i}" for i in range(3)]
+    assert [i.sid for i in first] == sorted(i.sid for i in first)
+    assert st.add(items("a.test", 4)) and [i.url for i in st.add(items("a.test", 4))] == []
+    assert [i.url for i in st.load("a.test", 0, 10)] == [f"http://a.test/p/{i}" for i in range(4)]
+
+
+def test_claimed_urls_come_back_flagged_for_replay_and_done_ones_never(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    st = FrontierStore(path)
+    st.add(items("a.test", 3))
+    st.claim(["http://a.test/p/0", "http://a.test/p/1"])
+    st.done(["http://a.test/p/0"])
+    st.close()  # (a crash leaves the same committed state)
+    st = FrontierStore(path)
+    assert st.recover() == 1
+    back = st.load("a.test", 0, 10)
+    assert [(i.url, i.replay) for i in back] == [("http://a.test/p/1", True), ("http://a.test/p/2", False)]
+    assert st.pending_hosts() == [("a.test", 2)]
+    assert st.counts() == {"queued": 2, "claimed": 0, "done": 1}
+    assert len(st.add(items("a.test", 3))) == 0  # done or queued: never accepted twice
+
+
+def test_frontier_keeps_a_window_in_memory_and_loads_the_rest_in_order(tmp_path):
+    st = FrontierStore(str(tmp_path / "s.sqlite"))
+    clock = MockClock()
+    f = Frontier(Pacer(), clock, random.Random(0), window=2, loader=st.load)
+    f.push(st.add(items("a.test", 10)))
+    assert len(f) == 10 and f.in_memory() == 2
+    got = []
+    while len(f):
+        batch = f.pop_ready(5)
+        assert len(batch) == 1  # one per host
+        got.append(batch[0].url)
+        st.claim([batch[0].url])
+        f.release("a.test")
+        assert f.in_memory() <= 2
+    assert got == [f"http://a.test/p/{i}" for i in range(10)]
+
+
+def test_restore_registers_spilled_hosts_and_serves_them(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    st = FrontierStore(path)
+    st.add(items("a.test", 3) + items("b.test", 2))
+    st.close()
+    st = FrontierStore(path)
+    st.recover()
+    f = Frontier(Pacer(), MockClock(), random.Random(0), window=4, loader=st.load)
+    for host, n in st.pending_hosts():
+        f.restore_spilled(host, n)
+    assert len(f) == 5 and f.in_memory() == 0
+    first = f.pop_ready(10)
+    assert sorted(i.url for i in first) == ["http://a.test/p/0", "http://b.test/p/0"]
+
+
+def test_state_dir_is_under_a_local_output_and_a_cache_for_remote_ones(tmp_path):
+    assert state_dir(str(tmp_path / "out"), None, "abc") == str(tmp_path / "out" / "state")
+    assert state_dir("s3://bucket/x", None, "abc").endswith("raycrawl/abc")
+    assert state_dir("s3://bucket/x", str(tmp_path / "st"), "abc") == str(tmp_path / "st")
