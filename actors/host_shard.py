@@ -80,6 +80,7 @@ class HostShard:
                 self._deliver,
                 batch_size=self.cfg.runtime.batch_size,
                 flush_interval_s=self.cfg.runtime.flush_interval_s,
+                    before_flush=self.engine.commit_claims,
             )
         )
         self._run_task: asyncio.Task[None] | None = None

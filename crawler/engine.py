@@ -184,6 +184,7 @@ class ShardEngine:
         self.batches_received = 0
         self.started_wall = clock.wall()
         self._handed: list[str] = []  # URLs whose rows the writer holds, not yet durable
+        self._pending_claims: list[str] = []
         self._hold_until = 0.0
         self._last_checkpoint = clock.now()
         self._last_ship = clock.now()
@@ -195,6 +196,12 @@ class ShardEngine:
 
     def attach_router(self, router: LinkRouter) -> None:
         self.router = router
+
+    def commit_claims(self) -> None:
+        """Make the claims of fetches started so far durable (one commit for all of them)."""
+        if self._pending_claims and self.store is not None:
+            claims, self._pending_claims = self._pending_claims, []
+            self.store.claim(claims)
 
     def _ensure_started(self) -> None:
         if self._wake is None:
@@ -370,7 +377,8 @@ class ShardEngine:
         loop = asyncio.get_running_loop()
         items = self.frontier.pop_ready(free)
         if items and self.store is not None:
-            self.store.claim([i.url for i in items])  # committed before any fetch starts
+            # Group-committed before any of their links is seen-checked (router hook).
+            self._pending_claims.extend(i.url for i in items)
         for item in items:
             task = loop.create_task(self._process(item))
             self._tasks.add(task)

@@ -58,8 +58,11 @@ class LinkRouter:
         batch_size: int = 1000,
         flush_interval_s: float = 0.05,
         max_attempts: int = 10,
+        before_flush: Callable[[], None] | None = None,
     ) -> None:
+        # before_flush: called once per flush before the seen check (group commit hook).
         self._seen = seen
+        self._before_flush = before_flush
         self._owner_of = owner_of
         self._deliver = deliver
         self._batch_size = batch_size
@@ -130,6 +133,9 @@ class LinkRouter:
     async def _flush(self, batch: list[UrlItem], force: list[bool], waiters: list[asyncio.Future[bool]]) -> None:
         ok = False
         try:
+            # 0. Whatever must be durable before links are marked seen (the sources' claims).
+            if self._before_flush is not None:
+                self._before_flush()
             # 1. Seen check: one call marks every novel URL seen (first one in the batch wins).
             try:
                 verdicts = await self._seen.check_and_add([i.url for i in batch])

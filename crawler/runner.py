@@ -150,6 +150,7 @@ class LocalCrawl:
                     self._deliver,
                     batch_size=cfg.runtime.batch_size,
                     flush_interval_s=cfg.runtime.flush_interval_s,
+                    before_flush=eng.commit_claims,
                 )
             )
             self.engines[sid] = eng
