@@ -31,7 +31,14 @@ from aiohttp.abc import AbstractResolver
 from selectolax.lexbor import LexborHTMLParser
 
 from benchmarks import common
-from benchmarks.staticweb import DEFAULT_HOSTS, DEFAULT_PORT, DOMAIN, default_dir, generate, seeds
+from benchmarks.staticweb import (
+    DEFAULT_HOSTS,
+    DEFAULT_PORT,
+    DOMAIN,
+    default_dir,
+    generate,
+    seeds,
+)
 
 _SUFFIX = "." + DOMAIN
 

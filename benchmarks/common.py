@@ -21,8 +21,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import psutil
 
@@ -84,7 +85,7 @@ class TreeSampler:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
-    def start(self) -> "TreeSampler":
+    def start(self) -> TreeSampler:
         self.sample()
         self._thread = threading.Thread(target=self._run, name="tree-sampler", daemon=True)
         self._thread.start()
@@ -286,8 +287,22 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def git_state() -> dict[str, Any]:
+    """The commit measured and how many engine files had local changes (the tree is shared)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root,
+                              check=False).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "crawler", "actors", "jobs"],
+                               capture_output=True, text=True, cwd=root, check=False).stdout.strip()
+        return {"commit": head, "engine_files_modified": len(dirty.splitlines())}
+    except OSError:
+        return {}
+
+
 def write_json(path: str | None, obj: dict[str, Any]) -> None:
     """Print ``obj`` as one JSON line and, with ``path``, also save it (pretty) there."""
+    obj.setdefault("git", git_state())
     line = json.dumps(obj, default=str)
     print(line)
     if path:
@@ -300,7 +315,7 @@ def exit_on_sigterm() -> None:
     """Turn SIGTERM into SystemExit so ``finally`` blocks (stopping nginx, Ray) run."""
     import signal
 
-    def handler(signum: int, frame: Any) -> None:  # noqa: ARG001
+    def handler(signum: int, frame: Any) -> None:
         raise SystemExit(143)
 
     signal.signal(signal.SIGTERM, handler)

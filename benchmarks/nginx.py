@@ -52,7 +52,7 @@ def nginx_binary() -> str:
 def _nofile() -> int:
     import resource
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     return int(min(65536, hard if hard != resource.RLIM_INFINITY else 65536))
 
 
@@ -149,7 +149,7 @@ class Nginx:
     def conf_path(self) -> str:
         return os.path.join(self.prefix, "nginx.conf")
 
-    def start(self, timeout: float = 10.0) -> "Nginx":
+    def start(self, timeout: float = 10.0) -> Nginx:
         os.makedirs(os.path.join(self.prefix, "tmp"), exist_ok=True)
         os.chmod(self.prefix, 0o755)
         for name in ("access.log", "error.log"):
@@ -166,7 +166,7 @@ class Nginx:
         self.proc = subprocess.Popen(
             [nginx_binary(), "-p", self.prefix, "-c", self.conf_path, "-e", os.path.join(self.prefix, "error.log")],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only ctypes prctl, no locks
         )
         try:
             _wait_port(self.port, timeout, self.proc)
@@ -197,7 +197,7 @@ class Nginx:
         if proc.stderr:
             proc.stderr.close()
 
-    def __enter__(self) -> "Nginx":
+    def __enter__(self) -> Nginx:  # noqa: PYI034 - final class in practice
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
