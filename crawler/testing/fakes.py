@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import Any
 
@@ -15,15 +16,18 @@ class FakeResolver(AbstractResolver):
     name nobody mapped fails that name instead of sending a query off the machine.
     """
 
-    def __init__(self, table: dict[str, list[str]] | None = None) -> None:
+    def __init__(self, table: dict[str, list[str]] | None = None, gate: asyncio.Event | None = None) -> None:
         self.table = dict(table or {})
         self.calls: list[str] = []
+        self.gate = gate  # when set, every lookup waits for it (to test concurrent lookups)
 
     async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict[str, Any]]:
         self.calls.append(host)
+        if self.gate is not None:
+            await self.gate.wait()
         ips = self.table.get(host)
         if ips is None:
-            raise OSError(f"fake resolver: no such name {host}")
+            raise OSError(f"fake resolver: no such name {host} (NXDOMAIN)")
         return [
             {
                 "hostname": host,

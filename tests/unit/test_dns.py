@@ -10,8 +10,8 @@ import asyncio
 import socket
 
 import pytest
-from aiohttp.abc import AbstractResolver
 
+from crawler.testing.fakes import FakeResolver
 from crawler.dns import (
     AddressGuard,
     AddressRefused,
@@ -34,35 +34,6 @@ class FakeClock:
         self.t += dt
 
 
-class FakeResolver(AbstractResolver):
-    """Answers from ``table`` (name -> list of IPs); unknown names raise OSError."""
-
-    def __init__(self, table: dict[str, list[str]] | None = None, gate: asyncio.Event | None = None) -> None:
-        self.table = dict(table or {})
-        self.calls: list[str] = []
-        self.gate = gate
-
-    async def resolve(self, host, port=0, family=socket.AF_INET):
-        self.calls.append(host)
-        if self.gate is not None:
-            await self.gate.wait()
-        ips = self.table.get(host)
-        if ips is None:
-            raise OSError(f"fake resolver: {host} is not in the table (NXDOMAIN)")
-        return [
-            {
-                "hostname": host,
-                "host": ip,
-                "port": port,
-                "family": socket.AF_INET6 if ":" in ip else socket.AF_INET,
-                "proto": 0,
-                "flags": 0,
-            }
-            for ip in ips
-        ]
-
-    async def close(self) -> None:
-        pass
 
 
 def make_cache(table=None, resolve=None, guard=True, **kw):
