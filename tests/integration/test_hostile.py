@@ -166,7 +166,7 @@ def test_dns_failure_is_a_failed_row_negatively_cached_and_does_not_stall(hostil
     resolver = FakeResolver()
     stats, elapsed, violations = _crawl(cfg, resolver)
     assert not violations
-    assert stats["finished"] and elapsed < 10
+    assert stats["finished"] and elapsed < 30  # the dead name costs nothing: no stall to a timeout
     rows = _rows(cfg)
     for url in dead:
         row = rows[url]
