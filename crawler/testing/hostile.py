@@ -77,6 +77,8 @@ __all__ = [
     "loopback_only",
 ]
 
+from crawler.testing.loopthread import LoopThreadServer
+
 log = logging.getLogger(__name__)
 
 _HEAD_LIMIT = 65536
@@ -409,7 +411,7 @@ BEHAVIOURS: dict[str, Behaviour] = {
 # ---------------------------------------------------------------------------- server
 
 
-class HostileServer:
+class HostileServer(LoopThreadServer):
     """The hostile web on ``127.0.0.1:<port>`` (plus optional extra loopback listeners).
 
     ``with HostileServer(max_body_bytes=200_000) as srv: ... srv.requests()``.
@@ -417,6 +419,8 @@ class HostileServer:
     ``"::1"``, ``"127.0.0.2"``); those that cannot be bound are skipped and left out of
     :attr:`listening`. ``domain`` is the suffix whose first label names a behaviour.
     """
+
+    thread_name = "hostile-web"
 
     def __init__(
         self,
@@ -433,6 +437,7 @@ class HostileServer:
         bomb_bytes: int = 1 << 30,
         normal_pages: int = 10,
     ) -> None:
+        super().__init__()
         self.max_body_bytes = max_body_bytes
         self.domain = domain.lower().strip(".")
         self.extra_hosts = tuple(extra_hosts)
@@ -448,62 +453,10 @@ class HostileServer:
         self.listening: list[str] = []
         self._log: list[HostileRequest] = []
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    # -- lifecycle ----------------------------------------------------------------------
-
-    def start(self) -> HostileServer:
-        """Bind and serve in a background thread; returns once connections are accepted."""
-        if self._thread is not None:
-            return self
-        self._thread = threading.Thread(target=self._run, name="hostile-web", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout=30):
-            raise RuntimeError("hostile server did not start within 30 s")
-        if self._error is not None:
-            self._thread = None
-            raise RuntimeError(f"hostile server failed to start: {self._error}") from self._error
-        return self
-
-    def stop(self) -> None:
-        """Stop listening, cancel every running handler and join the thread."""
-        thread, loop, ev = self._thread, self._loop, self._stop
-        if thread is None or loop is None or ev is None:
-            return
-        try:
-            loop.call_soon_threadsafe(ev.set)
-        except RuntimeError:  # loop already closed
-            pass
-        thread.join(timeout=10)
-        self._thread = None
-
-    def __enter__(self) -> HostileServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # reported to start(), or logged once serving
-            if not self._ready.is_set():
-                self._error = exc
-                self._ready.set()
-            else:
-                log.exception("hostile server crashed")
-        finally:
-            loop.close()
-
     async def _serve(self) -> None:
-        self._stop = asyncio.Event()
+        self._stop_event = asyncio.Event()
         servers = [await asyncio.start_server(self._handle, "127.0.0.1", 0, limit=_HEAD_LIMIT)]
         self.port = servers[0].sockets[0].getsockname()[1]
         self.listening = ["127.0.0.1"]
@@ -516,7 +469,7 @@ class HostileServer:
                 self.listening.append(host)
         self._ready.set()
         try:
-            await self._stop.wait()
+            await self._stop_event.wait()
         finally:
             for s in servers:
                 s.close()

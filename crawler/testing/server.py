@@ -27,6 +27,7 @@ from typing import Callable
 
 from aiohttp import web as aioweb
 
+from crawler.testing.loopthread import LoopThreadServer
 from crawler.testing.web import PROFILES, SyntheticWeb, canonical_path_qs
 
 __all__ = ["RequestRecord", "WebServer", "main", "serve_forever"]
@@ -61,7 +62,7 @@ def _strip_port(host: str) -> str:
     return host.partition(":")[0]
 
 
-class WebServer:
+class WebServer(LoopThreadServer):
     """A running synthetic web: ``with WebServer(web) as srv: ... srv.requests()``.
 
     ``port=0`` takes an ephemeral port; :meth:`start` binds, then calls ``web.bind(port)``
@@ -69,7 +70,10 @@ class WebServer:
     "503 once, then 200" live here; :meth:`reset` clears them and the log between crawls.
     """
 
+    thread_name = "synthetic-web"
+
     def __init__(self, web: SyntheticWeb, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__()
         self.web = web
         self.host = host
         self._want_port = port
@@ -78,60 +82,6 @@ class WebServer:
         self._log: list[RequestRecord] = []
         self._attempts: dict[tuple[str, str], int] = {}
         self._active: dict[str, int] = {}
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop_event: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-
-    # ------------------------------------------------------------------- lifecycle
-
-    def start(self) -> "WebServer":
-        """Bind and serve in a background thread; returns once requests are accepted."""
-        if self._thread is not None:
-            return self
-        self._thread = threading.Thread(target=self._run, name="synthetic-web", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout=30):
-            raise RuntimeError("synthetic web server did not start within 30 s")
-        if self._error is not None:
-            self._thread = None
-            raise RuntimeError(f"synthetic web server failed to start on {self.host}:{self._want_port}: "
-                               f"{self._error}") from self._error
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and join the thread (pending stalled handlers are cancelled)."""
-        thread, loop, ev = self._thread, self._loop, self._stop_event
-        if thread is None or loop is None or ev is None:
-            return
-        try:
-            loop.call_soon_threadsafe(ev.set)
-        except RuntimeError:  # loop already closed
-            pass
-        thread.join(timeout=10)
-        self._thread = None
-
-    def __enter__(self) -> "WebServer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # reported to start(), or logged if after startup
-            if not self._ready.is_set():
-                self._error = exc
-                self._ready.set()
-            else:
-                _log.exception("synthetic web server crashed")
-        finally:
-            loop.close()
 
     async def _serve(self) -> None:
         self._stop_event = asyncio.Event()
