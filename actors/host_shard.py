@@ -85,6 +85,7 @@ class HostShard:
         )
         self._run_task: asyncio.Task[None] | None = None
         self._stopped = False
+        self._final: dict[str, Any] = {}
 
     async def set_peers(self, peers: dict[str, Any]) -> None:
         """Handles of every shard by id (including this one)."""
@@ -136,10 +137,11 @@ class HostShard:
     async def stop(self) -> dict[str, Any]:
         """Stop fetching, flush rows and bodies, close the fetcher; returns the final status."""
         if self._stopped:
-            return self.engine.status()
+            return self._final
         self._stopped = True
         self.engine.stop()
         if self._run_task is not None:
             await asyncio.gather(self._run_task, return_exceptions=True)
         await self.engine.close()
-        return self.engine.status()
+        self._final = {**self.engine.status(), "store_counts": self.engine.store_counts()}
+        return self._final

@@ -130,7 +130,7 @@ def _measure_frontier(kind: str, n: int, work: str) -> dict[str, Any]:
         store = FrontierStore(os.path.join(work, "frontier.sqlite"))
         from crawler.config import RuntimeConfig
 
-        fr = Frontier(Pacer(), SYSTEM_CLOCK, random.Random(0), window=RuntimeConfig().frontier_window, loader=store.load)
+        fr = Frontier(Pacer(), SYSTEM_CLOCK, random.Random(0), window=RuntimeConfig().frontier_window, spill=store)
     # URL i goes to host i % hosts: batches mix hosts like a page's links do.
     for lo in range(0, n, BATCH):
         ref = _url(lo % hosts, lo) + "?ref"

@@ -158,7 +158,7 @@ class ShardEngine:
             backoff_s=cfg.fetch.backoff_s,
             max_backoff_s=cfg.fetch.max_backoff_s,
             window=cfg.runtime.frontier_window if store is not None else None,
-            loader=store.load if store is not None else None,
+            spill=store,
         )
         self.links = build_link_policy(cfg, seeds)
         self.host_budget = HostBudget(
@@ -189,6 +189,7 @@ class ShardEngine:
         self._last_checkpoint = clock.now()
         self._last_ship = clock.now()
         self.resumed = 0
+        self._final_counts: dict[str, int] | None = None
         if store is not None:
             self._restore()
 
@@ -265,6 +266,7 @@ class ShardEngine:
         if self.fetcher is not None:
             await self.fetcher.close()
         if self.store is not None:
+            self._final_counts = self.store.counts()  # after the last acks, for the ledger
             self.store.close()
 
     def _restore(self) -> None:
@@ -341,21 +343,24 @@ class ShardEngine:
                 self.dropped["duplicate_delivery"] += len(items) - len(fresh)
             items = fresh
         keep: list[UrlItem] = []
+        refused: list[UrlItem] = []
         over_budget: list[str] = []
         respect = self.cfg.politeness.respect_robots
         for item in items:
-            if respect:
-                allowed = self.robots.allowed(item.url, origin(item.url))
-                if allowed is False:
-                    self._robots_refused(item)
-                    continue
-            if not self.host_budget.admit(item.host):
+            if respect and self.robots.allowed(item.url, origin(item.url)) is False:
+                refused.append(item)
+            elif not self.host_budget.admit(item.host):
                 self.dropped["host_budget"] += 1
                 over_budget.append(item.url)
-                continue
-            keep.append(item)
-        if over_budget and self.store is not None:
-            self.store.done(over_budget)  # dropped by a rule: finished, with no row
+            else:
+                keep.append(item)
+        if self.store is not None:
+            # A refused URL gets a row without a fetch: claim it now, so it never looks
+            # like a spilled URL waiting in the frontier (state 0 means exactly that).
+            self.store.claim([i.url for i in refused])
+            self.store.drop(over_budget)  # dropped by a counted rule: finished, with no row
+        for item in refused:
+            self._robots_refused(item)
         self.frontier.push(keep)
         self.counters["accepted"] += len(keep)
         if self._wake is not None:
@@ -640,7 +645,10 @@ class ShardEngine:
             self._rows, self._bodies = [], {}
             writer = self.writer
             if rows or bodies:
-                await asyncio.to_thread(writer.add, rows, bodies)
+                # In the loop, not in a thread: ``add`` only validates and buffers, and a
+                # thread job cancelled before it starts (stopping cancels this loop) would
+                # drop the rows it carries. From here on the writer holds them.
+                writer.add(rows, bodies)
                 self._handed.extend(r["url"] for r in rows)
             if final:
                 await asyncio.to_thread(writer.flush)
@@ -656,6 +664,15 @@ class ShardEngine:
                 await self._ship_state(final)
 
     # -- status ---------------------------------------------------------------------
+
+    def store_counts(self) -> dict[str, int] | None:
+        """The durable store's URLs by state (the shard's side of crawler.ledger); None without one.
+
+        After :meth:`close`, the counts as the store was closed (every final ack included).
+        """
+        if self._final_counts is not None or self.store is None:
+            return self._final_counts
+        return self.store.counts()
 
     def status(self) -> dict[str, Any]:
         """Counters for progress and for the termination check.
@@ -683,4 +700,5 @@ class ShardEngine:
             "dropped": dict(self.dropped),
             "router": rs,
             "rows_pending": len(self._rows) + (self.writer.pending_rows() if self.writer is not None else 0),
+            "frontier_recounts": self.frontier.recounts,
         }

@@ -23,11 +23,14 @@ import enum
 import heapq
 import itertools
 import math
+import logging
 import random
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
 from crawler.urls import host_key
+
+log = logging.getLogger(__name__)
 
 
 class FrontierState(enum.Enum):
@@ -71,6 +74,18 @@ class HostPacer(Protocol):
     def next_allowed(self, host: str) -> float: ...
 
 
+class SpillStore(Protocol):
+    """Where a host's URLs beyond the in-memory window wait (crawler.journal.FrontierStore).
+
+    Its queued rows of a host with ids above the frontier's cursor are exactly that
+    host's spilled URLs; :meth:`count_queued` lets the frontier recount them.
+    """
+
+    def load(self, host: str, after_id: int, limit: int) -> list[UrlItem]: ...
+
+    def count_queued(self, host: str, after_id: int) -> int: ...
+
+
 def bfs_priority(item: UrlItem) -> float:
     """Default priority: breadth-first (shallow pages first, FIFO among equals)."""
     return float(item.depth)
@@ -110,10 +125,10 @@ class Frontier:
         backoff_s: float = 2.0,
         max_backoff_s: float = 600.0,
         window: int | None = None,
-        loader: Callable[[str, int, int], list[UrlItem]] | None = None,
+        spill: SpillStore | None = None,
     ) -> None:
-        if (window is None) != (loader is None):
-            raise ValueError("window and loader go together")
+        if (window is None) != (spill is None):
+            raise ValueError("window and spill go together")
         self._pacer = pacer
         self._clock = clock
         self._rng = rng or random.Random(0)
@@ -126,7 +141,8 @@ class Frontier:
         self._size = 0
         self._in_flight = 0
         self._window = window
-        self._loader = loader
+        self._spill = spill
+        self.recounts = 0  # spill counts corrected from the store (each one is a bug: logged)
 
     # -- queries --------------------------------------------------------------------
 
@@ -314,19 +330,21 @@ class Frontier:
     # -- internals ------------------------------------------------------------------
 
     def _promote(self, q: _HostQueue, now: float, host: str = "") -> None:
-        if not q.ready and q.spilled and self._loader is not None:
-            loaded = self._loader(host, q.cursor, self._window or 1)
-            if not loaded:  # the store has fewer than we counted: trust the store
-                self._size -= q.spilled
-                q.spilled = 0
+        if not q.ready and q.spilled and self._spill is not None:
+            loaded = self._spill.load(host, q.cursor, self._window or 1)
             for item in loaded:
-                q.spilled -= 1
                 q.cursor = max(q.cursor, item.sid)
                 item.priority = self._priority(item)
                 heapq.heappush(q.ready, (item.priority, next(self._seq), item))
-            if q.spilled < 0:  # loaded more than counted (restore raced an add): recount
-                self._size -= q.spilled
-                q.spilled = 0
+            q.spilled -= len(loaded)
+            if q.spilled < 0 or not loaded:
+                # The store disagrees with our count: it is the truth. Recount rather than
+                # guess (guessing zero once lost the host's last URLs), and say so.
+                actual = self._spill.count_queued(host, q.cursor)
+                log.error("frontier: %s had %d URLs left to load by count, the store has %d", host, q.spilled, actual)
+                self._size += actual - q.spilled
+                q.spilled = actual
+                self.recounts += 1
         while q.delayed and q.delayed[0][0] <= now:
             _, _, item = heapq.heappop(q.delayed)
             item.priority = self._priority(item)

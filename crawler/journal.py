@@ -5,7 +5,12 @@ accepted, in acceptance order, with its state:
 
 * ``0`` queued: accepted, not yet handed to a fetch;
 * ``1`` claimed: handed to a fetch (its links may already be on their way);
-* ``2`` done: its outcome row and body are durable in the output.
+* ``2`` done: its outcome row and body are durable in the output;
+* ``3`` dropped: finished with no row, by a counted rule (the per-host page budget).
+
+State ``0`` means exactly "waiting in the frontier": the frontier's spill loader hands out
+every queued row of a host past its cursor, so a URL that gets a row without being
+fetched (refused by cached robots rules at accept) is claimed at once, never left queued.
 
 The ordering that makes the crawl lose nothing (DESIGN.md invariant 6):
 
@@ -43,7 +48,7 @@ def _key(url: str) -> int:
     h = url_hash64(url)
     return h - (1 << 64) if h >= 1 << 63 else h
 
-QUEUED, CLAIMED, DONE = 0, 1, 2
+QUEUED, CLAIMED, DONE, DROPPED = 0, 1, 2, 3
 
 # ``h`` is the URL's 64-bit hash (signed for SQLite): a small integer index instead of a
 # second copy of every URL's text, like the seen set's exact store (same 8-byte keys).
@@ -151,6 +156,10 @@ class FrontierStore:
         """Mark URLs finished: their outcome rows are durable. Committed."""
         self._set_state(urls, DONE)
 
+    def drop(self, urls: Sequence[str]) -> None:
+        """Mark URLs finished without a row (dropped by a counted rule). Committed."""
+        self._set_state(urls, DROPPED)
+
     def _set_state(self, urls: Sequence[str], state: int) -> None:
         if not urls:
             return
@@ -177,6 +186,13 @@ class FrontierStore:
             out.append(it)
         return out
 
+    def count_queued(self, host: str, after_id: int) -> int:
+        """How many queued URLs of ``host`` come after ``after_id`` (the spill recount)."""
+        with self._lock:
+            return self._db.execute(
+                "SELECT count(*) FROM urls WHERE host=? AND state=0 AND id>?", (host, after_id)
+            ).fetchone()[0]
+
     def recover(self) -> int:
         """After a crash: claimed URLs go back to the queue, flagged for replay. Returns how many."""
         with self._lock:
@@ -189,9 +205,15 @@ class FrontierStore:
             return self._db.execute("SELECT host, count(*) FROM urls WHERE state=0 GROUP BY host").fetchall()
 
     def counts(self) -> dict[str, int]:
+        """URLs per state: queued, claimed, done (row durable), dropped (no row, counted rule)."""
         with self._lock:
             rows = dict(self._db.execute("SELECT state, count(*) FROM urls GROUP BY state").fetchall())
-        return {"queued": rows.get(QUEUED, 0), "claimed": rows.get(CLAIMED, 0), "done": rows.get(DONE, 0)}
+        return {
+            "queued": rows.get(QUEUED, 0),
+            "claimed": rows.get(CLAIMED, 0),
+            "done": rows.get(DONE, 0),
+            "dropped": rows.get(DROPPED, 0),
+        }
 
     def get_meta(self, key: str) -> str | None:
         with self._lock:

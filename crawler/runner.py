@@ -19,6 +19,7 @@ from crawler.config import CrawlConfig, to_dict
 from crawler.dedup import ContentIndex
 from crawler.engine import LocalPageBudget, ShardEngine
 from crawler.frontier import UrlItem
+from crawler import ledger
 from crawler.hashring import HashRing
 from crawler.journal import FrontierStore
 from crawler.resume import crawl_state_dir, mark_finished, prepare
@@ -215,9 +216,12 @@ class LocalCrawl:
         elapsed = time.monotonic() - started
         stats = self.final_stats(elapsed)
         stats["finished"] = finished
+        opts = dict(self.cfg.output.storage_options) or None
         if finished:
             # Rows repeated across a crash or a retried delivery: leave each (url, content) once.
-            stats["compacted_rows"] = compact_pages(self.cfg.output.path, dict(self.cfg.output.storage_options) or None)
+            stats["compacted_rows"] = compact_pages(self.cfg.output.path, opts)
+        statuses = [{**e.status(), "store_counts": e.store_counts()} for e in self.engines.values()]
+        stats["ledger"] = ledger.for_run(self.cfg.output.path, opts, statuses, stats["seen"], finished=finished)
         write_stats(self.cfg, stats)
         if finished and self.record is not None:
             mark_finished(self.cfg, self.record)

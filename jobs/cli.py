@@ -96,17 +96,42 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from crawler.storage import summarize
+    """Summarize OUT from its rows, and check the run's URL ledger against them.
+
+    Exit 1 when the ledger in ``stats.json`` does not balance against the rows in OUT
+    (a lost or invented URL); works for local and fsspec (s3://) outputs.
+    """
+    from crawler import ledger
+    from crawler.storage import open_fs, summarize
 
     summary = summarize(args.out)
-    stats_path = Path(args.out) / "stats.json"
-    if stats_path.exists():
-        run = json.loads(stats_path.read_text())
+    fs, root = open_fs(args.out)
+    stats_path = f"{root.rstrip('/')}/stats.json"
+    ok = True
+    if fs.exists(stats_path):
+        with fs.open(stats_path, "r") as f:
+            run = json.load(f)
         summary["run"] = {k: run.get(k) for k in ("finished", "elapsed_s", "pages_per_s", "requests", "retries", "queued_unfetched", "shards", "dropped")}
+        led = run.get("ledger")
+        if led:
+            # Recheck against the rows as they are now, not as the run counted them.
+            counts = [{"queued": led["queued"], "claimed": 0, "done": led["acked"], "dropped": led["dropped"]}]
+            led = ledger.build(
+                counts,
+                seen_novel=led["seen_novel"],
+                seen_bypassed=led["seen_bypassed"],
+                rows=ledger.output_url_count(args.out),
+                finished=bool(run.get("finished")),
+                page_budget_spent=bool(led.get("page_budget_spent")),
+            )
+            summary["ledger"] = led
+            ok = led["balanced"]
     else:
         summary["run"] = {"finished": False, "note": "no stats.json: the crawl is running or was interrupted"}
     print(json.dumps(summary, indent=2, default=str))
-    return 0
+    if summary.get("ledger"):
+        print(ledger.describe(summary["ledger"]), file=sys.stderr)
+    return 0 if ok else 1
 
 
 def cmd_links(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ import uuid
 from typing import Any, Sequence
 
 from crawler import config as config_mod
+from crawler import ledger
 from crawler.config import CrawlConfig, resolve_shards, to_dict
 from crawler.errors import ConfigError, OutputExistsError
 from crawler.hashring import HashRing
@@ -301,10 +302,12 @@ class Crawl:
         }
         self.final["resumed_urls"] = self.resumed
         self.final["mode"] = self.mode
+        opts = dict(self.cfg.output.storage_options) or None
         if finished:
             from crawler.dataset import compact_pages
 
-            self.final["compacted_rows"] = compact_pages(self.cfg.output.path, dict(self.cfg.output.storage_options) or None)
+            self.final["compacted_rows"] = compact_pages(self.cfg.output.path, opts)
+        self.final["ledger"] = ledger.for_run(self.cfg.output.path, opts, finals, seen_total, finished=finished)
         write_stats(self.cfg, self.final)
         if finished and self.record is not None:
             mark_finished(self.cfg, self.record)
@@ -414,6 +417,8 @@ def print_summary(stats: dict[str, Any], out: str, stream=None) -> None:
     )
     if stats.get("dropped"):
         print("links not followed: " + ", ".join(f"{k} {v}" for k, v in sorted(stats["dropped"].items())), file=stream)
+    if stats.get("ledger"):
+        print(ledger.describe(stats["ledger"]), file=stream)
     print(f"output: {out}/pages (Parquet), {out}/blobs, {out}/stats.json", file=stream)
 
 

@@ -116,6 +116,14 @@ def check_rows(server: WebServer, cfg: CrawlConfig) -> Any:
     return table
 
 
+def check_ledger(stats: dict[str, Any]) -> None:
+    """URLs the seen filter admitted = rows + URLs dropped by a counted rule + URLs still
+    queued, and nothing queued in a crawl that says it finished (crawler.ledger)."""
+    led = stats.get("ledger")
+    assert led is not None, "the run wrote no URL ledger"
+    assert led["balanced"], f"URL ledger does not balance: {led['problems']} ({led})"
+
+
 def check_all(server: WebServer, cfg: CrawlConfig) -> Any:
     check_never_requested(server)
     check_exactly_once(server, cfg)

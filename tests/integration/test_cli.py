@@ -17,6 +17,8 @@ from crawler.storage import read_pages
 from crawler.testing.fixtures import crawl_config_for
 from jobs import cli
 
+from tests.integration import checks
+
 
 def _env(**extra):
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
@@ -92,6 +94,7 @@ def test_ctrl_c_stops_cleanly_and_output_stays_readable(web, tmp_path):
     assert rows.num_rows > 0
     stats = json.loads((out / "stats.json").read_text())
     assert stats["finished"] is False
+    checks.check_ledger(stats)
     time.sleep(1.0)
     assert len(web.requests()) == n_requests  # nothing kept crawling after exit
 
@@ -103,6 +106,7 @@ def test_demo_runs_and_prints_its_summary(ray_cluster, tmp_path, capsys):
     assert "crawl finished" in captured.out
     stats = json.loads((out / "stats.json").read_text())
     assert stats["finished"] is True
+    checks.check_ledger(stats)
     assert stats["outcomes"]["fetched"] > 2500
     assert stats["outcomes"]["robots_blocked"] > 0 and stats["duplicates"]["exact"] > 0 and stats["duplicates"]["near"] > 0
     assert read_pages(str(out)).num_rows == sum(stats["outcomes"].values())

@@ -97,6 +97,7 @@ def test_killed_shard_and_seen_actor_are_restarted_and_lose_nothing(ray_cluster,
     ray.kill(crawl.seen_actors[0], no_restart=False)
     stats = crawl.wait(timeout_s=240)
     assert stats["finished"] is True
+    checks.check_ledger(stats)
 
     counts = Counter(web.request_counts())
     missing = [u for u in web.web.must_fetch() if counts[u] == 0]
@@ -193,6 +194,7 @@ def test_sigkill_of_the_whole_job_then_resume(web, tmp_path):
     rows = _check_output_whole(out)
     assert {r["url"] for r in rows} >= web.web.must_fetch()
     assert json.loads((out / "state" / "crawl.json").read_text())["finished"] is True
+    checks.check_ledger(json.loads((out / "stats.json").read_text()))
 
     # Run again on the finished crawl: it says so and exits 0 without a request.
     n = len(web.requests())

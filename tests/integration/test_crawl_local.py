@@ -20,6 +20,7 @@ def test_single_process_crawl_matches_ground_truth(web, tmp_path):
     cfg = config.from_dict(crawl_config_for(web, output={"path": str(tmp_path / "out")}))
     stats = asyncio.run(LocalCrawl(cfg, shards=2).run())
     checks.check_all(web, cfg)
+    checks.check_ledger(stats)
     assert stats["finished"] is True
     assert stats["outcomes"]["fetched"] >= len(web.web.must_fetch()) * 0.9
     saved = json.loads((tmp_path / "out" / "stats.json").read_text())

@@ -27,6 +27,7 @@ def test_ray_crawl_matches_ground_truth_and_single_process(ray_cluster, web, tmp
     cfg, stats = _ray_crawl(web, tmp_path, shards=3)
     assert stats["finished"] is True and stats["shards"] == 3
     table = checks.check_all(web, cfg)
+    checks.check_ledger(stats)
     # Hosts were really spread: more than one shard wrote rows.
     assert len(set(table.column("shard").to_pylist())) == 3
     saved = json.loads((tmp_path / "out" / "stats.json").read_text())
@@ -39,7 +40,7 @@ def test_ray_crawl_matches_ground_truth_and_single_process(ray_cluster, web, tmp
 
     web.reset()
     local_cfg = config.from_dict(crawl_config_for(web, output={"path": str(tmp_path / "local")}))
-    asyncio.run(LocalCrawl(local_cfg, shards=1).run())
+    checks.check_ledger(asyncio.run(LocalCrawl(local_cfg, shards=1).run()))
     ray_rows = {(r["url"], r["outcome"]) for r in read_pages(cfg.output.path).to_pylist() if not r["url"].startswith(tuple(_trap_prefixes(web)))}
     local_rows = {(r["url"], r["outcome"]) for r in read_pages(local_cfg.output.path).to_pylist() if not r["url"].startswith(tuple(_trap_prefixes(web)))}
     assert ray_rows == local_rows
@@ -53,6 +54,7 @@ def _trap_prefixes(server):
 def test_max_pages_is_global_across_shards(ray_cluster, web, tmp_path):
     cfg, stats = _ray_crawl(web, tmp_path, shards=2, limits={"max_pages": 25})
     assert stats["finished"] is True
+    checks.check_ledger(stats)
     pages = [r for r in web.requests() if not r.path_qs.endswith("robots.txt")]
     # Retries of a URL are not new pages; only first attempts count against max_pages.
     assert len({(r.host, r.path_qs) for r in pages}) <= 25

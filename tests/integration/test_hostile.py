@@ -24,6 +24,8 @@ from crawler.runner import LocalCrawl
 from crawler.storage import read_pages
 from crawler.testing.hostile import HostileServer, loopback_only
 
+from tests.integration import checks
+
 TIMEOUT_S = 1.0
 MAX_BODY = 200_000
 MAX_DEPTH = 8
@@ -81,6 +83,7 @@ def _crawl(cfg: config.CrawlConfig, resolver: FakeResolver, shards: int = 1) -> 
             LocalCrawl(cfg, shards=shards, fetcher_factory=lambda: build_fetcher(cfg, base_resolver=resolver)).run()
         )
         elapsed = time.monotonic() - t0
+    checks.check_ledger(stats)
     return stats, elapsed, violations
 
 

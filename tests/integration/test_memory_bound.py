@@ -18,6 +18,8 @@ import textwrap
 from crawler.testing.server import WebServer
 from crawler.testing.web import Reply
 
+from tests.integration import checks
+
 LINKS = 5000
 PAGES = 200
 HOSTS = 10
@@ -51,6 +53,7 @@ CHILD = textwrap.dedent(
     stats = asyncio.run(crawl.run())
     print(json.dumps({
         "queued": stats["queued_unfetched"],
+        "ledger": stats["ledger"],
         "fetched": stats["outcomes"]["fetched"],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }))
@@ -80,6 +83,7 @@ def test_a_million_queued_urls_stay_on_disk(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["fetched"] == PAGES
+    checks.check_ledger(result)
     assert result["queued"] >= 0.9 * PAGES * LINKS
     print(result)
     assert result["peak_rss_mb"] < BUDGET_MB, result

@@ -20,7 +20,9 @@ def _crawl(web, tmp_path, **dedup):
         )
     )
     crawl = Crawl(cfg, poll_interval_s=0.05).start()
-    return cfg, crawl.wait(timeout_s=120)
+    stats = crawl.wait(timeout_s=120)
+    checks.check_ledger(stats)
+    return cfg, stats
 
 
 def test_exact_mode_loses_nothing_with_a_saturated_bloom_filter(ray_cluster, web, tmp_path):

@@ -31,6 +31,8 @@ from crawler.storage import read_pages
 from crawler.testing.hostile import TRAVERSAL_STRINGS, HostileServer, loopback_only
 from crawler.urls import normalize
 
+from tests.integration import checks
+
 try:
     import psutil
 except ImportError:  # pragma: no cover - psutil is optional; tracemalloc is the fallback
@@ -64,6 +66,7 @@ def _run(cfg: config.CrawlConfig, resolver: FakeResolver) -> tuple[LocalCrawl, d
     crawl = LocalCrawl(cfg, fetcher_factory=lambda: build_fetcher(cfg, base_resolver=resolver))
     with loopback_only() as violations:
         stats = asyncio.run(crawl.run())
+    checks.check_ledger(stats)
     return crawl, stats, violations
 
 

@@ -21,6 +21,8 @@ from crawler.testing.server import WebServer
 from crawler.testing.web import Reply
 from jobs.crawl import Crawl
 
+from tests.integration import checks
+
 CHAIN = 8
 FAN = 6
 DELAY = 0.25
@@ -94,6 +96,7 @@ def test_late_links_across_shards_local(chain_server, tmp_path):
     # The chain is sequential: it cannot be done before every slow page answered.
     assert time.monotonic() - t0 >= CHAIN * DELAY
     assert stats["outcomes"]["fetched"] == CHAIN + FAN
+    checks.check_ledger(stats)
 
 
 def test_late_links_across_shards_on_ray(ray_cluster, chain_server, tmp_path):
@@ -105,6 +108,7 @@ def test_late_links_across_shards_on_ray(ray_cluster, chain_server, tmp_path):
     rows = read_pages(cfg.output.path).to_pylist()
     assert len({r["shard"] for r in rows}) >= 2  # the chain really crossed shards
     assert {r["url"] for r in rows if r["outcome"] == "fetched"} == chain_server.web.expected()
+    checks.check_ledger(stats)
 
 
 def test_a_fetch_that_raises_releases_its_claim(chain_server, tmp_path):
@@ -130,3 +134,4 @@ def test_a_fetch_that_raises_releases_its_claim(chain_server, tmp_path):
     assert "internal error" in rows[poisoned]["error"] and "boom" in rows[poisoned]["error"]
     assert stats["finished"] is True
     assert stats["outcomes"]["fetched"] == CHAIN + FAN - 1
+    checks.check_ledger(stats)

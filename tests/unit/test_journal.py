@@ -37,14 +37,14 @@ def test_claimed_urls_come_back_flagged_for_replay_and_done_ones_never(tmp_path)
     back = st.load("a.test", 0, 10)
     assert [(i.url, i.replay) for i in back] == [("http://a.test/p/1", True), ("http://a.test/p/2", False)]
     assert st.pending_hosts() == [("a.test", 2)]
-    assert st.counts() == {"queued": 2, "claimed": 0, "done": 1}
+    assert st.counts() == {"queued": 2, "claimed": 0, "done": 1, "dropped": 0}
     assert len(st.add(items("a.test", 3))) == 0  # done or queued: never accepted twice
 
 
 def test_frontier_keeps_a_window_in_memory_and_loads_the_rest_in_order(tmp_path):
     st = FrontierStore(str(tmp_path / "s.sqlite"))
     clock = MockClock()
-    f = Frontier(Pacer(), clock, random.Random(0), window=2, loader=st.load)
+    f = Frontier(Pacer(), clock, random.Random(0), window=2, spill=st)
     f.push(st.add(items("a.test", 10)))
     assert len(f) == 10 and f.in_memory() == 2
     got = []
@@ -65,7 +65,7 @@ def test_restore_registers_spilled_hosts_and_serves_them(tmp_path):
     st.close()
     st = FrontierStore(path)
     st.recover()
-    f = Frontier(Pacer(), MockClock(), random.Random(0), window=4, loader=st.load)
+    f = Frontier(Pacer(), MockClock(), random.Random(0), window=4, spill=st)
     for host, n in st.pending_hosts():
         f.restore_spilled(host, n)
     assert len(f) == 5 and f.in_memory() == 0
