@@ -1,8 +1,9 @@
-"""Injectable clocks (model: trio's ``MockClock``).
+"""The one time seam of the crawler (model: trio's ``MockClock``).
 
-Every policy object that needs time takes a clock instead of calling ``time`` itself,
-so rate limits, backoff and TTLs are tested by advancing a :class:`MockClock` rather
-than by sleeping.
+Every object that needs time takes a :class:`Clock` instead of calling ``time`` or the
+event loop's timers itself: politeness, robots and DNS TTLs, the frontier's backoff, the
+shard scheduler's waits, the link router's and micro-batchers' flush timers, the output
+buffer and the checkpointer. Tests drive them with :class:`MockClock` and never sleep.
 
 ``now()`` is monotonic seconds (never jumps with NTP, so an adjustment cannot hand out a
 free burst of requests); ``wall()`` is UTC epoch seconds, used only for timestamps that
@@ -12,12 +13,22 @@ leave the process (output rows, HTTP dates).
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import time
-from typing import Protocol
+from typing import Any, Awaitable, Callable, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Timer(Protocol):
+    """A scheduled callback (what :meth:`Clock.call_later` returns)."""
+
+    def cancel(self) -> None: ...
 
 
 class Clock(Protocol):
-    """What policy objects need from time."""
+    """What the crawler needs from time."""
 
     def now(self) -> float:
         """Monotonic seconds."""
@@ -28,9 +39,12 @@ class Clock(Protocol):
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` of this clock's time."""
 
+    def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:
+        """Run ``callback`` (in the running event loop) after ``delay`` seconds of this clock."""
+
 
 class SystemClock:
-    """The real clock: ``time.monotonic`` and ``time.time``."""
+    """The real clock: ``time.monotonic``, ``time.time`` and the event loop's timers."""
 
     def now(self) -> float:
         return time.monotonic()
@@ -41,18 +55,36 @@ class SystemClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
 
+    def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:
+        return asyncio.get_running_loop().call_later(max(0.0, delay), callback)
+
+
+class _MockTimer:
+    __slots__ = ("callback", "cancelled")
+
+    def __init__(self, callback: Callable[[], Any]) -> None:
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
 
 class MockClock:
     """A clock that only moves when told to.
 
-    ``sleep`` advances the clock by the requested amount and yields once, so code that
-    waits for a politeness slot runs instantly in tests while still observing the
-    passage of time (like trio's autojump clock, simplified for a single waiter at a time).
+    Sleepers and timers wait in a heap by deadline; :meth:`advance` moves time forward and
+    fires, in deadline order, everything that came due. :meth:`run_until` is the test
+    driver: it lets the event loop settle, and when nothing can run until a deadline, jumps
+    to that deadline (trio's autojump clock), so a scheduler that waits for politeness,
+    backoff or a flush timer runs at once while observing exact times.
     """
 
     def __init__(self, start: float = 0.0, wall_start: float = 1_700_000_000.0) -> None:
         self._now = float(start)
         self._wall_offset = float(wall_start) - float(start)
+        self._timers: list[tuple[float, int, _MockTimer]] = []
+        self._seq = itertools.count()
 
     def now(self) -> float:
         return self._now
@@ -60,16 +92,101 @@ class MockClock:
     def wall(self) -> float:
         return self._now + self._wall_offset
 
-    def advance(self, seconds: float) -> None:
-        """Move time forward by ``seconds`` (must be >= 0)."""
-        if seconds < 0:
-            raise ValueError("a clock cannot go backwards")
-        self._now += seconds
+    def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:
+        timer = _MockTimer(callback)
+        heapq.heappush(self._timers, (self._now + max(0.0, delay), next(self._seq), timer))
+        return timer
 
     async def sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            self._now += seconds
-        await asyncio.sleep(0)
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        fut = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        timer = self.call_later(seconds, wake)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+
+    def next_deadline(self) -> float | None:
+        """The earliest pending timer's time, or None."""
+        while self._timers and self._timers[0][2].cancelled:
+            heapq.heappop(self._timers)
+        return self._timers[0][0] if self._timers else None
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds`` (>= 0), firing every timer that comes due."""
+        if seconds < 0:
+            raise ValueError("a clock cannot go backwards")
+        target = self._now + seconds
+        while True:
+            due = self.next_deadline()
+            if due is None or due > target:
+                break
+            _, _, timer = heapq.heappop(self._timers)
+            self._now = max(self._now, due)
+            timer.cancelled = True
+            timer.callback()
+        self._now = target
+
+    async def settle(self, rounds: int = 50) -> None:
+        """Let every task that can run without time passing do so."""
+        for _ in range(rounds):
+            await asyncio.sleep(0)
+
+    async def run_until(self, done: Callable[[], bool], *, max_time: float = 3600.0) -> float:
+        """Settle, and jump to the next deadline whenever nothing else can happen, until
+        ``done()``. Returns the clock time then. Raises if nothing can ever happen again
+        (a deadlock) or if ``max_time`` of clock time passes."""
+        limit = self._now + max_time
+        while True:
+            await self.settle()
+            if done():
+                return self._now
+            due = self.next_deadline()
+            if due is None:
+                raise RuntimeError("MockClock.run_until: nothing is scheduled and the condition is not met")
+            if due > limit:
+                raise TimeoutError(f"MockClock.run_until: condition not met by t={limit}")
+            self.advance(max(0.0, due - self._now))
+
+
+async def wait_event(clock: Clock, event: asyncio.Event, timeout: float) -> bool:
+    """Wait until ``event`` is set or ``timeout`` seconds of ``clock`` pass. True if set."""
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    sleeper = asyncio.ensure_future(clock.sleep(timeout))
+    try:
+        await asyncio.wait((waiter, sleeper), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (waiter, sleeper):
+            t.cancel()
+        await asyncio.gather(waiter, sleeper, return_exceptions=True)
+    return event.is_set()
+
+
+async def within(clock: Clock, aw: Awaitable[T], seconds: float) -> T:
+    """Await ``aw``, raising :class:`asyncio.TimeoutError` after ``seconds`` of ``clock``."""
+    task = asyncio.ensure_future(aw)
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        await asyncio.wait((task, sleeper), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        sleeper.cancel()
+        raise
+    sleeper.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    raise asyncio.TimeoutError(f"no result within {seconds}s")
 
 
 SYSTEM_CLOCK = SystemClock()
