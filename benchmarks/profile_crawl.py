@@ -66,7 +66,7 @@ COMPONENTS = (
     ("frontier + politeness", ("crawler/frontier.py", "crawler/politeness.py")),
     ("routing + batching", ("crawler/routing.py", "crawler/batching.py")),
     ("Ray actor calls + runtime", ("ray/", "actors/")),
-    ("engine bookkeeping", ("crawler/engine.py", "crawler/runner.py", "crawler/termination.py", "jobs/")),
+    ("engine bookkeeping", ("crawler/scheduler.py", "crawler/pipeline.py", "crawler/outbox.py", "crawler/checkpoint.py", "crawler/shard.py", "crawler/session.py", "crawler/local.py", "crawler/termination.py", "jobs/")),
 )
 _GENERIC = ("asyncio/", "threading.py", "json/", "socket.py", "selectors.py", "concurrent/", "contextlib.py",
             "<frozen", "functools.py", "typing.py", "<string>", "enum.py", "queue.py", "logging/", "weakref.py",

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.bare_loop import extract
     from crawler.config import from_dict
     from crawler.dedup import content_sha256, text_fingerprint
-    from crawler.engine import build_link_policy
+    from crawler.shard import build_link_policy
     from crawler.frontier import UrlItem
     from crawler.parse import parse_page
     from crawler.seen import url_hash64

@@ -49,6 +49,7 @@ def _key(url: str) -> int:
     return h - (1 << 64) if h >= 1 << 63 else h
 
 QUEUED, CLAIMED, DONE, DROPPED = 0, 1, 2, 3
+STATE_NAMES = {QUEUED: "queued", CLAIMED: "in_flight", DONE: "done", DROPPED: "dropped"}
 
 # ``h`` is the URL's 64-bit hash (signed for SQLite): a small integer index instead of a
 # second copy of every URL's text, like the seen set's exact store (same 8-byte keys).
@@ -198,6 +199,14 @@ class FrontierStore:
         with self._lock:
             cur = self._db.execute("UPDATE urls SET state=0, replay=1 WHERE state=1")
             return cur.rowcount
+
+    def url_status(self, url: str) -> dict[str, object] | None:
+        """What the store knows of ``url``: its state, depth and referrer; None if never accepted."""
+        with self._lock:
+            row = self._db.execute("SELECT url, host, depth, referrer, state FROM urls WHERE h=?", (_key(url),)).fetchone()
+        if row is None or row[0] != url:
+            return None
+        return {"url": row[0], "host": row[1], "depth": row[2], "referrer": row[3], "status": STATE_NAMES[row[4]]}
 
     def pending_hosts(self) -> list[tuple[str, int]]:
         """(host, queued URLs) for every host with queued work."""

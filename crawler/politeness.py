@@ -420,8 +420,13 @@ class Politeness:
         self._stats["forgotten"] += 1
         return True
 
-    def snapshot(self) -> dict:
+    def snapshot(self, *, protecting_only: bool = False) -> dict:
         """JSON-serialisable state; times are stored as ages / waits relative to now.
+
+        ``protecting_only`` keeps only the hosts whose state protects them after a
+        restart (backed off, penalised, under a Retry-After or a Crawl-delay) and every
+        operator policy: what a checkpoint must not forget, at a size that does not grow
+        with every host ever contacted.
 
         ``now()`` is monotonic and its origin differs between processes, so absolute times
         would be meaningless after a restart. Restoring relative times on a new clock
@@ -432,6 +437,10 @@ class Politeness:
         now = self._now()
         hosts = {}
         for host, st in self._hosts.items():
+            if protecting_only and not (
+                st.adaptive > 0 or st.penalty > 1.0 or st.not_before > now or st.crawl_delay > 0
+            ):
+                continue
             if st.in_flight:
                 anchor_age, finished_age = 0.0, 0.0
             elif st.anchor is None:

@@ -50,6 +50,10 @@ class TerminationDetector:
         self.driver_batches_sent = 0
         self.polls = 0
 
+    def reset(self) -> None:
+        """Forget the last round (a shard did not answer: no consistent view now)."""
+        self._last = None
+
     def note_driver_batches(self, n: int) -> None:
         """Batches (seeds) the driver itself delivered to shards."""
         self.driver_batches_sent += n

@@ -29,7 +29,7 @@ from jobs.crawl import Crawl
 from tests.integration import checks
 
 # A page fetched again after a crash must have been "in flight": requested, or answered
-# but its row not yet durable. Rows are flushed every output.flush_interval_s (0.2 s
+# but its row not yet durable. Rows are flushed every output.row_flush_interval_s (0.2 s
 # here) by an output loop that ticks every 0.25 s; allow that plus scheduling slack.
 UNACKED_WINDOW_S = 0.2 + 0.25 + 0.5
 
@@ -84,7 +84,7 @@ def test_killed_shard_and_seen_actor_are_restarted_and_lose_nothing(ray_cluster,
             web,
             politeness={"interval_s": 0.05},
             runtime={"shards": 3, "seen_shards": 2},
-            output={"path": str(out), "flush_interval_s": 0.2},
+            output={"path": str(out), "row_flush_interval_s": 0.2},
         )
     )
     crawl = Crawl(cfg, poll_interval_s=0.05).start()
@@ -92,9 +92,9 @@ def test_killed_shard_and_seen_actor_are_restarted_and_lose_nothing(ray_cluster,
 
     _wait_requests(web, 40)
     kills = [time.monotonic()]
-    ray.kill(crawl.shards["shard-001"], no_restart=False)
+    ray.kill(crawl.session.runtime.shards["shard-001"], no_restart=False)
     _wait_requests(web, 90)
-    ray.kill(crawl.seen_actors[0], no_restart=False)
+    ray.kill(crawl.session.runtime.seen_actors[0], no_restart=False)
     stats = crawl.wait(timeout_s=240)
     assert stats["finished"] is True
     checks.check_ledger(stats)
@@ -151,7 +151,7 @@ def test_sigkill_of_the_whole_job_then_resume(web, tmp_path):
     cfgfile = tmp_path / "c.yaml"
     cfgfile.write_text(yaml.safe_dump(crawl_config_for(
         web, politeness={"interval_s": 0.1}, runtime={"shards": 2, "seen_shards": 1},
-        output={"path": str(out), "flush_interval_s": 0.2},
+        output={"path": str(out), "row_flush_interval_s": 0.2},
     )))
     ray_tmp = tempfile.mkdtemp(prefix="rayk-", dir="/tmp")
     proc = _spawn(cfgfile, ray_tmp)

@@ -47,10 +47,9 @@ CHILD = textwrap.dedent(
     """
     import asyncio, json, resource, sys
     from crawler import config
-    from crawler.runner import LocalCrawl
+    from crawler.local import local_session
     cfg = config.from_dict(json.loads(sys.argv[1]))
-    crawl = LocalCrawl(cfg, shards=1)
-    stats = asyncio.run(crawl.run())
+    stats = asyncio.run(local_session(cfg, shards=1).run())
     print(json.dumps({
         "queued": stats["queued_unfetched"],
         "ledger": stats["ledger"],

@@ -25,8 +25,9 @@ import pytest
 
 from crawler.testing.fakes import FakeResolver
 from crawler import config
-from crawler.engine import build_fetcher
-from crawler.runner import LocalCrawl
+from crawler.local import local_session
+from crawler.session import CrawlSession
+from crawler.shard import build_fetcher
 from crawler.storage import read_pages
 from crawler.testing.hostile import TRAVERSAL_STRINGS, HostileServer, loopback_only
 from crawler.urls import normalize
@@ -55,15 +56,15 @@ def _config(srv: HostileServer, out: Path, seeds: list[str], **over: Any) -> con
         "politeness": {"interval_s": 0.0, "max_interval_s": 0.2},
         "fetch": {"resolve": srv.resolve_setting(), "timeout_s": 2.0, "attempts": 2, "backoff_s": 0.02,
                   "max_backoff_s": 0.1},
-        "output": {"path": str(out), "flush_interval_s": 0.2},
+        "output": {"path": str(out), "row_flush_interval_s": 0.2},
     }
     for section, values in over.items():
         data.setdefault(section, {}).update(values)
     return config.from_dict(data)
 
 
-def _run(cfg: config.CrawlConfig, resolver: FakeResolver) -> tuple[LocalCrawl, dict, list[str]]:
-    crawl = LocalCrawl(cfg, fetcher_factory=lambda: build_fetcher(cfg, base_resolver=resolver))
+def _run(cfg: config.CrawlConfig, resolver: FakeResolver) -> tuple[CrawlSession, dict, list[str]]:
+    crawl = local_session(cfg, fetcher_factory=lambda: build_fetcher(cfg, base_resolver=resolver))
     with loopback_only() as violations:
         stats = asyncio.run(crawl.run())
     checks.check_ledger(stats)
@@ -115,7 +116,7 @@ def test_loopback_targets_are_refused_before_connecting(server, tmp_path, respec
     log = srv.requests()[before:]
     assert log and {r.host for r in log} == {"ssrf.hostile.test"}, Counter(r.host for r in log)
     assert not [r for r in log if r.behaviour == "secret"]
-    guard = sum(e.fetcher.stats()["guard_refusals"] for e in crawl.engines.values())
+    guard = sum(s.fetcher.stats()["guard_refusals"] for s in crawl.runtime.shards.values())
     assert guard >= 1
 
 
