@@ -142,6 +142,7 @@ class Frontier:
         self._in_flight = 0
         self._window = window
         self._spill = spill
+        self._parked: set[str] = set()  # hosts with queued work that may never be contacted (paused)
         self.recounts = 0  # spill counts corrected from the store (each one is a bug: logged)
 
     # -- queries --------------------------------------------------------------------
@@ -162,6 +163,11 @@ class Frontier:
     def queued_for(self, host: str) -> int:
         q = self._queues.get(host)
         return len(q) if q else 0
+
+    def parked(self) -> tuple[int, int]:
+        """(hosts, queued URLs) held by hosts that are paused: work that exists but will
+        not start until an operator unpauses the host."""
+        return len(self._parked), sum(self.queued_for(h) for h in self._parked)
 
     def next_wakeup(self) -> float | None:
         """Earliest clock time at which some queued host may become ready; None if none."""
@@ -272,6 +278,7 @@ class Frontier:
         self._in_flight -= 1
         if len(q) == 0:
             del self._queues[host]
+            self._parked.discard(host)
         else:
             self._schedule(host)
 
@@ -298,6 +305,7 @@ class Frontier:
         self._size -= len(removed_items)
         if len(q) == 0 and not q.in_flight:
             del self._queues[host]
+            self._parked.discard(host)
         return removed_items
 
     def restore_spilled(self, host: str, count: int) -> None:
@@ -323,6 +331,7 @@ class Frontier:
             q.delayed.clear()
             q.scheduled_at = None
         self._queues = {h: q for h, q in self._queues.items() if q.in_flight}
+        self._parked.clear()
         self._heap.clear()
         self._size = 0
         return items
@@ -352,6 +361,7 @@ class Frontier:
 
     def _schedule(self, host: str) -> None:
         q = self._queues[host]
+        self._parked.discard(host)
         if q.in_flight or len(q) == 0:
             return
         at = self._pacer.next_allowed(host)
@@ -359,6 +369,7 @@ class Frontier:
             at = max(at, q.delayed[0][0])
         if math.isinf(at):  # paused host: stays queued, never scheduled until reschedule()
             q.scheduled_at = None
+            self._parked.add(host)
             return
         if q.scheduled_at == at:
             return

@@ -327,14 +327,19 @@ class ShardScheduler:
 
         ``idle``: no fetch in flight, no link in transit, and no queued URL that could
         become ready (the page budget is spent, or only paused hosts remain).
+        ``paused_urls``: queued URLs of paused hosts: idle, but not done (the crawl waits
+        for them to be unpaused, or for a stop that keeps them for the next resume).
         """
         queued = len(self.frontier)
         transit = self.router.pending() + self.pipeline.pending()
         could_work = queued > 0 and not self._budget_spent and self.frontier.next_wakeup() is not None
+        paused_hosts, paused_urls = self.frontier.parked() if not self._budget_spent else (0, 0)
         rs = self.router.stats()
         return {
             "shard": self.shard_id,
             "idle": not self._tasks and transit == 0 and not could_work,
+            "paused_hosts": paused_hosts,
+            "paused_urls": paused_urls,
             "queued": queued,
             "in_flight": len(self._tasks),
             "in_transit": transit,

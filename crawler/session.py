@@ -88,10 +88,11 @@ class Runtime(Protocol):
 
 def merge_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Sum per-shard statuses into crawl-wide totals (for progress and stats.json)."""
-    total: dict[str, Any] = {"queued": 0, "in_flight": 0, "in_transit": 0, "hosts": 0, "counters": {}, "dropped": {}}
+    keys = ("queued", "in_flight", "in_transit", "hosts", "paused_hosts", "paused_urls")
+    total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}}
     for s in statuses:
-        for k in ("queued", "in_flight", "in_transit", "hosts"):
-            total[k] += s[k]
+        for k in keys:
+            total[k] += s.get(k, 0)
         for section in ("counters", "dropped"):
             for k, v in s[section].items():
                 total[section][k] = total[section].get(k, 0) + v
@@ -326,6 +327,7 @@ class CrawlSession:
             "duplicates": {"exact": c.get("dup_exact", 0), "near": c.get("dup_near", 0)},
             "dropped": total["dropped"],
             "queued_unfetched": total["queued"],
+            "paused": {"hosts": total["paused_hosts"], "urls": total["paused_urls"]},
             "shards": total["shards"],
             "seen_shards": self.record.seen_shards if self.record is not None else None,
             "seen": services.get("seen", {}),
