@@ -6,13 +6,12 @@ tested without Ray; this module only moves batches in and out.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Sequence
 
 import ray
 
 from crawler.clock import SYSTEM_CLOCK
-from crawler.seen import SeenSet, shard_of, url_hash64
+from crawler.seen import SeenGroup, SeenSet, ShardCall
 from crawler.services import BudgetPool, ContentIndexService
 
 
@@ -38,26 +37,25 @@ class SeenFilter:
 
 
 class SeenGroupClient:
-    """Splits a batch of URLs by hash over the SeenFilter shards; one call per shard."""
+    """The shards' seen service on a cluster: :class:`SeenGroup` over the SeenFilter actors.
+
+    The splitting by hash, one call per shard and the merge live in
+    ``crawler.seen.group`` (tested without Ray); this only turns each actor into a shard
+    callable (a Ray ``ObjectRef`` is awaitable).
+    """
 
     def __init__(self, actors: Sequence[Any]) -> None:
         self.actors = list(actors)
+        self._group = SeenGroup([self._shard(a) for a in self.actors])
+
+    @staticmethod
+    def _shard(actor: Any) -> ShardCall:
+        # A function per actor binds that actor now (a lambda in a loop would bind the last).
+        return lambda hashes: actor.check_and_add_hashes.remote(hashes)
 
     async def check_and_add(self, urls: list[str]) -> list[bool]:
-        n = len(self.actors)
-        hashes = [url_hash64(u) for u in urls]
-        parts: dict[int, list[int]] = {}
-        for i, h in enumerate(hashes):
-            parts.setdefault(shard_of(h, n), []).append(i)
-        shard_ids = list(parts)
-        answers = await asyncio.gather(
-            *(self.actors[s].check_and_add_hashes.remote([hashes[i] for i in parts[s]]) for s in shard_ids)
-        )
-        out = [False] * len(urls)
-        for s, ans in zip(shard_ids, answers):
-            for i, novel in zip(parts[s], ans):
-                out[i] = novel
-        return out
+        """For each URL, True if its seen shard had not seen it (it is now marked seen)."""
+        return await self._group.check_and_add(urls)
 
 
 @ray.remote(num_cpus=0)

@@ -59,7 +59,7 @@ COMPONENTS = (
     ("parse (lexbor, links, text)", ("crawler/parse.py", "selectolax/")),
     ("fingerprints (SHA-256, SimHash, content index)", ("crawler/dedup.py",)),
     ("frontier store (SQLite journal)", ("crawler/journal.py",)),
-    ("seen set (Bloom + store)", ("crawler/seen.py", "pybloom_live/")),
+    ("seen set (Bloom + store)", ("crawler/seen/", "pybloom_live/")),
     ("link policy (normalize, scope, traps)", ("crawler/urls.py", "crawler/links.py", "crawler/traps.py")),
     ("robots", ("crawler/robots.py", "protego")),
     ("fetch (aiohttp, DNS)", ("crawler/fetch.py", "crawler/dns.py", "aiohttp/", "aiohappyeyeballs/", "yarl/", "multidict/")),

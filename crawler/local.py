@@ -18,7 +18,7 @@ from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
 from crawler.journal import FrontierStore
 from crawler.scheduler import ShardScheduler
-from crawler.seen import SeenSet, shard_of, url_hash64
+from crawler.seen import SeenGroup, SeenSet
 from crawler.services import BudgetPool, ContentIndexService, LeasedBudget
 from crawler.session import CrawlSession, Plan
 from crawler.shard import build_shard
@@ -42,6 +42,7 @@ class LocalRuntime:
         self.fetcher_factory = fetcher_factory
         self.shards: dict[str, ShardScheduler] = {}
         self.seen: list[SeenSet] = []
+        self._seen_group: SeenGroup | None = None
         self.content: ContentIndexService | None = None
         self._runners: list[asyncio.Task[None]] = []
 
@@ -59,6 +60,7 @@ class LocalRuntime:
             SeenSet(cap, d.seen_error_rate, exact=d.seen_exact, **({"path": os.path.join(sdir, f"seen-{i:03d}.sqlite")} if sdir else {}))
             for i in range(plan.seen_shards)
         ]
+        self._seen_group = SeenGroup([self._seen_shard(s) for s in self.seen])
         self.content = ContentIndexService(
             d.simhash_distance,
             d.simhash_tables,
@@ -96,19 +98,16 @@ class LocalRuntime:
         """The seen service of every shard's router (split by hash over the seen sets)."""
         return await self.seen_check(urls)
 
+    @staticmethod
+    def _seen_shard(seen: SeenSet):
+        async def call(hashes: list[int]) -> list[bool]:
+            return seen.check_and_add_hashes(hashes)
+
+        return call
+
     async def seen_check(self, urls: list[str]) -> list[bool]:
-        n = len(self.seen)
-        if n == 1:
-            return self.seen[0].check_and_add(urls)
-        hashes = [url_hash64(u) for u in urls]
-        parts: dict[int, list[int]] = {}
-        for i, h in enumerate(hashes):
-            parts.setdefault(shard_of(h, n), []).append(i)
-        out = [False] * len(urls)
-        for s, idx in parts.items():
-            for i, new in zip(idx, self.seen[s].check_and_add_hashes([hashes[i] for i in idx])):
-                out[i] = new
-        return out
+        assert self._seen_group is not None
+        return await self._seen_group.check_and_add(urls)
 
     async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
         self.shards[shard_id].accept(items)
