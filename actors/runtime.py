@@ -94,7 +94,7 @@ class RayRuntime:
         restart = {"max_restarts": rt.max_restarts}
         self.seen_actors = [
             SeenFilter.options(**restart).remote(
-                cap, d.seen_error_rate, d.seen_exact, os.path.join(sdir, f"seen-{i:03d}.sqlite") if sdir else None
+                cap, d.seen_error_rate, d.seen_exact, d.seen_bloom, os.path.join(sdir, f"seen-{i:03d}.sqlite") if sdir else None
             )
             for i in range(plan.seen_shards)
         ]

@@ -23,8 +23,8 @@ class SeenFilter:
     returns), so a restarted actor reopens the same set.
     """
 
-    def __init__(self, capacity: int, error_rate: float, exact: bool, path: str | None = None) -> None:
-        self.set = SeenSet(capacity, error_rate, exact=exact, **({"path": path} if path else {}))
+    def __init__(self, capacity: int, error_rate: float, exact: bool, bloom: str, path: str | None = None) -> None:
+        self.set = SeenSet(capacity, error_rate, exact=exact, bloom=bloom, **({"path": path} if path else {}))
 
     def close(self) -> None:
         self.set.close()

@@ -128,12 +128,15 @@ def fold(raw_path: str) -> tuple[int, Counter, Counter, Counter, Counter]:
     return total, self_t, incl, files, comps
 
 
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _short(frame: str) -> str:
     # "parse_page (crawler/parse.py:640)" -> "parse_page (crawler/parse.py)"; line numbers
     # split one function into many rows.
     name, _, loc = frame.partition(" (")
     path = loc.rstrip(")").rsplit(":", 1)[0]
-    for marker in ("/site-packages/", "/lib/python3.11/", "/work/main/"):
+    for marker in ("/site-packages/", "/lib/python3.11/", _REPO + "/"):
         if marker in path:
             path = path.split(marker, 1)[1]
             break

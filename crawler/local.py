@@ -57,7 +57,10 @@ class LocalRuntime:
         d = cfg.dedup
         cap = seen_capacity_per_shard(cfg, plan.seen_shards)
         self.seen = [
-            SeenSet(cap, d.seen_error_rate, exact=d.seen_exact, **({"path": os.path.join(sdir, f"seen-{i:03d}.sqlite")} if sdir else {}))
+            SeenSet(
+                cap, d.seen_error_rate, exact=d.seen_exact, bloom=d.seen_bloom,
+                **({"path": os.path.join(sdir, f"seen-{i:03d}.sqlite")} if sdir else {}),
+            )
             for i in range(plan.seen_shards)
         ]
         self._seen_group = SeenGroup([self._seen_shard(s) for s in self.seen])
