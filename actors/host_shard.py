@@ -3,6 +3,11 @@
 A thin async shell (model: Ray Serve): the shard's logic is the same object the
 in-process runtime runs; this actor gives it Ray clients for the seen group, the content
 index and the budget, delivers links to peer shards by name, and answers the driver.
+
+It shares its driver's fate (DESIGN.md invariant 9): the driver calls it several times a
+second (heartbeat, status); after ``runtime.driver_timeout_s`` of silence the shard
+starts no fetch and accepts no work, and once the output's lease is lost (expired, or
+taken by a newer run) it closes without writing and the actor exits.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 from typing import Any, Sequence
 
@@ -20,8 +26,14 @@ from crawler.config import from_dict
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
 from crawler.journal import FrontierStore, fetch_snapshot, is_remote
+from crawler.clock import SYSTEM_CLOCK
 from crawler.services import LeasedBudget
-from crawler.shard import build_shard
+from crawler.shard import build_fence, build_shard
+
+log = logging.getLogger(__name__)
+
+#: How often the watchdog looks at the driver's silence and the lease.
+WATCH_INTERVAL_S = 0.25
 
 
 def shard_actor_name(crawl_name: str, shard_id: str) -> str:
@@ -49,6 +61,7 @@ class HostShard:
         seeds: Sequence[str],
         crawl_name: str,
         state_dir: str | None,
+        epoch: int | None = None,
     ) -> None:
         logging.basicConfig(level=logging.WARNING)
         cfg = from_dict(cfg_dict)
@@ -70,6 +83,9 @@ class HostShard:
         async def lease(n: int) -> int:
             return await budget_actor.lease.remote(n)
 
+        self.fence = build_fence(cfg, epoch, SYSTEM_CLOCK)
+        self.driver_timeout_s = cfg.runtime.driver_timeout_s
+        self._last_contact = time.monotonic()
         self.shard = build_shard(
             cfg,
             shard_id,
@@ -80,7 +96,9 @@ class HostShard:
             deliver=self._deliver,
             owner_of=HashRing(list(shard_ids)).node_for,
             store=store,
+            fence=self.fence,
         )
+        self.shard.gate = self._may_work
         self._run_task: asyncio.Task[None] | None = None
         self._stopped = False
         self._final: dict[str, Any] = {}
@@ -89,11 +107,32 @@ class HostShard:
         """Handles of every shard by id (including this one)."""
         self.peers = dict(peers)
 
+    def _may_work(self) -> bool:
+        """Fetch and accept only while the driver is heard from and the lease is ours."""
+        if time.monotonic() - self._last_contact > self.driver_timeout_s:
+            return False
+        return self.fence is None or self.fence.ok()
+
     def _ensure_running(self) -> None:
         if self._run_task is None and not self._stopped:
             self._run_task = asyncio.ensure_future(self.shard.run())
+            self._watchdog = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        """Exit once the lease is lost: the driver is gone for good, or a newer run owns OUT."""
+        while not self._stopped:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            if self.fence is not None and not self.fence.ok():
+                log.error("%s: %s; closing without writing", self.shard_id, self.fence.reason)
+                await self.stop()
+                ray.actor.exit_actor()
+
+    async def heartbeat(self) -> None:
+        """The driver is alive."""
+        self._last_contact = time.monotonic()
 
     async def start(self) -> None:
+        self._last_contact = time.monotonic()
         self._ensure_running()
 
     def _peer(self, owner: str) -> Any:
@@ -123,6 +162,7 @@ class HostShard:
         return self.shard.store.url_status(url) if self.shard.store is not None else None
 
     async def status(self) -> dict[str, Any]:
+        self._last_contact = time.monotonic()
         self._ensure_running()
         st = self.shard.status()
         st["incarnation"] = self.incarnation

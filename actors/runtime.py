@@ -111,12 +111,18 @@ class RayRuntime:
         ids = list(plan.shard_ids)
         self.shards = {
             sid: HostShard.options(scheduling_strategy="SPREAD", name=shard_actor_name(self.crawl_name, sid), **restart).remote(
-                cfg_dict, sid, ids, self.seen_actors, self.content_actor, self.budget_actor, list(plan.seeds), self.crawl_name, sdir
+                cfg_dict, sid, ids, self.seen_actors, self.content_actor, self.budget_actor, list(plan.seeds),
+                self.crawl_name, sdir, plan.epoch,
             )
             for sid in ids
         }
         await asyncio.gather(*(s.set_peers.remote(self.shards) for s in self.shards.values()))
         await asyncio.gather(*(s.start.remote() for s in self.shards.values()))
+
+    async def heartbeat(self) -> None:
+        await asyncio.wait_for(
+            asyncio.gather(*(s.heartbeat.remote() for s in self.shards.values())), STATUS_TIMEOUT_S
+        )
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
         return await self._seen.check_and_add(urls)

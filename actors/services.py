@@ -6,13 +6,19 @@ tested without Ray; this module only moves batches in and out.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 import ray
 
 from crawler.clock import SYSTEM_CLOCK
+from crawler.errors import StorageError
 from crawler.seen import SeenGroup, SeenSet, ShardCall
 from crawler.services import BudgetPool, ContentIndexService
+
+
+#: Longest wait for a replaced run's actor to release a seen store.
+OPEN_WAIT_S = 20.0
 
 
 @ray.remote(num_cpus=0)
@@ -20,11 +26,21 @@ class SeenFilter:
     """One shard of the seen-URL set (Bloom filter in front of an exact store).
 
     With ``path`` the exact store is a SQLite file there (every call committed before it
-    returns), so a restarted actor reopens the same set.
+    returns), so a restarted actor reopens the same set. The store is exclusive to one
+    process: a replaced run's actor may hold it until it notices it lost the lease, so
+    opening waits up to :data:`OPEN_WAIT_S` for it to let go.
     """
 
     def __init__(self, capacity: int, error_rate: float, exact: bool, bloom: str, path: str | None = None) -> None:
-        self.set = SeenSet(capacity, error_rate, exact=exact, bloom=bloom, **({"path": path} if path else {}))
+        deadline = time.monotonic() + OPEN_WAIT_S
+        while True:
+            try:
+                self.set = SeenSet(capacity, error_rate, exact=exact, bloom=bloom, **({"path": path} if path else {}))
+                return
+            except StorageError as exc:
+                if "open in another" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def close(self) -> None:
         self.set.close()

@@ -116,6 +116,8 @@ class RuntimeConfig:
     checkpoint_interval_s: float = 10.0
     state_ship_interval_s: float = 60.0
     content_snapshot_interval_s: float = 30.0
+    lease_ttl_s: float = 6.0
+    driver_timeout_s: float = 1.5
     max_restarts: int = 5
 
 
@@ -352,7 +354,7 @@ def _validate(obj: Any, prefix: str) -> None:
         _positive(
             obj, prefix, "batch_size", "link_flush_interval_s", "content_batch_size", "content_batch_delay_s",
             "budget_lease_max", "progress_interval_s", "frontier_window", "checkpoint_interval_s",
-            "state_ship_interval_s", "content_snapshot_interval_s",
+            "state_ship_interval_s", "content_snapshot_interval_s", "lease_ttl_s", "driver_timeout_s",
         )
         _positive(obj, prefix, "max_restarts", allow_zero=True)
     elif isinstance(obj, OutputConfig):

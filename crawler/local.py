@@ -21,7 +21,7 @@ from crawler.scheduler import ShardScheduler
 from crawler.seen import SeenGroup, SeenSet
 from crawler.services import BudgetPool, ContentIndexService, LeasedBudget
 from crawler.session import CrawlSession, Plan
-from crawler.shard import build_shard
+from crawler.shard import build_fence, build_shard
 
 
 def seen_capacity_per_shard(cfg: CrawlConfig, seen_shards: int) -> int:
@@ -94,8 +94,12 @@ class LocalRuntime:
                 store=FrontierStore(os.path.join(sdir, f"{sid}.sqlite")) if sdir else None,
                 clock=self.clock,
                 fetcher=self.fetcher_factory() if self.fetcher_factory else None,
+                fence=build_fence(cfg, plan.epoch, self.clock),
             )
         self._runners = [asyncio.ensure_future(s.run()) for s in self.shards.values()]
+
+    async def heartbeat(self) -> None:
+        """The shards live in the driver's process: they share its fate already."""
 
     async def check_and_add(self, urls: list[str]) -> list[bool]:
         """The seen service of every shard's router (split by hash over the seen sets)."""

@@ -21,6 +21,7 @@ import logging
 from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from crawler.clock import Clock, wait_event
+from crawler.errors import FencedError
 from crawler.output import OutcomeRow
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,8 @@ class Outbox:
         interval_s: how often buffered rows are handed to the writer.
         run_blocking: runs the writer's blocking flush (default: a worker thread).
         on_flush: called after every flush round, in the loop (the checkpointer hooks here).
+        fence: ``fence(fresh=True)`` is False once another run holds the output's lease:
+            then nothing more is written or acked (crawler.lease).
     """
 
     def __init__(
@@ -67,6 +70,7 @@ class Outbox:
         interval_s: float,
         run_blocking: RunBlocking = asyncio.to_thread,
         on_flush: Callable[[bool], Awaitable[None]] | None = None,
+        fence: Callable[..., bool] | None = None,
     ) -> None:
         self.writer = writer
         self._acks = acks
@@ -74,12 +78,17 @@ class Outbox:
         self._interval_s = interval_s
         self._run_blocking = run_blocking
         self._on_flush = on_flush
+        self._fence = fence
         self._rows: list[OutcomeRow] = []
         self._bodies: dict[str, bytes] = {}
         self._handed: list[str] = []  # URLs whose rows the writer holds, not yet durable
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self.rows_acked = 0
+
+    def _check_fence(self) -> None:
+        if self._fence is not None and not self._fence(fresh=True):
+            raise FencedError("another run holds the output's lease: nothing more is written or acked")
 
     def put(self, row: OutcomeRow, body: bytes | None = None) -> None:
         """Queue one row (and its body under its content hash)."""
@@ -96,6 +105,8 @@ class Outbox:
         while not await wait_event(self._clock, self._stop, self._interval_s):
             try:
                 await self.flush()
+            except FencedError:
+                return  # a newer run owns the output: this shard writes nothing more
             except Exception as exc:  # noqa: BLE001 - rows stay buffered in the writer; retried next round
                 log.error("output flush failed (will retry): %r", exc)
 
@@ -111,12 +122,14 @@ class Outbox:
                 self._rows, self._bodies = [], {}
                 self.writer.add(rows, bodies)  # in the loop: from here on the writer holds them
                 self._handed.extend(r.url for r in rows)
+            self._check_fence()
             if final:
                 await self._run_blocking(self.writer.flush)
                 flushed = True
             else:
                 flushed = await self._run_blocking(self.writer.maybe_flush)
             if flushed and self._handed:
+                self._check_fence()
                 handed, self._handed = self._handed, []
                 if self._acks is not None:
                     self._acks.done(handed)

@@ -23,10 +23,11 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from crawler.checkpoint import Checkpointer
 from crawler.clock import Clock, wait_event
+from crawler.errors import FencedError
 from crawler.fetch import FetchResult, classify
 from crawler.frontier import Frontier, UrlItem
 from crawler.journal import FrontierStore
@@ -103,6 +104,9 @@ class ShardScheduler:
         self._hold_until = 0.0
         self._pending_claims: list[str] = []
         self._final_counts: dict[str, int] | None = None
+        # May this shard start fetches and accept work now? False while the driver is
+        # silent or once another run holds the output's lease (crawler.lease, actors/).
+        self.gate: Callable[[], bool] = lambda: True
 
     # -- input ----------------------------------------------------------------------
 
@@ -113,6 +117,8 @@ class ShardScheduler:
         before this returns). Cached robots rules refuse URLs here (a row, no queue space);
         the per-host budget drops the rest of an exhausted host (counted, no row).
         """
+        if not self.gate():
+            raise FencedError(f"{self.shard_id} is not accepting work (fenced or cut off from its driver)")
         self.batches_received += 1
         if self.store is not None:
             fresh = self.store.add(items)
@@ -189,7 +195,10 @@ class ShardScheduler:
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         await self.router.flush()
-        await self.outbox.flush(final=True)
+        try:
+            await self.outbox.flush(final=True)
+        except FencedError as exc:
+            log.error("%s: final rows not written: %s (the next run fetches them again)", self.shard_id, exc)
         await self.fetcher.close()
         if self.store is not None:
             self._final_counts = self.store.counts()  # after the last acks, for the ledger
@@ -202,7 +211,7 @@ class ShardScheduler:
         return min(IDLE_WAIT_S, max(0.0, max(wake, self._hold_until) - self.clock.now()))
 
     def _dispatch(self) -> None:
-        if self._stopping or self._budget_spent or self.clock.now() < self._hold_until:
+        if self._stopping or self._budget_spent or self.clock.now() < self._hold_until or not self.gate():
             return
         free = self.settings.max_in_flight - len(self._tasks)
         if free <= 0:

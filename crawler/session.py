@@ -10,17 +10,22 @@ cannot drift apart: there is one implementation of each of these operations.
 
 Order of a run (:meth:`CrawlSession.run`):
 
-1. decide new / resume / finished / refuse from ``OUT/state/crawl.json``
+1. take the output's lease (crawler.lease: one run per output, a fencing epoch), then
+   decide new / resume / finished / refuse from ``OUT/state/crawl.json``
    (crawler.resume); a resumed crawl keeps its shard counts (hosts belong to shards);
 2. start the runtime: each shard reopens its durable store and resumes from it;
 3. seed (seeds already seen are dropped, so re-seeding a resumed crawl is harmless);
 4. poll every shard until termination is proven (crawler.termination) or a stop is asked;
 5. stop the shards (rows flushed and acked), write ``stats.json`` with the URL ledger
-   (crawler.ledger), compact, and mark the crawl finished if it is.
+   (crawler.ledger), compact, mark the crawl finished if it is, and release the lease.
+
+While it runs, a heartbeat tells the shards the driver is alive and renews the lease;
+if another run took the lease, this one stops (it is fenced).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -32,6 +37,7 @@ from crawler.config import CrawlConfig, to_dict
 from crawler.errors import ConfigError
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
+from crawler.lease import Lease, LeaseStore
 from crawler.output import OUTCOMES, compact_pages, open_fs
 from crawler.resume import CrawlRecord, crawl_state_dir, mark_finished, prepare
 from crawler.termination import TerminationDetector
@@ -49,6 +55,7 @@ class Plan:
     seen_shards: int
     state_dir: str | None
     seeds: tuple[str, ...]
+    epoch: int | None = None  # the output lease's fencing epoch (None: no durable state)
 
 
 class Runtime(Protocol):
@@ -59,6 +66,9 @@ class Runtime(Protocol):
 
     async def start(self, plan: Plan) -> None:
         """Create the services and the shards; each shard resumes from its store."""
+
+    async def heartbeat(self) -> None:
+        """Tell every shard the driver is alive (shards of a silent driver stop fetching)."""
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
         """Mark URLs seen; True for the ones that were new."""
@@ -169,6 +179,9 @@ class CrawlSession:
         self.last_total: dict[str, Any] = {}
         self._stop_requested = False
         self._started = False
+        self.lease: Lease | None = None
+        self.fenced: str | None = None
+        self._heartbeat_task: asyncio.Future[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -178,9 +191,17 @@ class CrawlSession:
         if self._shards is not None:
             n = self._shards
         sdir = None
+        epoch = None
         if self._durable:
-            self.record, self.mode = prepare(self.cfg, n, n_seen, force=self._force)
+            self.lease = Lease(LeaseStore(self.cfg.output.path, self._options()), self.cfg.runtime.lease_ttl_s)
+            epoch = await asyncio.to_thread(self.lease.acquire)
+            try:
+                self.record, self.mode = prepare(self.cfg, n, n_seen, force=self._force)
+            except BaseException:
+                self.lease.release()
+                raise
             if self.mode == "finished":
+                self.lease.release()
                 self.final = {**read_stats(self.cfg), "finished": True, "already_finished": True}
                 if self.on_start is not None:
                     self.on_start(self)
@@ -189,8 +210,9 @@ class CrawlSession:
             sdir = crawl_state_dir(self.cfg)
         ids = tuple(f"shard-{i:03d}" for i in range(n))
         self.ring = HashRing(list(ids))
-        await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds)))
         self._started = True
+        await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch))
+        self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
         self.started_at = self.clock.now()
         if self.mode == "resume":
             self.resumed = sum(s.get("resumed", 0) for s in await self.runtime.statuses() or [])
@@ -208,8 +230,13 @@ class CrawlSession:
                 return self.final
             return await self.wait()
         finally:
-            if self.final is None and self._started:
-                await self.runtime.close()
+            if self.final is None:  # failed: release what this run holds
+                if self._heartbeat_task is not None:
+                    self._heartbeat_task.cancel()
+                if self._started:
+                    await self.runtime.close()
+                if self.lease is not None and self.lease.record is not None:
+                    self.lease.release()
 
     async def wait(self, timeout_s: float | None = None) -> dict[str, Any]:
         """Poll until termination is proven, a stop is requested, or ``timeout_s`` passes."""
@@ -250,10 +277,18 @@ class CrawlSession:
             return self.final
         elapsed = self.clock.now() - (self.started_at or self.clock.now())
         finals = await self.runtime.stop()
+        if self._heartbeat_task is not None:  # the lease stays renewed until the shards stopped
+            self._heartbeat_task.cancel()
+            await asyncio.gather(self._heartbeat_task, return_exceptions=True)
         services = await self.runtime.service_stats()
         await self.runtime.close()
         stats = self._stats(finals, services, elapsed, finished)
-        opts = dict(self.cfg.output.storage_options) or None
+        opts = self._options()
+        if self.fenced is not None:
+            # Another run owns the output now: write nothing more into it.
+            stats["fenced"] = self.fenced
+            self.final = stats
+            return stats
         if finished:
             # Rows repeated across a crash or a retried delivery: leave each (url, content) once.
             stats["compacted_rows"] = compact_pages(self.cfg.output.path, opts)
@@ -261,8 +296,33 @@ class CrawlSession:
         write_stats(self.cfg, stats)
         if finished and self.record is not None:
             mark_finished(self.cfg, self.record)
+        if self.lease is not None:
+            self.lease.release()
         self.final = stats
         return stats
+
+    async def _heartbeat(self) -> None:
+        """Tell the shards the driver lives; renew the lease; stop if another run took it."""
+        rt = self.cfg.runtime
+        beat = rt.driver_timeout_s / 5
+        renew_every = rt.lease_ttl_s / 4
+        renewed = self.clock.now()
+        while True:
+            await self.clock.sleep(beat)
+            try:
+                await self.runtime.heartbeat()
+            except Exception as exc:  # noqa: BLE001 - a shard restarting misses one beat
+                log.debug("heartbeat: %r", exc)
+            if self.lease is not None and self.clock.now() - renewed >= renew_every:
+                renewed = self.clock.now()
+                if not await asyncio.to_thread(self.lease.renew):
+                    self.fenced = "another run took the output's lease"
+                    log.error("%s: stopping this run", self.fenced)
+                    self.request_stop()
+                    return
+
+    def _options(self) -> dict | None:
+        return dict(self.cfg.output.storage_options) or None
 
     # -- steering -------------------------------------------------------------------
 

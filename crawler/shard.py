@@ -21,6 +21,7 @@ from crawler.config import CrawlConfig
 from crawler.fetch import Fetcher, classify
 from crawler.frontier import Frontier, UrlItem
 from crawler.journal import FrontierStore, is_remote
+from crawler.lease import Fence, LeaseStore
 from crawler.links import LinkPolicy
 from crawler.outbox import Outbox
 from crawler.output import ResultWriter
@@ -86,6 +87,18 @@ def build_writer(cfg: CrawlConfig, shard_id: str, clock: Clock) -> ResultWriter:
     )
 
 
+#: How often a shard re-reads the output's lease before a fetch (a write or ack re-reads it).
+FENCE_CHECK_INTERVAL_S = 0.5
+
+
+def build_fence(cfg: CrawlConfig, epoch: int | None, clock: Clock) -> Fence | None:
+    """The shard's check of the output's lease, or None for a crawl without durable state."""
+    if epoch is None:
+        return None
+    store = LeaseStore(cfg.output.path, dict(cfg.output.storage_options) or None)
+    return Fence(store, epoch, clock, FENCE_CHECK_INTERVAL_S)
+
+
 def build_shard(
     cfg: CrawlConfig,
     shard_id: str,
@@ -102,6 +115,7 @@ def build_shard(
     fetcher: Any = None,
     writer: Any = None,
     run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
+    fence: Fence | None = None,
 ) -> ShardScheduler:
     """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
     the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs)."""
@@ -171,6 +185,7 @@ def build_shard(
         interval_s=cfg.output.outbox_interval_s,
         run_blocking=run_blocking,
         on_flush=checkpointer.tick if checkpointer is not None else None,
+        fence=fence.ok if fence is not None else None,
     )
     router = LinkRouter(seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s, clock=clock)
     shard = ShardScheduler(
@@ -190,6 +205,8 @@ def build_shard(
         checkpointer=checkpointer,
     )
     router.before_flush = shard.commit_claims  # claims are durable before links are marked seen
+    if fence is not None:
+        shard.gate = fence.ok
     if store is not None and checkpointer is not None:
         shard.resumed = resume_queue(store, frontier)
         if checkpointer.restore() or shard.resumed:

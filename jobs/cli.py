@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from crawler.errors import ConfigError, CrawlError, OutputExistsError
+from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except (ConfigError, OutputExistsError) as exc:
+    except (ConfigError, OutputExistsError, OutputLeasedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except CrawlError as exc:

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 from crawler import config as config_mod
 from crawler import ledger
 from crawler.config import CrawlConfig
-from crawler.errors import ConfigError, OutputExistsError
+from crawler.errors import ConfigError, OutputExistsError, OutputLeasedError
 from crawler.handle import CrawlHandle
 from crawler.session import CrawlSession
 
@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config, args.out, args.overrides)
         stats, code = run_crawl(cfg, local=args.local, address=args.address, progress=not args.no_progress, force=args.force)
-    except (ConfigError, OutputExistsError) as exc:
+    except (ConfigError, OutputExistsError, OutputLeasedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not stats.get("already_finished"):
