@@ -37,11 +37,11 @@ from crawler.fetch import FetchResult, Fetcher, classify
 from crawler.frontier import Frontier, UrlItem
 from crawler.journal import FrontierStore, is_remote, ship_snapshot
 from crawler.links import LinkPolicy
+from crawler.output import BlobStore, OutcomeRow, ResultWriter
 from crawler.parse import ParsedPage, is_html, parse_page
 from crawler.politeness import Politeness
 from crawler.robots import MAX_ROBOTS_REDIRECTS, RobotsCache
 from crawler.routing import LinkRouter
-from crawler.storage import BlobStore, ResultWriter
 from crawler.traps import HostBudget, TrapRules
 from crawler.urls import DEFAULT_TRACKING_PARAMS, Scope, UrlNormalizer, host_key, join_url, origin
 
@@ -176,7 +176,7 @@ class ShardEngine:
         self._wake: asyncio.Event | None = None
         self._stopping = False
         self._budget_spent = False
-        self._rows: list[dict[str, Any]] = []
+        self._rows: list[OutcomeRow] = []
         self._bodies: dict[str, bytes] = {}
         self._output_lock: asyncio.Lock | None = None
         self.counters: Counter[str] = Counter()
@@ -220,9 +220,6 @@ class ShardEngine:
                 flush_interval_s=o.flush_interval_s,
                 clock=self.clock,
                 store_bodies=o.store_bodies,
-                # gzip level 1: 0.27 ms per 25 KB page against 0.67 ms at level 5, for
-                # ~10% more bytes (benchmarks/stages.py); the blob is the largest CPU cost.
-                compresslevel=1,
             )
 
     async def run(self) -> None:
@@ -599,31 +596,31 @@ class ShardEngine:
         """Queue one outcome row (every URL ends as exactly one row: DESIGN.md invariant 5)."""
         self.counters[outcome] += 1
         headers = res.headers if res is not None else {}
-        row: dict[str, Any] = {
-            "url": item.url,
-            "host": item.host,
-            "depth": item.depth,
-            "status": res.status if res is not None else None,
-            "outcome": outcome,
-            "error": error if error is not None else (res.error if res is not None else None),
-            "attempts": item.attempts,
-            "fetched_at": _utc(self.clock.wall()),
-            "content_type": res.content_type if res is not None else None,
-            "content_length": len(res.body) if res is not None and outcome == "fetched" else None,
-            "content_sha256": sha,
-            "simhash": to_int64(simhash) if simhash is not None else None,
-            "dup_kind": dup_kind,
-            "dup_of": dup_of,
-            "blob_key": BlobStore.key_for(sha) if sha is not None and self.cfg.output.store_bodies else None,
-            "etag": headers.get("etag"),
-            "last_modified": headers.get("last-modified"),
-            "redirect_to": redirect_to,
-            "truncated": bool(res.truncated) if res is not None else False,
-            "shard": self.shard_id,
-            "crawl_pass": 0,
-            "referrer": item.referrer,
-            "kind": item.kind,
-        }
+        row = OutcomeRow(
+            url=item.url,
+            host=item.host,
+            depth=item.depth,
+            status=res.status if res is not None else None,
+            outcome=outcome,
+            error=error if error is not None else (res.error if res is not None else None),
+            attempts=item.attempts,
+            fetched_at=_utc(self.clock.wall()),
+            content_type=res.content_type if res is not None else None,
+            content_length=len(res.body) if res is not None and outcome == "fetched" else None,
+            content_sha256=sha,
+            simhash=to_int64(simhash) if simhash is not None else None,
+            dup_kind=dup_kind,
+            dup_of=dup_of,
+            blob_key=BlobStore.key_for(sha) if sha is not None and self.cfg.output.store_bodies else None,
+            etag=headers.get("etag"),
+            last_modified=headers.get("last-modified"),
+            redirect_to=redirect_to,
+            truncated=bool(res.truncated) if res is not None else False,
+            shard=self.shard_id,
+            crawl_pass=0,
+            referrer=item.referrer,
+            kind=item.kind,
+        )
         self._rows.append(row)
 
     async def _output_loop(self) -> None:
@@ -649,7 +646,7 @@ class ShardEngine:
                 # thread job cancelled before it starts (stopping cancels this loop) would
                 # drop the rows it carries. From here on the writer holds them.
                 writer.add(rows, bodies)
-                self._handed.extend(r["url"] for r in rows)
+                self._handed.extend(r.url for r in rows)
             if final:
                 await asyncio.to_thread(writer.flush)
                 flushed = True

@@ -22,11 +22,10 @@ from crawler.frontier import UrlItem
 from crawler import ledger
 from crawler.hashring import HashRing
 from crawler.journal import FrontierStore
+from crawler.output import compact_pages, open_fs
 from crawler.resume import crawl_state_dir, mark_finished, prepare
 from crawler.routing import LinkRouter
 from crawler.seen import SeenSet
-from crawler.dataset import compact_pages
-from crawler.storage import open_fs
 from crawler.termination import TerminationDetector
 
 log = logging.getLogger(__name__)

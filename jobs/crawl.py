@@ -25,6 +25,7 @@ from crawler import ledger
 from crawler.config import CrawlConfig, resolve_shards, to_dict
 from crawler.errors import ConfigError, OutputExistsError
 from crawler.hashring import HashRing
+from crawler.output import OUTCOMES, compact_pages, open_fs
 from crawler.resume import crawl_state_dir, mark_finished, prepare
 from crawler.runner import merge_status, write_stats
 from crawler.seen import shard_of, url_hash64
@@ -32,8 +33,6 @@ from crawler.termination import TerminationDetector
 from crawler.urls import host_key
 
 log = logging.getLogger("jobs.crawl")
-
-OUTCOMES = ("fetched", "redirect", "not_modified", "http_error", "failed", "robots_blocked")
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, temp_dir: str | None = None) -> bool:
@@ -162,8 +161,6 @@ class Crawl:
         return self
 
     def _finished_stats(self) -> dict[str, Any]:
-        from crawler.storage import open_fs
-
         fs, root = open_fs(self.cfg.output.path, dict(self.cfg.output.storage_options) or None)
         try:
             with fs.open(f"{root.rstrip('/')}/stats.json", "r") as f:
@@ -304,8 +301,6 @@ class Crawl:
         self.final["mode"] = self.mode
         opts = dict(self.cfg.output.storage_options) or None
         if finished:
-            from crawler.dataset import compact_pages
-
             self.final["compacted_rows"] = compact_pages(self.cfg.output.path, opts)
         self.final["ledger"] = ledger.for_run(self.cfg.output.path, opts, finals, seen_total, finished=finished)
         write_stats(self.cfg, self.final)

@@ -25,7 +25,7 @@ from crawler.clock import MockClock
 from crawler.engine import LocalPageBudget, ShardEngine
 from crawler.frontier import UrlItem
 from crawler.journal import FrontierStore
-from crawler.storage import read_pages
+from crawler.output import read_pages
 
 HOST = "h0053.test"
 ROBOTS = b"User-agent: *\nDisallow: /private/\n"
