@@ -55,7 +55,7 @@ IDLE_LEAVES = frozenset({
 COMPONENTS = (
     ("checkpoint (JSON state)", ("ShardEngine.checkpoint",)),
     ("output: blobs (gzip, fsync, files)", ("BlobStore.", "gzip.py")),
-    ("output: Parquet rows", ("crawler/storage.py", "pyarrow/")),
+    ("output: Parquet rows", ("crawler/output/", "pyarrow/")),
     ("parse (lexbor, links, text)", ("crawler/parse.py", "selectolax/")),
     ("fingerprints (SHA-256, SimHash, content index)", ("crawler/dedup.py",)),
     ("frontier store (SQLite journal)", ("crawler/journal.py",)),

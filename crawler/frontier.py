@@ -46,8 +46,7 @@ class FrontierState(enum.Enum):
 class UrlItem:
     """One unit of frontier work: a normalized URL and what we know about it.
 
-    ``due_at`` is clock time before which it must not be fetched (retry backoff now,
-    recrawl schedules later); ``kind`` is "discover" or "refresh".
+    ``due_at`` is clock time before which it must not be fetched (a retry's backoff).
     """
 
     url: str
@@ -57,9 +56,6 @@ class UrlItem:
     priority: float = 0.0
     due_at: float = 0.0
     attempts: int = 0
-    kind: str = "discover"
-    etag: str | None = None
-    last_modified: str | None = None
     sid: int = 0  # row id in the shard's durable store (acceptance order); 0 = not stored
     replay: bool = False  # fetched before a crash: its links bypass the seen filter
 

@@ -134,8 +134,8 @@ class FrontierStore:
                 it.sid = self._next_id
                 self._next_id += 1
                 fresh.append(it)
-                rows.append((it.sid, k, it.url, it.host, it.depth, it.referrer, it.kind))
-            self._db.executemany("INSERT INTO urls(id, h, url, host, depth, referrer, kind) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                rows.append((it.sid, k, it.url, it.host, it.depth, it.referrer))
+            self._db.executemany("INSERT INTO urls(id, h, url, host, depth, referrer) VALUES (?, ?, ?, ?, ?, ?)", rows)
             self._db.execute("COMMIT")
             self._in_tx = False
         return fresh
@@ -176,12 +176,12 @@ class FrontierStore:
         """The next queued URLs of ``host`` in acceptance order, after ``after_id``."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, url, depth, referrer, kind, replay FROM urls WHERE host=? AND state=0 AND id>? ORDER BY id LIMIT ?",
+                "SELECT id, url, depth, referrer, replay FROM urls WHERE host=? AND state=0 AND id>? ORDER BY id LIMIT ?",
                 (host, after_id, limit),
             ).fetchall()
         out = []
-        for sid, url, depth, referrer, kind, replay in rows:
-            it = UrlItem(url, depth, referrer, host=host, kind=kind)
+        for sid, url, depth, referrer, replay in rows:
+            it = UrlItem(url, depth, referrer, host=host)
             it.sid = sid
             it.replay = bool(replay)
             out.append(it)

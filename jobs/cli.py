@@ -78,7 +78,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     (a lost or invented URL); works for local and fsspec (s3://) outputs.
     """
     from crawler import ledger
-    from crawler.storage import open_fs, summarize
+    from crawler.output import open_fs, summarize
 
     summary = summarize(args.out)
     fs, root = open_fs(args.out)

@@ -1,36 +1,49 @@
-"""TEMPORARY bridge until the output package lands (replaced by the h/output-pkg branch)."""
-from __future__ import annotations
+"""Crawl output: the Parquet page dataset and the content-addressed blob store.
 
-import dataclasses
-from datetime import datetime
+This is the public contract indexers read (see :mod:`crawler.output.layout`)::
 
-from crawler.storage import BlobStore, ResultWriter, OUTCOMES, open_fs  # noqa: F401
-from crawler.dataset import compact_pages, read_pages, summarize  # noqa: F401
+    OUT/pages/part-<writer_id>-<seq:06d>.parquet   one OutcomeRow per URL outcome, zstd
+    OUT/blobs/<sha[0:2]>/<sha[2:4]>/<sha>.gz       gzip of the decoded body, keyed by its SHA-256
 
+Modules, each importing only the ones before it (nothing imports back up)::
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class OutcomeRow:
-    url: str
-    host: str
-    depth: int
-    status: int | None
-    outcome: str
-    error: str | None
-    attempts: int
-    fetched_at: datetime
-    content_type: str | None
-    content_length: int | None
-    content_sha256: str | None
-    simhash: int | None
-    dup_kind: str | None
-    dup_of: str | None
-    blob_key: str | None
-    etag: str | None
-    last_modified: str | None
-    redirect_to: str | None
-    truncated: bool
-    shard: str
-    referrer: str | None
+    schema   OutcomeRow (the one row type), PAGES_SCHEMA derived from it, OUTCOMES...
+    layout   paths and names: pages/, blobs/, part files, blob keys, temp names
+    fs       open_fs, local/remote, atomic publication (fsync + rename, or one PUT)
+    blobs    BlobStore                                       (layout, fs)
+    rows     OutcomeRow -> checked Arrow values               (schema, layout)
+    writer   ResultWriter                                    (all of the above)
+    reader   read_pages, summarize, compact_pages            (schema, layout, fs)
+"""
 
-    def items(self):
-        return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]
+from crawler.output.blobs import DEFAULT_COMPRESSLEVEL, BlobStore
+from crawler.output.fs import open_fs
+from crawler.output.layout import blob_key
+from crawler.output.reader import compact_pages, dedupe_pages, read_pages, summarize
+from crawler.output.schema import (
+    DUP_KINDS,
+    OUTCOMES,
+    PAGES_SCHEMA,
+    OutcomeRow,
+    simhash_to_signed,
+    simhash_to_unsigned,
+)
+from crawler.output.writer import ResultWriter
+
+__all__ = [
+    "DEFAULT_COMPRESSLEVEL",
+    "DUP_KINDS",
+    "OUTCOMES",
+    "PAGES_SCHEMA",
+    "BlobStore",
+    "OutcomeRow",
+    "ResultWriter",
+    "blob_key",
+    "compact_pages",
+    "dedupe_pages",
+    "open_fs",
+    "read_pages",
+    "simhash_to_signed",
+    "simhash_to_unsigned",
+    "summarize",
+]

@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from crawler.config import CrawlConfig
-from crawler.storage import read_pages
+from crawler.output import read_pages
 from crawler.testing.server import WebServer
 from crawler.testing.web import canonical_path_qs
 

@@ -13,7 +13,7 @@ import time
 import pyarrow.parquet as pq
 import yaml
 
-from crawler.storage import read_pages
+from crawler.output import read_pages
 from crawler.testing.fixtures import crawl_config_for
 from jobs import cli
 

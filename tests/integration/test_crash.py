@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from crawler import config
-from crawler.storage import read_pages
+from crawler.output import read_pages
 from crawler.testing.fixtures import crawl_config_for
 from jobs.crawl import Crawl
 

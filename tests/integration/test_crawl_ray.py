@@ -6,7 +6,7 @@ import json
 
 
 from crawler import config
-from crawler.storage import read_pages
+from crawler.output import read_pages
 from crawler.testing.fixtures import crawl_config_for
 from jobs.crawl import Crawl
 

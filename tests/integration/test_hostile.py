@@ -21,7 +21,7 @@ from crawler.testing.fakes import FakeResolver
 from crawler import config
 from crawler.local import local_session
 from crawler.shard import build_fetcher
-from crawler.storage import read_pages
+from crawler.output import read_pages
 from crawler.testing.hostile import HostileServer, loopback_only
 
 from tests.integration import checks

@@ -28,7 +28,7 @@ from crawler import config
 from crawler.local import local_session
 from crawler.session import CrawlSession
 from crawler.shard import build_fetcher
-from crawler.storage import read_pages
+from crawler.output import read_pages
 from crawler.testing.hostile import TRAVERSAL_STRINGS, HostileServer, loopback_only
 from crawler.urls import normalize
 

@@ -16,7 +16,7 @@ import pytest
 from crawler import config
 from crawler.local import local_session
 from crawler.shard import build_fetcher
-from crawler.storage import read_pages
+from crawler.output import read_pages
 from crawler.testing.server import WebServer
 from crawler.testing.web import Reply
 from jobs.crawl import Crawl
