@@ -237,7 +237,7 @@ def test_bench_pages_are_20_to_30_kb_with_20_to_60_links() -> None:
     rng = random.Random(3)
     for _ in range(40):
         i = rng.randrange(w.profile.hosts)
-        k = rng.randrange(w._layout(i).pages)
+        k = rng.randrange(w.graph.layout(i).pages)
         host, path = w.normal_host(i), f"/p/{k}" if k else "/"
         body = w.body(host, path)
         links = [h for h, _, _ in parse(body, "text/html; charset=utf-8").links if h not in JUNK_HREFS.values()]
@@ -308,10 +308,10 @@ def test_links_come_in_every_spelling(web: SyntheticWeb, walked: dict) -> None:
 
 
 def test_chain_and_cross_host_only_pages_exist(web: SyntheticWeb) -> None:
-    lay = web._layout(0)
+    lay = web.graph.layout(0)
     deepest = web.url("h0000.web.test", f"/p/{lay.hubs + lay.chain}")
     assert web.depth(deepest) == 6
-    lay3 = web._layout(3)
+    lay3 = web.graph.layout(3)
     orphan = web.url("h0003.web.test", f"/p/{lay3.hubs + lay3.chain + 1}")
     assert orphan in web.must_fetch()
     linkers = {u for u in web.must_fetch() if (p := web.page(*web.split(u)))

@@ -175,8 +175,8 @@ def _behaviour_bytes(name: str, path: str) -> bytes:
     conn = Conn(server, _Reader(), writer, "GET", path, f"{name}.hostile.test")  # type: ignore[arg-type]
     try:
         asyncio.run(BEHAVIOURS[name](conn))
-    except Exception as exc:  # noqa: BLE001 - the slowloris ends by "client gone"
-        writer.data += repr(type(exc).__name__).encode()
+    except Exception:  # noqa: BLE001 - slowloris and reset end by "client gone"
+        writer.data += b"<raised>"
     return bytes(writer.data)
 
 
@@ -192,10 +192,10 @@ HOSTILE = {
     "normal": "bef9e60a915af329",
     "oversized": "009761f904c309b6",
     "redirects": "cfce2a02fe2a4dee",
-    "reset": "18ef6a8f20dca397",
+    "reset": "a5f9d2b8c94b4d0d",
     "secret": "c3cc28c723b66864",
     "silent": "e3b0c44298fc1c14",
-    "slowloris": "ddcda14e3d88fa26",
+    "slowloris": "82aa215dad29117b",
     "ssrf": "9ba00a5eb36dde19",
     "traversal": "566a212022579f81",
 }
