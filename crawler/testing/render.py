@@ -117,6 +117,8 @@ class PageRenderer:
 
     def html(self, page: Page) -> bytes:
         """The HTML bytes of an html-like page (deterministic)."""
+        if page.kind == "article":
+            return self.article(page)
         key = page.text_key or page.host + page.path_qs
         rng = Random(f"{self.seed}|text|{key}")
         cyr = page.kind == "cp1251"
@@ -175,6 +177,42 @@ class PageRenderer:
         if page.kind == "malformed":
             return _malformed(doc)
         return doc.encode("windows-1251" if cyr else "utf-8")
+
+    def article(self, page: Page) -> bytes:
+        """One copy of a chrome-variant article: nav, main article, aside, footer.
+
+        The ``<title>`` and ``<main>`` come from the article's ``text_key`` alone (~10 KB,
+        no links), so every copy has them byte for byte; the ``<nav>`` and ``<aside>``
+        text is drawn per URL (each copy's chrome differs) and the footer is the page's.
+        """
+        rng = Random(f"{self.seed}|article|{page.text_key}")
+        words = draw_words(rng, vocabulary(), rng.randint(1000, 1150))
+        title = " ".join(words[:6]).capitalize()
+        paras, at = [], 6
+        while at < len(words):
+            n = rng.randint(60, 140)
+            paras.append(f"<p>{' '.join(words[at:at + n])}</p>")
+            at += n
+        chrome = Random(f"{self.seed}|chrome|{page.host}{page.path_qs}")
+        base_dir = page.path_qs[: page.path_qs.rfind("/") + 1]
+
+        def anchor(link: Link) -> str:
+            href = html.escape(self.href(link, page.host, base_dir), quote=True)
+            return f'<a href="{href}">{" ".join(draw_words(chrome, vocabulary(), 2))}</a>'
+
+        nav, aside = page.links[:page.nav], page.links[page.nav:]
+        head = ['<!DOCTYPE html>\n<html lang="en">', "<head>", '<meta charset="utf-8">',
+                f"<title>{title}</title>", "</head>\n<body>"]
+        body = []
+        if nav:
+            sections = " ".join(draw_words(chrome, vocabulary(), chrome.randint(10, 20)))
+            body.append("<header><nav>" + " | ".join(anchor(lk) for lk in nav) + f" <span>{sections}</span></nav></header>")
+        body.append(f'<main>\n<article>\n<h1>{title}</h1>\n' + "\n".join(paras) + "\n</article>\n</main>")
+        promo = " ".join(draw_words(chrome, vocabulary(), chrome.randint(40, 80)))
+        body.append(f"<aside><h2>{' '.join(draw_words(chrome, vocabulary(), 2))}</h2><ul>"
+                    + "".join(f"<li>{anchor(lk)}</li>" for lk in aside) + f"</ul><p>{promo}</p></aside>")
+        body.append(f"<footer><p>{html.escape(page.footer or '')}</p></footer>")
+        return ("\n".join(head + body) + "\n</body>\n</html>\n").encode()
 
     def png(self, page: Page) -> bytes:
         """A 16x16 PNG whose tEXt chunk holds an ``<a href>`` that is not a link."""

@@ -36,6 +36,11 @@ rel-nofollow      ``/rn`` links only with ``rel=nofollow``; targets ``/rn-hidden
 malformed         ``/broken``: broken markup, bad bytes, one real link ``/broken-target``
 cp1251            ``/ru``: windows-1251 (Content-Type only), links ``/ru/страница``
 gzip              all pages gzip-encoded when the request accepts it
+chrome-origin     ``/news/<g>`` and ``/amp/news/<g>``: two copies of article ``g``
+                  (``profile.chrome_groups`` articles; ~10 KB each)
+chrome-syndicate  ``/story/<g>`` and ``/print/story/<g>``: two more copies; the four
+                  differ only in ``<footer>`` (render time, request id), ``<nav>`` and
+                  ``<aside>`` (:meth:`GroundTruth.chrome_duplicate_groups`)
 ================  ===================================================================
 """
 
@@ -44,12 +49,13 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 from urllib.parse import quote
 
 from crawler.testing.webtypes import DOMAIN, MIRROR_ORIGIN, SELF_SPELLINGS, Link, Page, Profile, digest
 
-__all__ = ["Site", "build_sites"]
+__all__ = ["CHROME_COPIES", "Site", "build_sites"]
 
 _RU_TARGET = "/ru/" + quote("страница")  # canonical: UTF-8, upper-case escapes
 
@@ -174,7 +180,49 @@ def build_sites(seed: int, profile: Profile, render: Callable[[Page], bytes]) ->
                                             links=(Link(None, _RU_TARGET, "raw-unicode"), Link(None, "/"))),
                     _RU_TARGET: ["/", "/ru"]})
     site("gzip", {"/": ["/z/1", "/z/2"], "/z/1": ["/", "/z/2"], "/z/2": ["/"]}, gzip=True)
+    if prof.chrome_groups:
+        for behaviour, pages in _chrome_copies(seed, prof.chrome_groups).items():
+            site(behaviour, {"/": [p.path_qs for p in pages], **{p.path_qs: p for p in pages}})
     return sites
+
+
+#: Where the 4 copies of chrome-variant article ``g`` live: (behaviour, path prefix).
+CHROME_COPIES = (("chrome-origin", "/news/"), ("chrome-origin", "/amp/news/"),
+                 ("chrome-syndicate", "/story/"), ("chrome-syndicate", "/print/story/"))
+
+
+def _chrome_copies(seed: int, groups: int) -> dict[str, list[Page]]:
+    """Behaviour -> its article copies: ``groups`` articles, 4 copies each (:data:`CHROME_COPIES`).
+
+    The copies of an article share its text (``text_key``) and differ in their footer
+    (render time and request id, unique per copy) and in their chrome: each page's
+    ``<nav>`` links the host's root and the next article, its ``<aside>`` links related
+    copies (a syndicated copy credits the origin), and the print copy has no nav.
+    """
+    out: dict[str, list[Page]] = {}
+    origin = f"chrome-origin.{DOMAIN}"
+    for g in range(1, groups + 1):
+        nxt = g % groups + 1
+        for behaviour, prefix in CHROME_COPIES:
+            host = f"{behaviour}.{DOMAIN}"
+            nav = [] if prefix.startswith("/print/") else [Link(None, "/"), Link(None, f"{prefix}{nxt}", "relative")]
+            if behaviour == "chrome-origin":
+                other = "/amp/news/" if prefix == "/news/" else "/news/"
+                aside = [Link(None, f"{other}{g}"), Link(None, f"{other}{nxt}", "dot-relative")]
+            else:
+                other = "/story/" if prefix.startswith("/print/") else "/print/story/"
+                aside = [Link(origin, f"/news/{g}", "absolute"), Link(None, f"{other}{g}")]
+            out.setdefault(behaviour, []).append(Page(
+                host, f"{prefix}{g}", kind="article", text_key=f"chrome/{g}", links=tuple(nav + aside),
+                nav=len(nav), footer=_render_stamp(seed, host, f"{prefix}{g}")))
+    return out
+
+
+def _render_stamp(seed: int, host: str, path: str) -> str:
+    """The footer of one copy: when it was rendered and the id of the request that did it."""
+    ident = digest(seed, host, path, "request")
+    when = datetime(2024, 3, 1, tzinfo=timezone.utc) + timedelta(seconds=int(ident[:6], 16) % (30 * 86400))
+    return f"Rendered {when:%Y-%m-%d %H:%M:%S} UTC \u00b7 request id {ident}"
 
 
 def _near_duplicates(host: str, render: Callable[[Page], bytes], count: int = 5) -> list[Page]:

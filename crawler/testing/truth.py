@@ -255,6 +255,26 @@ class GroundTruth:
             return []
         return [{self.url(f"near-dup.{DOMAIN}", f"/v/{k}") for k in range(1, 6)}]
 
+    def chrome_duplicate_groups(self) -> list[set[str]]:
+        """Groups of must-fetch copies of one article (chrome-variant near-duplicates).
+
+        Each group holds the 4 copies of an article on chrome-origin and chrome-syndicate:
+        the same ``<title>`` and ``<main>`` byte for byte (~10 KB), each with its own
+        ``<footer>`` (render time and request id) and its own ``<nav>``/``<aside>``. Their
+        whole-page text is several SimHash bits apart; only a fingerprint of the main
+        content groups them. Separate from :meth:`near_duplicate_groups`.
+        """
+        copies = [(page.text_key, (host, path_qs)) for host, site in self.graph.sites.items()
+                  for path_qs, page in site.pages.items() if page.kind == "article" and page.text_key]
+        if not copies:  # no walk of a web without them (a bench web has thousands of hosts)
+            return []
+        once = self._fetch_once(False)
+        groups: dict[str, set[str]] = {}
+        for key, node in copies:
+            if node in once:
+                groups.setdefault(key, set()).add(self.url(*node))
+        return list(groups.values())
+
     def robots_delay_hosts(self) -> dict[str, float]:
         """Host -> Crawl-delay (seconds) its robots.txt sets."""
         h = f"robots-delay.{DOMAIN}"

@@ -297,6 +297,11 @@ class SyntheticWeb:
         """Groups of must-fetch pages whose visible text differs only in a footer line."""
         return self.truth.near_duplicate_groups()
 
+    def chrome_duplicate_groups(self) -> list[set[str]]:
+        """Groups of 4 copies of one article differing only in footer, nav and aside
+        (:meth:`GroundTruth.chrome_duplicate_groups`)."""
+        return self.truth.chrome_duplicate_groups()
+
     def robots_delay_hosts(self) -> dict[str, float]:
         """Host -> Crawl-delay (seconds) its robots.txt sets."""
         return self.truth.robots_delay_hosts()

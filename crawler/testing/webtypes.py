@@ -58,15 +58,16 @@ class Profile:
     interval: float
     fetch_timeout: float
     max_body_bytes: int
+    chrome_groups: int = 0          # chrome-variant groups (4 copies of one article each)
 
 
 PROFILES: dict[str, Profile] = {
     # End-to-end tests: done in a few seconds at a 0.02 s politeness interval.
     "test": Profile("test", 12, (8, 15), (150, 400), (3, 8), 4, True, 0.2, 5.0,
-                    3_000_000, 100_000, 0.02, 1.0, 2_000_000),
+                    3_000_000, 100_000, 0.02, 1.0, 2_000_000, chrome_groups=2),
     # `crawl demo`: ~300 hosts, ~3,000 pages, every behaviour mixed in.
     "demo": Profile("demo", 300, (5, 15), (150, 400), (4, 10), 8, True, 1.5, 10.0,
-                    3_000_000, 50_000, 0.25, 3.0, 2_000_000),
+                    3_000_000, 50_000, 0.25, 3.0, 2_000_000, chrome_groups=6),
     # Benchmarks: thousands of hosts, 20-30 KB pages with 20-60 links, no special hosts.
     "bench": Profile("bench", 2000, (20, 60), (2060, 2800), (20, 60), 12, False, 0.5, 5.0,
                      3_000_000, 4096, 0.05, 5.0, 2_000_000),
@@ -121,6 +122,7 @@ SPECIAL_BEHAVIOURS = (
     "trap-calendar", "trap-loop", "trap-session", "trap-facets", "trap-deep",
     "mirror", "near-dup",
     "binary", "oversized", "meta-nofollow", "rel-nofollow", "malformed", "cp1251", "gzip",
+    "chrome-origin", "chrome-syndicate",  # last: the hosts linked before them keep their roots
 )
 #: Every host of the web is a name under this domain (``.test``: RFC 2606).
 DOMAIN = "web.test"
@@ -146,7 +148,10 @@ class Page:
     """What the web serves at one (host, canonical path_qs); bodies are rendered lazily.
 
     ``kind``: html | cp1251 | malformed | binary | oversized | oversized-chunked |
-    redirect | status | flaky-503 | flaky-429 | down | stall.
+    redirect | status | flaky-503 | flaky-429 | down | stall | article. An ``article``
+    (a chrome-variant copy) is rendered as ``<nav>`` (its first ``nav`` links),
+    ``<main><article>`` (the text of its ``text_key``, no links), ``<aside>`` (its other
+    links) and ``<footer>``.
     """
 
     host: str
@@ -164,6 +169,7 @@ class Page:
     base: str | None = None       # <base href> path
     base_absolute: bool = False
     junk: tuple[str, ...] = ()    # JUNK_HREFS keys written on the page
+    nav: int = 0                  # article: how many leading links go in its <nav>
 
 
 @dataclass(frozen=True, slots=True)

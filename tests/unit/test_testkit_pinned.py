@@ -59,8 +59,8 @@ TEST_PROFILE_SEED0 = {
     "h0000.web.test": "0b0a74afed964ab5",
     "h0001.web.test": "7bd21722710bbb37",
     "h0002.web.test": "71e1699d7ee36e18",
-    "h0003.web.test": "489d6b924d50fa55",
-    "h0004.web.test": "cbeefbf6c892d07b",
+    "h0003.web.test": "d1db4caf6d8345a8",  # links the chrome hosts (added after the split)
+    "h0004.web.test": "5ce52d64cbfabfad",  # links the chrome hosts (added after the split)
     "h0005.web.test": "83e06b14d4cffed9",
     "h0006.web.test": "b76255e87f30cfde",
     "h0007.web.test": "a8c5e3a171efaa22",
@@ -96,6 +96,8 @@ TEST_PROFILE_SEED0 = {
     "malformed.web.test": "e79d84cb7649648d",
     "cp1251.web.test": "5c06bf9ccb657be2",
     "gzip.web.test": "cf5a3db1c346da88",
+    "chrome-origin.web.test": "5f2e5b1c91139a01",
+    "chrome-syndicate.web.test": "7710780a6614f86e",
 }
 
 
