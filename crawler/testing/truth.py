@@ -145,9 +145,15 @@ class GroundTruth:
             self._failures = found
         return {self.url(*node): kind for node, kind in self._failures.items()}
 
-    def robots_blocked_urls(self) -> set[str]:
-        """Discovered URLs robots.txt forbids (a crawler records them as robots_blocked)."""
-        return {self.url(h, p) for h, p in self._walk(False) if self._blocked(h, p)}
+    def robots_blocked_urls(self, *, follow_rel_nofollow: bool = False) -> set[str]:
+        """Reachable URLs robots.txt forbids: each is linked from (or redirected to by) a
+        page a correct crawler fetches, so it must end as a ``robots_blocked`` row.
+
+        The walk expands only pages that are fetched (allowed, outside trap spaces, not a
+        leaf such as a 404 or a binary, not behind meta nofollow; a failing page once its
+        retry succeeds), so a blocked URL it reaches was linked from one of them.
+        """
+        return {self.url(h, p) for h, p in self._walk(follow_rel_nofollow) if self._blocked(h, p)}
 
     def must_not_fetch(self, host_or_url: str, path_qs: str | None = None, *,
                        follow_rel_nofollow: bool = False) -> str | None:

@@ -264,9 +264,9 @@ class SyntheticWeb:
         """Reachable URLs that fail at first: url -> flaky-503 | flaky-429 | down | stall."""
         return self.truth.failure_urls()
 
-    def robots_blocked_urls(self) -> set[str]:
+    def robots_blocked_urls(self, *, follow_rel_nofollow: bool = False) -> set[str]:
         """Reachable URLs robots.txt forbids (:meth:`GroundTruth.robots_blocked_urls`)."""
-        return self.truth.robots_blocked_urls()
+        return self.truth.robots_blocked_urls(follow_rel_nofollow=follow_rel_nofollow)
 
     def must_not_fetch(self, host_or_url: str, path_qs: str | None = None, *,
                        follow_rel_nofollow: bool = False) -> str | None:
