@@ -50,8 +50,8 @@ def test_malformed_seed_exits_nonzero_with_one_line_and_starts_no_ray(tmp_path):
     runs = {"cli": ["jobs.cli", "run", str(cfgfile)], "cli-local": ["jobs.cli", "run", str(cfgfile), "--local"],
             "job": ["jobs.crawl", str(cfgfile)]}
     for name, args in runs.items():
-        # An empty RAY_TMPDIR of its own, and no RAY_ADDRESS: a Ray started (or joined)
-        # by this run would leave its session directory there.
+        # No RAY_ADDRESS, so a Ray this run started would be a new local one, and an empty
+        # RAY_TMPDIR of its own, where that Ray would leave its session directory.
         ray_tmp = tmp_path / f"ray-{name}"
         ray_tmp.mkdir()
         env = _env(RAY_TMPDIR=str(ray_tmp))
