@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from contextlib import contextmanager
 
 import pyarrow.parquet as pq
 import yaml
@@ -32,6 +33,9 @@ from tests.integration import checks
 # but its row not yet durable. Rows are flushed every output.row_flush_interval_s (0.2 s
 # here) by an output loop that ticks every 0.25 s; allow that plus scheduling slack.
 UNACKED_WINDOW_S = 0.2 + 0.25 + 0.5
+
+#: Seed of the point where the whole job is killed (set CRASH_SEED to replay or explore others).
+CRASH_SEED = int(os.environ.get("CRASH_SEED", "20240105"))
 
 
 def _refetched_outside_window(server, kill_times):
@@ -101,15 +105,6 @@ def test_killed_shard_and_seen_actor_are_restarted_and_lose_nothing(ray_cluster,
 
     counts = Counter(web.request_counts())
     missing = [u for u in web.web.must_fetch() if counts[u] == 0]
-    if missing:
-        import sqlite3, glob
-        for f in glob.glob(str(out / "state" / "*.sqlite")):
-            db = sqlite3.connect(f)
-            for u in missing:
-                print(f, u, db.execute("select id,state,replay,depth from urls where url=?", (u,)).fetchall())
-            print(f, db.execute("select state,count(*) from urls group by state").fetchall())
-        print(json.dumps(stats, default=str)[:3000])
-        print([ (r.host, r.path_qs, r.status) for r in web.requests() if r.host.startswith("robots-delay")])
     assert not missing, missing[:5]
     again = _refetched_outside_window(web, kills)
     assert not again, again
@@ -117,6 +112,15 @@ def test_killed_shard_and_seen_actor_are_restarted_and_lose_nothing(ray_cluster,
     checks.check_politeness(web, cfg)
     rows = _check_output_whole(out)
     assert {r["url"] for r in rows} >= web.web.must_fetch()
+
+
+@contextmanager
+def _noted(note):
+    """Prefix ``note`` to any assertion failing inside (the crash seed, so it can be replayed)."""
+    try:
+        yield
+    except AssertionError as exc:
+        raise AssertionError(f"{note}: {exc}") from exc
 
 
 def _spawn(cfgfile, ray_tmp):
@@ -153,58 +157,62 @@ def test_sigkill_of_the_whole_job_then_resume(web, tmp_path):
         web, politeness={"interval_s": 0.1}, runtime={"shards": 2, "seen_shards": 1},
         output={"path": str(out), "row_flush_interval_s": 0.2},
     )))
-    ray_tmp = tempfile.mkdtemp(prefix="rayk-", dir="/tmp")
-    proc = _spawn(cfgfile, ray_tmp)
-    try:
-        # A random point in the crawl, once it is well under way.
-        _wait_requests(web, random.Random().randint(40, 120), timeout=180)
-        # The whole job at once: the driver's process group, then every process of its
-        # Ray (workers run in their own sessions). The crash is complete when they are gone.
-        os.killpg(proc.pid, signal.SIGKILL)
-        _kill_leftovers(ray_tmp)
-        kills = [time.monotonic()]
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        _kill_leftovers(ray_tmp)
-    time.sleep(0.5)
-    before = len(web.requests())
-    rec = json.loads((out / "state" / "crawl.json").read_text())
-    assert rec["finished"] is False
-
-    ray_tmp2 = tempfile.mkdtemp(prefix="rayk-", dir="/tmp")
-    proc = _spawn(cfgfile, ray_tmp2)
-    try:
-        stdout, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
+    # A random point in the crawl, once it is well under way; seeded so a failure can be
+    # replayed (CRASH_SEED=<seed>), and named in every assertion below.
+    crash_after = random.Random(CRASH_SEED).randint(40, 120)
+    where = f"crash seed {CRASH_SEED} (job killed after {crash_after} requests)"
+    with _noted(where):
+        ray_tmp = tempfile.mkdtemp(prefix="rayk-", dir="/tmp")
+        proc = _spawn(cfgfile, ray_tmp)
+        try:
+            _wait_requests(web, crash_after, timeout=180)
+            # The whole job at once: the driver's process group, then every process of its
+            # Ray (workers run in their own sessions). The crash is complete when they are gone.
             os.killpg(proc.pid, signal.SIGKILL)
-        _kill_leftovers(ray_tmp2)
-    assert proc.returncode == 0, stderr[-3000:]
-    assert "resuming the unfinished crawl" in stderr
-    assert len(web.requests()) > before
+            _kill_leftovers(ray_tmp)
+            kills = [time.monotonic()]
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            _kill_leftovers(ray_tmp)
+        time.sleep(0.5)
+        before = len(web.requests())
+        rec = json.loads((out / "state" / "crawl.json").read_text())
+        assert rec["finished"] is False
 
-    counts = Counter(web.request_counts())
-    missing = [u for u in web.web.must_fetch() if counts[u] == 0]
-    assert not missing, missing[:5]
-    again = _refetched_outside_window(web, kills)
-    assert not again, again
-    checks.check_never_requested(web)
-    rows = _check_output_whole(out)
-    assert {r["url"] for r in rows} >= web.web.must_fetch()
-    assert json.loads((out / "state" / "crawl.json").read_text())["finished"] is True
-    checks.check_ledger(json.loads((out / "stats.json").read_text()))
+        ray_tmp2 = tempfile.mkdtemp(prefix="rayk-", dir="/tmp")
+        proc = _spawn(cfgfile, ray_tmp2)
+        try:
+            stdout, stderr = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            _kill_leftovers(ray_tmp2)
+        assert proc.returncode == 0, stderr[-3000:]
+        assert "resuming the unfinished crawl" in stderr
+        assert len(web.requests()) > before
 
-    # Run again on the finished crawl: it says so and exits 0 without a request.
-    n = len(web.requests())
-    done = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "run", str(cfgfile), "--no-progress"],
-        capture_output=True, text=True, timeout=120,
-        env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=tempfile.mkdtemp(prefix="rayk-", dir="/tmp")),
-    )
-    assert done.returncode == 0 and "already finished" in done.stderr
-    assert len(web.requests()) == n
+        counts = Counter(web.request_counts())
+        missing = [u for u in web.web.must_fetch() if counts[u] == 0]
+        assert not missing, missing[:5]
+        again = _refetched_outside_window(web, kills)
+        assert not again, again
+        checks.check_never_requested(web)
+        rows = _check_output_whole(out)
+        assert {r["url"] for r in rows} >= web.web.must_fetch()
+        assert json.loads((out / "state" / "crawl.json").read_text())["finished"] is True
+        checks.check_ledger(json.loads((out / "stats.json").read_text()))
+
+        # Run again on the finished crawl: it says so and exits 0 without a request.
+        n = len(web.requests())
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "run", str(cfgfile), "--no-progress"],
+            capture_output=True, text=True, timeout=120,
+            env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=tempfile.mkdtemp(prefix="rayk-", dir="/tmp")),
+        )
+        assert done.returncode == 0 and "already finished" in done.stderr
+        assert len(web.requests()) == n
 
 
 def test_a_different_config_on_an_existing_output_is_refused(web, tmp_path):
