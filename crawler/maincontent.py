@@ -109,6 +109,20 @@ _CONTENT_WORDS = frozenset({"article", "post", "entry", "content", "main", "stor
 _STATE_WORDS = frozenset({"has", "with", "without", "no", "not", "is", "show"})
 # Chrome words that an adjacent content word turns into part of the content.
 _HEADINGS = frozenset({"header", "masthead"})
+# Layout words say where a box sits, not what it holds: "footer-wrap", "sidebar-right",
+# "all-screen-footer-wrap" are named by the word before them.
+_LAYOUT_WORDS = frozenset(
+    """
+    wrap wrapper container inner outer holder box area section block top bottom left right
+    list links items item bar row col column columns region zone module widget widgets panel
+    group part el element fluid grid wide full fixed sticky desktop mobile primary secondary global
+    """.split()
+)
+# Chrome words that sites glue to another word: "topnav", "quicknavi", "mainmenu",
+# "pagefooter" (suffix), "navtop", "menuwrap" (prefix, followed by a layout word).
+_SUFFIX_STEMS = ("navigation", "navbar", "navi", "nav", "menu", "footer", "header", "sidebar", "breadcrumbs",
+                 "breadcrumb", "masthead")
+_PREFIX_STEMS = ("navi", "nav", "menu", "footer", "header", "sidebar", "cookie", "social")
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
@@ -117,11 +131,36 @@ _name_cache: dict[str, bool] = {}
 _NAME_CACHE_MAX = 100_000  # distinct class/id strings; cleared when full (bounded memory)
 
 
+def _stem(word: str) -> str:
+    """A glued chrome word ("topnav", "navtop", "footer2") -> its chrome word."""
+    word = word.rstrip("0123456789") or word
+    if word in _CHROME_WORDS or len(word) <= 3:
+        return word
+    for stem in _SUFFIX_STEMS:
+        if word.endswith(stem):
+            return stem
+    for stem in _PREFIX_STEMS:
+        if word.startswith(stem) and word[len(stem) :] in _LAYOUT_WORDS:
+            return stem
+    return word
+
+
+def _words(name: str) -> list[str]:
+    """"mainNav" / "main-nav" / "main_nav2" -> ["main", "nav"] (numbers dropped)."""
+    return [_stem(p) for p in _NON_ALNUM.split(_CAMEL.sub("-", name).lower()) if p and not p.isdigit()]
+
+
 def _judge_parts(parts: list[str]) -> int:
     """One name's words (``["site", "footer"]``) -> _CHROME, _CONTENT or 0 (neither)."""
     if not parts or not _STATE_WORDS.isdisjoint(parts):
         return 0
-    head, first = parts[-1], parts[0]
+    end = len(parts)
+    while end > 1 and parts[end - 1] in _LAYOUT_WORDS:
+        end -= 1
+    start = 0  # skip namespace prefixes ("c-header", "js-nav", "l-footer")
+    while start < end - 1 and len(parts[start]) <= 2 and parts[start] not in _CHROME_WORDS:
+        start += 1
+    head, first = parts[end - 1], parts[start]
     has_content = not _CONTENT_WORDS.isdisjoint(parts)
     if head in _CHROME_WORDS:
         # "article-header" is the article's heading block; "article-footer", "main-nav"
@@ -139,16 +178,13 @@ def _judge_token(token: str) -> int:
     block, _, element = token.split("--", 1)[0].partition("__")
     verdict = _judge_parts(_words(block))
     if element and verdict != _CHROME:
+        # Literally its last word (no layout stripping): an element of a block is part
+        # of that block unless it says otherwise ("documentContent__sharingContainer").
         words = _words(element.rpartition("__")[2])
         if words and words[-1] in _CHROME_WORDS:
             # "article__header" is the article's heading, as "article-header" is.
             return _CONTENT if words[-1] in _HEADINGS and verdict == _CONTENT else _CHROME
     return verdict
-
-
-def _words(name: str) -> list[str]:
-    """"mainNav" / "main-nav" / "main_nav" -> ["main", "nav"]."""
-    return [p for p in _NON_ALNUM.split(_CAMEL.sub("-", name).lower()) if p]
 
 
 def is_chrome_name(value: str) -> bool:
