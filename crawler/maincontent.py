@@ -16,9 +16,10 @@ selector walks and a Python pass over the block containers) and that hold on rea
    (``site-footer``, ``main-nav``, ``related-posts``, ``cookie-banner``; see
    :func:`is_chrome_name`).
 2. Weak evidence (a class or id, ``<form>``, ``<header>``, ``hidden``/``aria-hidden``)
-   never removes an element holding more than half of the body's text: ASP.NET pages
-   wrap the whole body in a ``<form>``, some sites set ``aria-hidden`` on the page while
-   a dialog is open, and class names are only names.
+   never removes an element holding more than half of the body's text unless that text
+   is nearly all link text (a mega-menu): ASP.NET pages wrap the whole body in a
+   ``<form>``, some sites set ``aria-hidden`` on the page while a dialog is open, and
+   class names are only names.
 3. Of what is left, the root is the page's dominant ``<article>`` (the top-level one
    holding most of the article text, so a listing of teasers has none), else its largest
    ``<main>`` / ``role=main``, when it holds a fair share of the remaining text; else the
@@ -35,8 +36,9 @@ put back before returning. Invariant 7 (DESIGN.md): web input never raises out o
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
@@ -217,7 +219,7 @@ class MainText:
     #: Where the text came from: the dominant article, the main element, the body less
     #: its chrome, "fallback" (the whole body text, rule 4) or "none" (no body).
     root: Literal["article", "main", "body", "fallback", "none"]
-    #: Elements left out as chrome (nested ones count too).
+    #: Elements left out as chrome (outermost ones; scripts and styles not counted).
     dropped: int
 
 
@@ -257,8 +259,10 @@ def _verdict(node: LexborNode, tag: str) -> int:
     if tag in _CHROME_TAGS:
         return 2
     attrs = node.attributes
-    if not attrs:
-        return 0 if tag != "header" or _scoped(node) else 1
+    if not attrs:  # the common case: no class, id or role to judge
+        if tag == "header":
+            return 0 if _scoped(node) else 1
+        return 1 if tag == "form" else 0
     role = attrs.get("role")
     if role:
         # role is a token list; the first token is the one a browser uses when it knows
@@ -283,7 +287,8 @@ def _verdict(node: LexborNode, tag: str) -> int:
 
 
 def _drop_chrome(body: LexborNode, detach: Callable[[LexborNode], None], selector: str) -> int:
-    """Detach the chrome elements under ``body`` (rules 1 and 2); returns how many.
+    """Detach the chrome elements under ``body`` (rules 1 and 2), and the never-text ones
+    when ``selector`` lists them; returns how many chrome elements went.
 
     Only outermost chrome is detached: the candidates inside a detached element are
     skipped (no verdict, no size), which keeps nested menus from costing a text walk
@@ -299,7 +304,8 @@ def _drop_chrome(body: LexborNode, detach: Callable[[LexborNode], None], selecto
             continue
         last = mem
         tag = node.tag
-        verdict = 2 if tag in _NEVER_TEXT_TAGS else _verdict(node, tag)
+        never_text = tag in _NEVER_TEXT_TAGS
+        verdict = 2 if never_text else _verdict(node, tag)
         if verdict == 0:
             continue
         if verdict == 1:
@@ -312,7 +318,7 @@ def _drop_chrome(body: LexborNode, detach: Callable[[LexborNode], None], selecto
                 continue
         skip.update(n.mem_id for n in node.css(selector))  # its descendants come next
         detach(node)
-        dropped += 1
+        dropped += not never_text
     return dropped
 
 

@@ -81,10 +81,12 @@ def test_chrome_named_by_class_or_id_is_left_out() -> None:
     <div class="share-buttons">ShareWord</div><div id="comments" class="comments-area">CommentWord</div></div>
     <div class="sidebar-right"><div class="related-posts">RelatedWord</div></div>
     <div class="c-site-footer__inner">FooterWord</div><div id="topnav">TopnavWord</div>
-    <div class="cookie-banner">CookieWord</div></body>"""
+    <div class="cookie-banner">CookieWord</div><form><p>NewsletterWord sign up</p></form>
+    <div hidden>HiddenWord</div></body>"""
     got = main_text(tree(html))
     assert ARTICLE in got
-    for chrome in ("Section1", "ShareWord", "CommentWord", "RelatedWord", "FooterWord", "TopnavWord", "CookieWord"):
+    for chrome in ("Section1", "ShareWord", "CommentWord", "RelatedWord", "FooterWord", "TopnavWord", "CookieWord",
+                   "NewsletterWord", "HiddenWord"):
         assert chrome not in got
 
 
