@@ -46,7 +46,7 @@ __all__ = ["MIN_MAIN_SHARE", "MIN_MAIN_WORDS", "MainText", "extract_main", "is_c
 
 #: Below this many words the main text is not trusted and the whole body text is used.
 MIN_MAIN_WORDS = 30
-#: Nor below this share of the body text (characters, whitespace collapsed). Low on
+#: Nor below this share of the body text (in characters). Low on
 #: purpose: on pages heavy with chrome a real article can be a tenth of the text.
 MIN_MAIN_SHARE = 0.05
 #: Weak evidence never removes an element holding more than this share of the body
@@ -65,16 +65,13 @@ _NEVER_TEXT_TAGS = frozenset({"script", "style", "noscript", "template", "svg"})
 _NEVER_TEXT = ", ".join(sorted(_NEVER_TEXT_TAGS))
 # Elements whose class/id/role is judged: block containers. Inline elements (a, span,
 # li, img: 60% of the classed elements on the corpus pages) are left to the container
-# around them. One walk finds them all: tag-only alternatives are the cheapest tests in
-# lexbor's selector engine (attribute tests cost more per element than the Python check
-# of the few containers found), and it returns each element once per alternative matched.
+# around them.
 _CONTAINER_TAGS = ("div", "section", "ul", "ol", "dl", "p", "table", "header", "form")
 # Landmarks and form controls that are chrome wherever they stand.
 _CHROME_TAGS = frozenset({"footer", "nav", "aside", "select", "button", "dialog"})
 _JUDGED_TAGS = frozenset(_CONTAINER_TAGS) | _CHROME_TAGS
-_CANDIDATES = ", ".join(sorted(_JUDGED_TAGS))
 # With the never-text elements too, for a tree whose body text was given (one walk).
-_CANDIDATES_ALL = ", ".join(sorted(_JUDGED_TAGS | _NEVER_TEXT_TAGS))
+_JUDGED_ALL = _JUDGED_TAGS | _NEVER_TEXT_TAGS
 # ARIA roles of page chrome (WAI-ARIA 1.2 landmark and widget roles).
 _CHROME_ROLES = frozenset(
     {
@@ -214,7 +211,8 @@ def is_chrome_name(value: str) -> bool:
 class MainText:
     """The main-content text of a page and how it was found (for stats and benchmarks)."""
 
-    #: Whitespace-normalized text (words joined by single spaces).
+    #: The text nodes of the main content, stripped and joined by one space; whitespace
+    #: inside a text node is as on the page (``" ".join(text.split())`` to collapse it).
     text: str
     #: Where the text came from: the dominant article, the main element, the body less
     #: its chrome, "fallback" (the whole body text, rule 4) or "none" (no body).
@@ -230,9 +228,11 @@ _SCOPES = frozenset({"article", "main"})
 # (two serializations per comparison, and equal markup in two places compares equal).
 
 
-def _norm(node: LexborNode) -> str:
-    """The node's text as parse.py takes the page text: whitespace runs -> one space."""
-    return " ".join(node.text(separator=" ").split())
+def _text(node: LexborNode) -> str:
+    """The node's text nodes, stripped, joined by one space (whitespace inside a text node
+    is kept: the SimHash tokenizer ignores it, and collapsing it in Python would cost
+    more than the rest of this module on a text-heavy page: ~70 us per 14 KB of text)."""
+    return node.text(separator=" ", strip=True, skip_empty=True)
 
 
 def _size(node: LexborNode) -> int:
@@ -286,24 +286,27 @@ def _verdict(node: LexborNode, tag: str) -> int:
     return 1 if is_chrome_name(f"{klass} {ident}" if ident else klass) else 0
 
 
-def _drop_chrome(body: LexborNode, detach: Callable[[LexborNode], None], selector: str) -> int:
+def _drop_chrome(body: LexborNode, detach: Callable[[LexborNode], None], judged: frozenset[str]) -> int:
     """Detach the chrome elements under ``body`` (rules 1 and 2), and the never-text ones
-    when ``selector`` lists them; returns how many chrome elements went.
+    when ``judged`` lists them; returns how many chrome elements went.
 
-    Only outermost chrome is detached: the candidates inside a detached element are
-    skipped (no verdict, no size), which keeps nested menus from costing a text walk
-    each and leaves fewer nodes to put back.
+    One ``css("*")`` walk lists the elements in document order (cheaper in lexbor than a
+    selector list of tag names, which costs a test per tag per element); the tag is
+    checked in Python. Only outermost chrome is detached: the elements inside it, which
+    follow it in the list, are skipped unjudged, so nested menus cost no text walks and
+    fewer nodes have to be put back.
     """
     body_size = -1  # measured when a guard first needs it
-    skip = {body.mem_id}  # body.css() matches the body itself too
-    last = -1
     dropped = 0
-    for node in body.css(selector):
-        mem = node.mem_id
-        if mem == last or mem in skip:  # an element comes once per alternative it matches
-            continue
-        last = mem
+    nodes = body.css("*")
+    count = len(nodes)
+    i = 0
+    while i < count:
+        node = nodes[i]
+        i += 1
         tag = node.tag
+        if tag not in judged:
+            continue
         never_text = tag in _NEVER_TEXT_TAGS
         verdict = 2 if never_text else _verdict(node, tag)
         if verdict == 0:
@@ -316,10 +319,29 @@ def _drop_chrome(body: LexborNode, detach: Callable[[LexborNode], None], selecto
             # corpus: 0.74-1.0 for menus, at most 0.51 for wrappers holding content).
             if size > _GUARD_SHARE * body_size and sum(_size(a) for a in node.css("a")) < _MENU_LINK_SHARE * size:
                 continue
-        skip.update(n.mem_id for n in node.css(selector))  # its descendants come next
+        after = _following(node, body)
         detach(node)
         dropped += not never_text
+        if after is None:
+            break
+        stop = after.mem_id
+        while i < count and nodes[i].mem_id != stop:
+            i += 1
     return dropped
+
+
+def _following(node: LexborNode, body: LexborNode) -> LexborNode | None:
+    """The first element after ``node``'s subtree in document order (None: none in body)."""
+    body_id = body.mem_id
+    current: LexborNode | None = node
+    while current is not None and current.mem_id != body_id:
+        sibling = current.next
+        while sibling is not None:
+            if sibling.is_element_node:
+                return sibling
+            sibling = sibling.next
+        current = current.parent
+    return None
 
 
 def _choose_root(body: LexborNode) -> tuple[LexborNode, Literal["article", "main", "body"]]:
@@ -371,19 +393,19 @@ def extract_main(tree: LexborHTMLParser, body_text: str | None = None) -> MainTe
         if body_text is None:
             for node in body.css(_NEVER_TEXT):
                 detach(node)
-            full = _norm(body)
-            dropped = _drop_chrome(body, detach, _CANDIDATES)
+            full = _text(body)
+            dropped = _drop_chrome(body, detach, _JUDGED_TAGS)
         else:
-            dropped = _drop_chrome(body, detach, _CANDIDATES_ALL)
+            dropped = _drop_chrome(body, detach, _JUDGED_ALL)
         root, kind = _choose_root(body)
-        text = _norm(root)
+        text = _text(root)
     except Exception:  # noqa: BLE001 - invariant 7: odd markup costs the main-content step, never the page
         # The whole text when it was reached, else nothing (no fingerprint beats a wrong one).
         return MainText(full, "fallback", 0)
     finally:
         _restore(detached)
-    # text is normalized: its words are its spaces + 1.
-    if text.count(" ") + 1 < MIN_MAIN_WORDS or len(text) < MIN_MAIN_SHARE * len(full):
+    # split(None, n) stops after n words: a cheap "fewer than MIN_MAIN_WORDS words".
+    if len(text.split(None, MIN_MAIN_WORDS)) < MIN_MAIN_WORDS or len(text) < MIN_MAIN_SHARE * len(full):
         return MainText(full, "fallback", dropped)
     return MainText(text, kind, dropped)
 
@@ -399,7 +421,7 @@ def _restore(detached: _Detached) -> None:
 
 
 def main_text(tree: LexborHTMLParser, body_text: str | None = None) -> str:
-    """The main-content text of a parsed page, whitespace-normalized.
+    """The main-content text of a parsed page (text nodes joined by one space).
 
     Give it the selectolax lexbor tree the crawler already parsed (no second parse);
     pass ``body_text`` when the page's whole text is at hand (see :func:`extract_main`).

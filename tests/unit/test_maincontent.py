@@ -175,10 +175,9 @@ def test_fallback_to_the_whole_text_when_no_main_content_is_left() -> None:
     # unrelated pages of one site look alike, so the whole body text is used.
     html = f"""<body><header>Site</header><nav><ul>{NAV}</ul></nav><p>Loading the page</p>
     <footer>{prose(4, 60)}</footer></body>"""
-    t = tree(html)
-    result = extract_main(t)
+    result = extract_main(tree(html))
     assert result.root == "fallback"
-    assert result.text == whole_text(tree(html))
+    assert " ".join(result.text.split()) == whole_text(tree(html))
 
 
 def test_no_body_and_odd_markup_never_raise() -> None:
