@@ -187,6 +187,20 @@ class FrontierStore:
             out.append(it)
         return out
 
+    def drop_newest(self, host: str, after_id: int, limit: int) -> list[str]:
+        """Mark up to ``limit`` of the newest queued URLs of ``host`` (ids above ``after_id``,
+        i.e. spilled) dropped; returns their URLs. Committed (a budget cut's trim)."""
+        with self._lock:
+            self._begin()
+            rows = self._db.execute(
+                "SELECT id, url FROM urls WHERE host=? AND state=0 AND id>? ORDER BY id DESC LIMIT ?",
+                (host, after_id, limit),
+            ).fetchall()
+            self._db.executemany("UPDATE urls SET state=3 WHERE id=?", [(r[0],) for r in rows])
+            self._db.execute("COMMIT")
+            self._in_tx = False
+        return [r[1] for r in rows]
+
     def count_queued(self, host: str, after_id: int) -> int:
         """How many queued URLs of ``host`` come after ``after_id`` (the spill recount)."""
         with self._lock:

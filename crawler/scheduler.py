@@ -291,10 +291,10 @@ class ShardScheduler:
             return
         if kind == "ok":
             outcome = await self.pipeline.page(item, res)
-            self.host_budget.record_fetch(item.host, outcome.duplicate)
-            penalty = self.host_budget.penalty(item.host)
-            if penalty != 1.0:
-                self.politeness.set_penalty(item.host, penalty)
+            drop = self.host_budget.record_fetch(item.host, outcome.duplicate, self.frontier.queued_for(item.host))
+            if drop:
+                self._trim(item.host, drop)
+            self.frontier.demote(item.host, self.host_budget.penalty(item.host) > 1.0)
         elif kind == "redirect":
             outcome = self.pipeline.redirect(item, res)
         elif kind == "not_modified":
@@ -308,6 +308,13 @@ class ShardScheduler:
             if not await self.router.submit(outcome.links, bypass_seen=item.replay):
                 raise RuntimeError(f"{len(outcome.links)} links could not be delivered to their shards")
         self._record(outcome)
+
+    def _trim(self, host: str, drop: int) -> None:
+        """A budget cut: the host's queue shrinks to its new budget (counted, no rows)."""
+        urls = self.frontier.trim(host, drop)
+        if self.store is not None:
+            self.store.drop(urls)
+        self.dropped["budget_cut"] += len(urls)
 
     def _refused(self, item: UrlItem) -> None:
         """A URL the robots rules refuse: ``robots_blocked``, or ``failed`` with the cause

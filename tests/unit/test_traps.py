@@ -377,3 +377,21 @@ def test_host_budget_bad_config(kwargs: dict, name: str) -> None:
     args.update(kwargs)
     with pytest.raises(ConfigError, match=name):
         HostBudget(**args)
+
+
+def test_a_cut_trims_the_queue_to_the_new_plan():
+    # B = 100, window 20, cut factor 0.5: after 20 duplicate fetches with 60 URLs queued
+    # and 20 more admissible, the plan is int(0.5 * 80) = 40: 20 queued URLs go.
+    budget = HostBudget(100, novelty_window=20, novelty_min_samples=10, novelty_threshold=0.5, cut_factor=0.5)
+    for _ in range(80):
+        assert budget.admit("t.test")
+    drops = [budget.record_fetch("t.test", True, queued=60) for _ in range(20)]
+    assert drops == [0] * 19 + [20]
+    assert budget.remaining("t.test") == 0  # the 40 kept in the queue are the whole plan
+    assert not budget.admit("t.test")
+    # A queue already within the plan is kept, and the rest may still be admitted.
+    budget2 = HostBudget(100, novelty_window=20, novelty_min_samples=10, novelty_threshold=0.5, cut_factor=0.5)
+    for _ in range(30):
+        budget2.admit("t.test")
+    assert [budget2.record_fetch("t.test", True, queued=10) for _ in range(20)][-1] == 0
+    assert budget2.remaining("t.test") == int(0.5 * (10 + 70)) - 10
