@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import uuid
 from typing import Any, Sequence
@@ -25,7 +24,7 @@ from actors.services import SeenGroupClient
 from crawler.config import from_dict
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
-from crawler.journal import FrontierStore, fetch_snapshot, is_remote
+from crawler import state
 from crawler.clock import SYSTEM_CLOCK
 from crawler.services import LeasedBudget
 from crawler.shard import build_fence, build_shard
@@ -69,13 +68,9 @@ class HostShard:
         self.crawl_name = crawl_name
         self.peers: dict[str, Any] = {}
         self.incarnation = uuid.uuid4().hex[:8]
-        store = None
-        if state_dir:
-            local = os.path.join(state_dir, f"{shard_id}.sqlite")
-            out = cfg.output.path
-            if is_remote(out):  # restarted on another machine: start from the shipped snapshot
-                fetch_snapshot(f"{out.rstrip('/')}/state/{shard_id}.sqlite", local, dict(cfg.output.storage_options) or None)
-            store = FrontierStore(local)
+        store, from_copy = None, False
+        if state_dir:  # on a machine without the state of a remote output: the copy in OUT
+            store, from_copy = state.open_shard_store(cfg.output.path, dict(cfg.output.storage_options) or None, shard_id, state_dir)
 
         async def content(items):
             return await content_actor.check_and_add.remote(items)
@@ -97,6 +92,7 @@ class HostShard:
             owner_of=HashRing(list(shard_ids)).node_for,
             store=store,
             fence=self.fence,
+            from_copy=from_copy,
         )
         self.shard.gate = self._may_work
         self._run_task: asyncio.Task[None] | None = None

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 from typing import Any
 
+from crawler import state
 from crawler.config import CrawlConfig, resolve_shards, to_dict
 from crawler.frontier import UrlItem
 from crawler.local import seen_capacity_per_shard
@@ -92,19 +94,22 @@ class RayRuntime:
         d, rt = cfg.dedup, cfg.runtime
         cap = seen_capacity_per_shard(cfg, plan.seen_shards)
         restart = {"max_restarts": rt.max_restarts}
+        out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
+        remote = (out, opts) if sdir and state.is_remote(out) else None
         self.seen_actors = [
             SeenFilter.options(**restart).remote(
-                cap, d.seen_error_rate, d.seen_exact, d.seen_bloom, os.path.join(sdir, f"seen-{i:03d}.sqlite") if sdir else None
+                cap, d.seen_error_rate, d.seen_exact, d.seen_bloom, os.path.join(sdir, f"seen-{i:03d}.sqlite") if sdir else None,
+                (out, opts, state.seen_name(i, d.seen_exact)) if remote else None,
             )
             for i in range(plan.seen_shards)
         ]
         self._seen = SeenGroupClient(self.seen_actors)
         self.content_actor = ContentIndexActor.options(**restart).remote(
             d.simhash_distance, d.simhash_tables, os.path.join(sdir, "content.snapshot") if sdir else None,
-            rt.content_snapshot_interval_s,
+            rt.content_snapshot_interval_s, remote,
         )
         self.budget_actor = Budget.options(**restart).remote(
-            cfg.limits.max_pages, os.path.join(sdir, "budget.json") if sdir else None
+            cfg.limits.max_pages, os.path.join(sdir, "budget.json") if sdir else None, remote
         )
         self.crawl_name = f"raycrawl-{cfg.fingerprint()}-{uuid.uuid4().hex[:6]}"
         cfg_dict = to_dict(cfg)
@@ -123,6 +128,10 @@ class RayRuntime:
         await asyncio.wait_for(
             asyncio.gather(*(s.heartbeat.remote() for s in self.shards.values())), STATUS_TIMEOUT_S
         )
+
+    async def ship_state(self) -> None:
+        wall = time.time()
+        await asyncio.gather(*(a.ship.remote(wall) for a in [*self.seen_actors, self.content_actor, self.budget_actor]))
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
         return await self._seen.check_and_add(urls)

@@ -6,11 +6,13 @@ tested without Ray; this module only moves batches in and out.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Sequence
 
 import ray
 
+from crawler import state
 from crawler.clock import SYSTEM_CLOCK
 from crawler.errors import StorageError
 from crawler.seen import SeenGroup, SeenSet, ShardCall
@@ -31,7 +33,15 @@ class SeenFilter:
     opening waits up to :data:`OPEN_WAIT_S` for it to let go.
     """
 
-    def __init__(self, capacity: int, error_rate: float, exact: bool, bloom: str, path: str | None = None) -> None:
+    def __init__(
+        self, capacity: int, error_rate: float, exact: bool, bloom: str, path: str | None = None,
+        remote: tuple[str, dict | None, str] | None = None,
+    ) -> None:
+        # remote: (OUT, storage options, file name) of this shard's copy in a remote output.
+        self.remote = remote
+        if path and remote:
+            out, opts, name = remote
+            state.fetch_local(out, opts, name, os.path.join(os.path.dirname(path), name))
         deadline = time.monotonic() + OPEN_WAIT_S
         while True:
             try:
@@ -44,6 +54,11 @@ class SeenFilter:
 
     def close(self) -> None:
         self.set.close()
+
+    def ship(self, wall: float) -> None:
+        if self.remote is not None:
+            out, opts, name = self.remote
+            state.ship(self.set.backup, out, name, wall, opts)
 
     def check_and_add_hashes(self, hashes: list[int]) -> list[bool]:
         return self.set.check_and_add_hashes(hashes)
@@ -78,8 +93,18 @@ class SeenGroupClient:
 class ContentIndexActor:
     """The crawl-wide duplicate-content index (crawler.services.ContentIndexService)."""
 
-    def __init__(self, distance: int, tables: int, path: str | None, every_s: float) -> None:
+    def __init__(
+        self, distance: int, tables: int, path: str | None, every_s: float, remote: tuple[str, dict | None] | None = None
+    ) -> None:
+        self.path, self.remote = path, remote
+        if path and remote:
+            state.fetch_local(remote[0], remote[1], "content.snapshot", path)
         self.service = ContentIndexService(distance, tables, SYSTEM_CLOCK, path=path, every_s=every_s)
+
+    def ship(self, wall: float) -> None:
+        if self.path and self.remote is not None:
+            self.service.save()
+            state.ship_file(self.remote[0], self.remote[1], "content.snapshot", self.path, wall)
 
     def check_and_add(self, items: list[tuple[str, str, int | None]]) -> list[tuple[str | None, str | None]]:
         return self.service.check_and_add(items)
@@ -95,8 +120,15 @@ class ContentIndexActor:
 class Budget:
     """The global ``limits.max_pages`` count (crawler.services.BudgetPool)."""
 
-    def __init__(self, max_pages: int | None, path: str | None) -> None:
+    def __init__(self, max_pages: int | None, path: str | None, remote: tuple[str, dict | None] | None = None) -> None:
+        self.path, self.remote = path, remote
+        if path and remote:
+            state.fetch_local(remote[0], remote[1], "budget.json", path)
         self.pool = BudgetPool(max_pages, path)
+
+    def ship(self, wall: float) -> None:
+        if self.path and self.remote is not None:
+            state.ship_file(self.remote[0], self.remote[1], "budget.json", self.path, wall)
 
     def lease(self, n: int) -> int:
         return self.pool.lease(n)

@@ -13,7 +13,7 @@ if it had not stopped:
 A checkpoint is one JSON value in the store's ``meta`` table, written on the injected
 clock every ``interval_s`` and at once when an operator changes a host's policy. With a
 remote output the whole store is also copied to ``OUT/state/<shard>.sqlite`` every
-``ship_interval_s`` and at the end, so a shard restarted on another machine resumes.
+``ship_interval_s`` and at the end (crawler.state), so a shard resumes on another machine.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 from crawler.clock import Clock
 from crawler.frontier import Frontier
-from crawler.journal import FrontierStore, ship_snapshot
+from crawler.journal import FrontierStore
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,8 @@ class Checkpointer:
         parts: name -> (snapshot, restore) of each piece of state.
         clock: when checkpoints are due.
         interval_s: seconds between periodic checkpoints.
-        remote_path: ``OUT/state/<shard>.sqlite`` for a remote output, else None.
-        ship_interval_s: seconds between copies of the store to ``remote_path``.
-        storage_options: fsspec options for the remote output.
+        ship: copies the store to a remote output (blocking; run in a thread), or None.
+        ship_interval_s: seconds between copies.
     """
 
     def __init__(
@@ -68,17 +67,15 @@ class Checkpointer:
         clock: Clock,
         *,
         interval_s: float,
-        remote_path: str | None = None,
+        ship: Callable[[], None] | None = None,
         ship_interval_s: float = 60.0,
-        storage_options: dict | None = None,
     ) -> None:
         self.store = store
         self.parts = dict(parts)
         self._clock = clock
         self._interval_s = interval_s
-        self._remote = remote_path
+        self._ship = ship
         self._ship_interval_s = ship_interval_s
-        self._options = storage_options
         self._last_save = clock.now()
         self._last_ship = clock.now()
         self.saves = 0
@@ -114,9 +111,9 @@ class Checkpointer:
         now = self._clock.now()
         if final or now - self._last_save >= self._interval_s:
             self.save()
-        if self._remote is not None and (final or now - self._last_ship >= self._ship_interval_s):
+        if self._ship is not None and (final or now - self._last_ship >= self._ship_interval_s):
             self._last_ship = now
             try:
-                await asyncio.to_thread(ship_snapshot, self.store, self._remote, self._options)
+                await asyncio.to_thread(self._ship)
             except Exception as exc:  # noqa: BLE001 - the local store is intact; try again next time
-                log.warning("copying state to %s failed: %r", self._remote, exc)
+                log.warning("%s: copying state to the output failed: %r", self.store.path, exc)

@@ -208,11 +208,32 @@ class FrontierStore:
                 "SELECT count(*) FROM urls WHERE host=? AND state=0 AND id>?", (host, after_id)
             ).fetchone()[0]
 
-    def recover(self) -> int:
-        """After a crash: claimed URLs go back to the queue, flagged for replay. Returns how many."""
+    def recover(self, *, replay_all: bool = False) -> int:
+        """After a crash: claimed URLs go back to the queue, flagged for replay. Returns how many.
+
+        ``replay_all`` flags every queued URL too (a store restored from an older copy:
+        crawler.state).
+        """
         with self._lock:
             cur = self._db.execute("UPDATE urls SET state=0, replay=1 WHERE state=1")
-            return cur.rowcount
+            n = cur.rowcount
+            if replay_all:
+                self._db.execute("UPDATE urls SET replay=1 WHERE state=0")
+            return n
+
+    def finish_from_output(self, urls: Sequence[str]) -> int:
+        """Mark queued or claimed URLs done because their rows are already in the output
+        (a store restored from an older copy). Returns how many changed. Committed."""
+        if not urls:
+            return 0
+        with self._lock:
+            self._begin()
+            changed = 0
+            for part in _chunks([(_key(u),) for u in urls]):
+                changed += self._db.executemany("UPDATE urls SET state=2 WHERE h=? AND state IN (0, 1)", part).rowcount
+            self._db.execute("COMMIT")
+            self._in_tx = False
+        return changed
 
     def url_status(self, url: str) -> dict[str, object] | None:
         """What the store knows of ``url``: its state, depth and referrer; None if never accepted."""
@@ -262,56 +283,3 @@ class FrontierStore:
                 self._db.execute("COMMIT")
                 self._in_tx = False
             self._db.close()
-
-
-def state_dir(output_path: str, configured: str | None, fingerprint: str) -> str:
-    """Where a crawl keeps its durable state (local disk: SQLite needs a real file).
-
-    ``configured`` (runtime.state_dir) wins; a local output keeps it under ``OUT/state``;
-    a remote output (s3://...) keeps it in a local cache folder named by the config.
-    """
-    if configured:
-        return os.path.abspath(os.path.expanduser(configured))
-    if "://" not in output_path or output_path.startswith("file://"):
-        base = output_path[len("file://") :] if output_path.startswith("file://") else output_path
-        return os.path.join(os.path.abspath(base), "state")
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return os.path.join(cache, "raycrawl", fingerprint)
-
-
-def ship_snapshot(store: FrontierStore, remote_path: str, storage_options: dict | None = None) -> None:
-    """Copy a store to remote storage (``OUT/state/<shard>.sqlite`` on s3://...): one PUT.
-
-    Used when the output is remote, so a shard restarted on another machine can resume
-    from the last snapshot (a crash on the same machine resumes from the local store and
-    loses nothing; a lost machine loses what was accepted since the last snapshot).
-    """
-    import tempfile
-
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(remote_path, **(storage_options or {}))
-    with tempfile.TemporaryDirectory() as tmp:
-        local = os.path.join(tmp, "snapshot.sqlite")
-        store.backup(local)
-        fs.put_file(local, path)
-
-
-def fetch_snapshot(remote_path: str, local_path: str, storage_options: dict | None = None) -> bool:
-    """Bring a shipped snapshot to local disk if there is no local store. True if copied."""
-    import fsspec
-
-    if os.path.exists(local_path):
-        return False
-    fs, path = fsspec.core.url_to_fs(remote_path, **(storage_options or {}))
-    if not fs.exists(path):
-        return False
-    os.makedirs(os.path.dirname(os.path.abspath(local_path)) or ".", exist_ok=True)
-    fs.get_file(path, local_path + ".part")
-    os.replace(local_path + ".part", local_path)
-    return True
-
-
-def is_remote(path: str) -> bool:
-    """True for fsspec URLs other than local files (s3://, gs://, ...)."""
-    return "://" in path and not path.startswith("file://")

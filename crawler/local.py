@@ -16,7 +16,7 @@ from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
-from crawler.journal import FrontierStore
+from crawler import state
 from crawler.scheduler import ShardScheduler
 from crawler.seen import SeenGroup, SeenSet
 from crawler.services import BudgetPool, ContentIndexService, LeasedBudget
@@ -44,6 +44,8 @@ class LocalRuntime:
         self.seen: list[SeenSet] = []
         self._seen_group: SeenGroup | None = None
         self.content: ContentIndexService | None = None
+        self.cfg: CrawlConfig | None = None
+        self.sdir: str | None = None
         self._runners: list[asyncio.Task[None]] = []
 
     def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
@@ -54,7 +56,15 @@ class LocalRuntime:
 
     async def start(self, plan: Plan) -> None:
         cfg, sdir = plan.cfg, plan.state_dir
+        self.cfg, self.sdir = cfg, sdir
         d = cfg.dedup
+        out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
+        if sdir:  # a remote output on a machine without its state: the copies in OUT
+            for i in range(plan.seen_shards):
+                name = state.seen_name(i, d.seen_exact)
+                state.fetch_local(out, opts, name, os.path.join(sdir, name))
+            for name in ("content.snapshot", "budget.json"):
+                state.fetch_local(out, opts, name, os.path.join(sdir, name))
         cap = seen_capacity_per_shard(cfg, plan.seen_shards)
         self.seen = [
             SeenSet(
@@ -82,6 +92,7 @@ class LocalRuntime:
 
         ring = HashRing(list(plan.shard_ids))
         for sid in plan.shard_ids:
+            store, from_copy = state.open_shard_store(out, opts, sid, sdir) if sdir else (None, False)
             self.shards[sid] = build_shard(
                 cfg,
                 sid,
@@ -91,15 +102,27 @@ class LocalRuntime:
                 budget=LeasedBudget(lease, cfg.limits.max_pages, len(plan.shard_ids), cfg.runtime.budget_lease_max),
                 deliver=self.deliver,
                 owner_of=ring.node_for,
-                store=FrontierStore(os.path.join(sdir, f"{sid}.sqlite")) if sdir else None,
+                store=store,
                 clock=self.clock,
                 fetcher=self.fetcher_factory() if self.fetcher_factory else None,
                 fence=build_fence(cfg, plan.epoch, self.clock),
+                from_copy=from_copy,
             )
         self._runners = [asyncio.ensure_future(s.run()) for s in self.shards.values()]
 
     async def heartbeat(self) -> None:
         """The shards live in the driver's process: they share its fate already."""
+
+    async def ship_state(self) -> None:
+        """Copy the seen sets, the content index and the budget to a remote OUT."""
+        if not self.sdir or self.content is None:
+            return
+        out, opts, wall = self.cfg.output.path, dict(self.cfg.output.storage_options) or None, self.clock.wall()
+        for i, s in enumerate(self.seen):
+            await asyncio.to_thread(state.ship, s.backup, out, state.seen_name(i, s.exact), wall, opts)
+        self.content.save()
+        for name in ("content.snapshot", "budget.json"):
+            await asyncio.to_thread(state.ship_file, out, opts, name, os.path.join(self.sdir, name), wall)
 
     async def check_and_add(self, urls: list[str]) -> list[bool]:
         """The seen service of every shard's router (split by hash over the seen sets)."""

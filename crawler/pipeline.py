@@ -115,6 +115,13 @@ class PagePipeline:
         )
         return Outcome(row, links, body if self._store_bodies else None, duplicate=dup_kind is not None)
 
+    def links_from(self, url: str, depth: int, content_type: str | None, body: bytes) -> list[UrlItem]:
+        """The followable links of a stored page (resuming from OUT: crawler.state)."""
+        if not is_html(content_type, body):
+            return []
+        page = parse_page(body, url, content_type, {}, user_agent_token=self._ua_token, max_links=self._max_links)
+        return [UrlItem(u, depth, url) for u in self.links.follow(page, depth, self.dropped)]
+
     def pending(self) -> int:
         """Duplicate-content checks asked and not yet answered (work in transit)."""
         return self._content.pending()

@@ -21,7 +21,7 @@ from typing import Any
 
 from crawler.config import CrawlConfig
 from crawler.errors import OutputExistsError
-from crawler.journal import state_dir
+from crawler.state import state_dir
 from crawler.output import open_fs
 
 

@@ -23,7 +23,7 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from crawler.checkpoint import Checkpointer
 from crawler.clock import Clock, wait_event
@@ -107,6 +107,9 @@ class ShardScheduler:
         # May this shard start fetches and accept work now? False while the driver is
         # silent or once another run holds the output's lease (crawler.lease, actors/).
         self.gate: Callable[[], bool] = lambda: True
+        # Run once before the first dispatch (resuming from a remote copy: crawler.state).
+        self.on_start: list[Callable[[], Awaitable[Any]]] = []
+        self._started = False
 
     # -- input ----------------------------------------------------------------------
 
@@ -173,6 +176,9 @@ class ShardScheduler:
         """Dispatch until :meth:`stop`, waking on events or the next due host."""
         output = asyncio.ensure_future(self.outbox.run())
         try:
+            for step in self.on_start:
+                await step()
+            self._started = True
             while not self._stopping:
                 self._wake.clear()
                 self._dispatch()
@@ -353,7 +359,7 @@ class ShardScheduler:
         rs = self.router.stats()
         return {
             "shard": self.shard_id,
-            "idle": not self._tasks and transit == 0 and not could_work,
+            "idle": not self._tasks and transit == 0 and not could_work and (self._started or not self.on_start),
             "paused_hosts": paused_hosts,
             "paused_urls": paused_urls,
             "queued": queued,

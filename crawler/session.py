@@ -38,6 +38,7 @@ from crawler.errors import ConfigError
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
 from crawler.lease import Lease, LeaseStore
+from crawler.state import is_remote
 from crawler.output import OUTCOMES, compact_pages, open_fs
 from crawler.resume import CrawlRecord, crawl_state_dir, mark_finished, prepare
 from crawler.termination import TerminationDetector
@@ -69,6 +70,10 @@ class Runtime(Protocol):
 
     async def heartbeat(self) -> None:
         """Tell every shard the driver is alive (shards of a silent driver stop fetching)."""
+
+    async def ship_state(self) -> None:
+        """With a remote output: copy the seen sets, content index and budget to OUT/state
+        (the shards copy their own stores); a crawl can then resume on another machine."""
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
         """Mark URLs seen; True for the ones that were new."""
@@ -280,6 +285,8 @@ class CrawlSession:
         if self._heartbeat_task is not None:  # the lease stays renewed until the shards stopped
             self._heartbeat_task.cancel()
             await asyncio.gather(self._heartbeat_task, return_exceptions=True)
+        if self.fenced is None and is_remote(self.cfg.output.path):
+            await self.runtime.ship_state()
         services = await self.runtime.service_stats()
         await self.runtime.close()
         stats = self._stats(finals, services, elapsed, finished)
@@ -306,13 +313,20 @@ class CrawlSession:
         rt = self.cfg.runtime
         beat = rt.driver_timeout_s / 5
         renew_every = rt.lease_ttl_s / 4
-        renewed = self.clock.now()
+        renewed = shipped = self.clock.now()
+        remote = is_remote(self.cfg.output.path)
         while True:
             await self.clock.sleep(beat)
             try:
                 await self.runtime.heartbeat()
             except Exception as exc:  # noqa: BLE001 - a shard restarting misses one beat
                 log.debug("heartbeat: %r", exc)
+            if remote and self.clock.now() - shipped >= rt.state_ship_interval_s:
+                shipped = self.clock.now()
+                try:
+                    await self.runtime.ship_state()
+                except Exception as exc:  # noqa: BLE001 - the local copies are intact; next time
+                    log.warning("copying state to the output failed: %r", exc)
             if self.lease is not None and self.clock.now() - renewed >= renew_every:
                 renewed = self.clock.now()
                 if not await asyncio.to_thread(self.lease.renew):

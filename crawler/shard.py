@@ -20,7 +20,8 @@ from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig
 from crawler.fetch import Fetcher, classify
 from crawler.frontier import Frontier, UrlItem
-from crawler.journal import FrontierStore, is_remote
+from crawler import state
+from crawler.journal import FrontierStore
 from crawler.lease import Fence, LeaseStore
 from crawler.links import LinkPolicy
 from crawler.outbox import Outbox
@@ -116,9 +117,11 @@ def build_shard(
     writer: Any = None,
     run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
     fence: Fence | None = None,
+    from_copy: bool = False,
 ) -> ShardScheduler:
     """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
-    the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs)."""
+    the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs).
+    ``from_copy``: the store was restored from the copy in a remote OUT (crawler.state)."""
     pol, rt = cfg.politeness, cfg.runtime
     rng = rng or random.Random(hash(shard_id) & 0xFFFF)
     politeness = Politeness(
@@ -161,8 +164,12 @@ def build_shard(
         store_bodies=cfg.output.store_bodies,
     )
     checkpointer = None
+    out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
     if store is not None:
-        out = cfg.output.path
+
+        def ship() -> None:
+            state.ship(store.backup, out, f"{shard_id}.sqlite", clock.wall(), opts)
+
         checkpointer = Checkpointer(
             store,
             {
@@ -174,9 +181,8 @@ def build_shard(
             },
             clock,
             interval_s=rt.checkpoint_interval_s,
-            remote_path=f"{out.rstrip('/')}/state/{shard_id}.sqlite" if is_remote(out) else None,
+            ship=ship if state.is_remote(out) else None,
             ship_interval_s=rt.state_ship_interval_s,
-            storage_options=dict(cfg.output.storage_options) or None,
         )
     outbox = Outbox(
         writer if writer is not None else build_writer(cfg, shard_id, clock),
@@ -208,6 +214,11 @@ def build_shard(
     if fence is not None:
         shard.gate = fence.ok
     if store is not None and checkpointer is not None:
+        if from_copy:
+            # Older than the crash: rows in OUT since the oldest copy settle the rest.
+            rows = state.rows_since(shard_id, out, opts, state.oldest_copy(out, opts))
+            state.reconcile_store(store, rows)
+            shard.on_start.append(lambda: state.reroute(shard, rows, out, opts))
         shard.resumed = resume_queue(store, frontier)
         if checkpointer.restore() or shard.resumed:
             # No request before one interval: a host contacted just before the stop is

@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError
 

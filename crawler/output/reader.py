@@ -62,11 +62,13 @@ def dedupe_pages(table: pa.Table) -> pa.Table:
     return table.take(pa.array(keep))
 
 
-def _read(fs: fsspec.AbstractFileSystem, root: str, paths: list[str], columns: list[str] | None) -> pa.Table:
+def _read(
+    fs: fsspec.AbstractFileSystem, root: str, paths: list[str], columns: list[str] | None, where: Any = None
+) -> pa.Table:
     try:
         # Explicit schema: parts written by an older layout read with nulls in new columns.
         dataset = pads.dataset(paths, format="parquet", filesystem=fs, schema=PAGES_SCHEMA)
-        return dataset.to_table(columns=columns)
+        return dataset.to_table(columns=columns, filter=where)
     except Exception as exc:  # pyarrow, botocore and OS errors alike
         raise StorageError(f"reading {root}/{PAGES_DIR} failed: {exc}") from exc
 
@@ -77,8 +79,12 @@ def read_pages(
     *,
     dedupe: bool = True,
     columns: list[str] | None = None,
+    where: Any = None,
 ) -> pa.Table:
     """Read ``OUT/pages`` into one table (PAGES_SCHEMA, or the requested ``columns``).
+
+    ``where`` is a pyarrow dataset filter expression (``pyarrow.dataset.field("shard")
+    == "shard-000"``), applied while reading.
 
     With ``dedupe`` a URL fetched twice with the same content (e.g. across a crash, or by
     two writers) appears once, keeping its earliest row; the result is ordered by
@@ -95,7 +101,7 @@ def read_pages(
     if not paths:
         return PAGES_SCHEMA.empty_table().select(wanted)
     read = wanted + [c for c in _DEDUPE_COLS if dedupe and c not in wanted]
-    table = _read(fs, root, paths, read)
+    table = _read(fs, root, paths, read, where)
     if dedupe:
         table = dedupe_pages(table)
     return table.select(wanted)

@@ -24,6 +24,8 @@ docstring.
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
 from typing import Self
 
 from crawler.errors import ConfigError, StorageError
@@ -238,6 +240,24 @@ class SeenSet:
         else:
             header.update(counters=self._counters(), est_dropped=self._est_dropped)
         write_bloom_file(self.path + ".bloom", header, self._bloom.to_bytes(), durable=self.durable)
+
+    def backup(self, dest_path: str) -> None:
+        """A consistent copy of this set's durable state at ``dest_path`` (to ship it to a
+        remote output): the exact store (SQLite online backup; its Bloom filter is rebuilt
+        from it on open), or in Bloom-only mode the Bloom file, written there."""
+        if self.path is None:
+            raise ConfigError("seen backup: this SeenSet has no path (in-memory mode)")
+        self._require_open()
+        if self._disk is None:
+            self.snapshot_bloom()
+            shutil.copyfile(self.path + ".bloom", dest_path)
+            return
+        self._disk.save_counters(self._counters())
+        dst = sqlite3.connect(dest_path)
+        try:
+            self._disk.conn.backup(dst)
+        finally:
+            dst.close()
 
     def close(self) -> None:
         """Persist and release: counters, Bloom snapshot, database. Idempotent.

@@ -12,6 +12,7 @@ import textwrap
 import time
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from crawler.output import read_pages
@@ -89,7 +90,10 @@ def test_local_run_then_stats(web, tmp_path, capsys):
     assert stats["top_hosts"]
 
 
-def test_ctrl_c_stops_cleanly_and_output_stays_readable(web, tmp_path):
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_a_signal_stops_cleanly_and_output_stays_readable(web, tmp_path, sig, code):
+    """Ctrl-C, and SIGTERM (``kill``, ``ray job stop``): rows flushed, stats written, the
+    state resumable, a non-zero exit."""
     cfgfile = tmp_path / "c.yaml"
     out = tmp_path / "out"
     # Slow enough that the crawl is still running when we interrupt it.
@@ -104,7 +108,7 @@ def test_ctrl_c_stops_cleanly_and_output_stays_readable(web, tmp_path):
         while len(web.requests()) < 40 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         t0 = time.monotonic()
         stdout, stderr = proc.communicate(timeout=30)
         took = time.monotonic() - t0
@@ -112,7 +116,7 @@ def test_ctrl_c_stops_cleanly_and_output_stays_readable(web, tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert took < 15, f"exit took {took:.1f}s"
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == code, stderr
     assert "crawl stopped" in stdout
     n_requests = len(web.requests())
     # What was fetched before the stop is stored and readable; every Parquet file is whole.
@@ -125,6 +129,14 @@ def test_ctrl_c_stops_cleanly_and_output_stays_readable(web, tmp_path):
     checks.check_ledger(stats)
     time.sleep(1.0)
     assert len(web.requests()) == n_requests  # nothing kept crawling after exit
+    assert json.loads((out / "state" / "crawl.json").read_text())["finished"] is False
+    if sig == signal.SIGTERM:  # resumable: the next run picks up where this one stopped
+        again = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "run", str(cfgfile), "--no-progress", "--local"],
+            capture_output=True, text=True, timeout=240, env=_env(),
+        )
+        assert again.returncode == 0 and "resuming the unfinished crawl" in again.stderr, again.stderr[-2000:]
+        checks.check_ledger(json.loads((out / "stats.json").read_text()))
 
 
 def test_demo_runs_and_prints_its_summary(ray_cluster, tmp_path, capsys):

@@ -4,7 +4,8 @@ import random
 
 from crawler.clock import MockClock
 from crawler.frontier import Frontier, UrlItem
-from crawler.journal import FrontierStore, state_dir
+from crawler.journal import FrontierStore
+from crawler.state import state_dir
 
 
 class Pacer:

@@ -159,3 +159,38 @@ def test_robots_politeness_retry_and_output_on_the_mock_clock(crawl):
     }
     assert rows[url("/flaky")]["attempts"] == 2
     assert shard.store_counts() == {"queued": 0, "claimed": 0, "done": 4, "dropped": 0}
+
+
+def test_host_policy_and_backoff_survive_a_restart_of_the_shard(tmp_path):
+    cfg = config.from_dict({"seeds": [url("/")], "politeness": {"interval_s": INTERVAL, "max_interval_s": 30.0},
+                            "output": {"path": str(tmp_path / "out")}})
+
+    async def no_dups(items):
+        return [(None, None)] * len(items)
+
+    def shard(clock):
+        return build_shard(
+            cfg, "shard-000", seeds=[url("/")], seen=MemorySeen(), content=no_dups, budget=NoBudgetLimit(),
+            deliver=None, owner_of=lambda h: "shard-000", store=FrontierStore(str(tmp_path / "shard.sqlite")),
+            clock=clock, fetcher=ScriptedServer(clock, {}), run_blocking=inline,
+        )
+
+    async def scenario():
+        clock = MockClock()
+        first = shard(clock)
+        first.set_host_policy("paused.test", None, True)  # saved at once
+        first.set_host_policy("slow.test", 5.0, None)
+        for _ in range(3):  # a struggling host: 503s widen its interval
+            first.politeness.on_start("busy.test")
+            first.politeness.on_finish("busy.test", 503)
+        widened = first.politeness.interval("busy.test")
+        assert widened > INTERVAL
+        first.checkpointer.save()  # the periodic checkpoint
+        await first.close()
+
+        again = shard(MockClock(start=1000.0))  # another process: another clock origin
+        assert again.politeness.override("paused.test") == (None, True)
+        assert again.politeness.override("slow.test") == (5.0, False)
+        assert again.politeness.interval("busy.test") == widened
+
+    asyncio.run(scenario())
