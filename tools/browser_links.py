@@ -684,7 +684,8 @@ def encodings(args: argparse.Namespace) -> int:
     """Print, per encoding, how many code points the crawler encodes differently from
     Chromium in a link query, and how many byte sequences it decodes differently."""
     sys.path.insert(0, str(ROOT))
-    from crawler.parse import _decode, lookup_charset, parse_page
+    from crawler.parse import lookup_charset, parse_page
+    from crawler.parse.charset import decode
 
     chromium = args.chromium or shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
@@ -708,7 +709,7 @@ def encodings(args: argparse.Namespace) -> int:
         if label in tables["decoded"]:
             codec = lookup_charset(label) or "utf-8"
             for seq, text in zip(*tables["decoded"][label]):
-                if _decode(seq, codec) != text:
+                if decode(seq, codec) != text:
                     if "\ufffd" in text:
                         malformed += 1
                     else:
