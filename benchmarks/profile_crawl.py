@@ -56,11 +56,11 @@ COMPONENTS = (
     ("checkpoint (JSON state)", ("ShardEngine.checkpoint",)),
     ("output: blobs (gzip, fsync, files)", ("BlobStore.", "gzip.py")),
     ("output: Parquet rows", ("crawler/storage.py", "pyarrow/")),
-    ("parse (lexbor, links, text)", ("crawler/parse.py", "selectolax/")),
+    ("parse (lexbor, links, text)", ("crawler/parse/", "selectolax/")),
     ("fingerprints (SHA-256, SimHash, content index)", ("crawler/dedup.py",)),
     ("frontier store (SQLite journal)", ("crawler/journal.py",)),
     ("seen set (Bloom + store)", ("crawler/seen.py", "pybloom_live/")),
-    ("link policy (normalize, scope, traps)", ("crawler/urls.py", "crawler/links.py", "crawler/traps.py")),
+    ("link policy (normalize, scope, traps)", ("crawler/urls/", "crawler/links.py", "crawler/traps.py")),
     ("robots", ("crawler/robots.py", "protego")),
     ("fetch (aiohttp, DNS)", ("crawler/fetch.py", "crawler/dns.py", "aiohttp/", "aiohappyeyeballs/", "yarl/", "multidict/")),
     ("frontier + politeness", ("crawler/frontier.py", "crawler/politeness.py")),
@@ -72,6 +72,8 @@ _GENERIC = ("asyncio/", "threading.py", "json/", "socket.py", "selectors.py", "c
             "<frozen", "functools.py", "typing.py", "<string>", "enum.py", "queue.py", "logging/", "weakref.py",
             "numpy/", "uuid.py", "idna/", "ipaddress.py", "dataclasses.py", "_weakrefset.py", "collections/")
 _GENERIC_FUNCS = ("_fsync_path (",)  # shared by blobs and Parquet parts: charge the caller
+# Frames of this checkout are shown relative to it, wherever it is.
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def component(funcs: list[str]) -> str:
@@ -129,11 +131,11 @@ def fold(raw_path: str) -> tuple[int, Counter, Counter, Counter, Counter]:
 
 
 def _short(frame: str) -> str:
-    # "parse_page (crawler/parse.py:640)" -> "parse_page (crawler/parse.py)"; line numbers
+    # "parse_page (crawler/parse/html.py:640)" -> "parse_page (crawler/parse/html.py)"; line numbers
     # split one function into many rows.
     name, _, loc = frame.partition(" (")
     path = loc.rstrip(")").rsplit(":", 1)[0]
-    for marker in ("/site-packages/", "/lib/python3.11/", "/work/main/"):
+    for marker in ("/site-packages/", "/lib/python3.11/", _REPO):
         if marker in path:
             path = path.split(marker, 1)[1]
             break
