@@ -35,6 +35,9 @@ ASCII_WS = " \t\n\x0c\r"
 # decoder (Python's gb2312/gbk reject many bytes browsers accept) but keeps its own
 # encoder for link queries.
 _DECODER = {"gbk": "gb18030"}
+# Bound once: a method call on an imported name compiles to LOAD_ATTR, a bound-method
+# allocation per call (see crawler.urls.syntax).
+_whatwg_encoding = WHATWG_LABELS.get
 
 
 def lookup_charset(label: str | bytes | None) -> str | None:
@@ -58,7 +61,7 @@ def _encoding_for(label: str | bytes | None) -> str | None:
         return None
     if isinstance(label, bytes):
         label = label.decode("latin-1")
-    return WHATWG_LABELS.get(label.strip(ASCII_WS).lower())
+    return _whatwg_encoding(label.strip(ASCII_WS).lower())
 
 
 # --------------------------------------------------------------------------------------

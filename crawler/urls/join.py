@@ -17,9 +17,9 @@ from crawler.urls.syntax import (
     BYTE_PCT,
     C0_SET,
     HTTP_SCHEMES,
-    SCHEME,
     backslashes_to_slashes,
     clean,
+    match_scheme,
     percent_encode,
     remove_dot_segments,
     split_after_scheme,
@@ -68,7 +68,7 @@ def _parse_base(base: str) -> tuple[str, str, str, str | None] | None:
     """(scheme, authority, path, query) of an http(s) base URL. Cached: every link on
     a page is joined against the same base."""
     base = clean(base)
-    match = SCHEME.match(base)
+    match = match_scheme(base)
     if match is None:
         return None
     scheme = match.group(1).lower()
@@ -114,7 +114,7 @@ def _join(base: object, href: str, encoding: str) -> str | None:
         base_parts = _parse_base(base)
     else:  # a huge <base href> from a hostile page must not be pinned in the cache
         base_parts = _parse_base.__wrapped__(base)
-    match = SCHEME.match(href)
+    match = match_scheme(href)
     if match is not None:
         scheme = match.group(1).lower()
         rest = href[match.end() :]

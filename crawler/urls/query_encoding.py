@@ -19,7 +19,7 @@ import re
 import unicodedata
 
 from crawler.encodings import C1_CODECS, GB18030_2022_SWAPS, REPLACEMENT, UTF16, WHATWG_LABELS
-from crawler.urls.syntax import BYTE_PCT, C0_SET, NON_ASCII, utf8_pct
+from crawler.urls.syntax import BYTE_PCT, C0_SET, sub_non_ascii, utf8_pct
 
 __all__ = ["encode_query"]
 
@@ -317,7 +317,7 @@ def encode_query(query: str, encoding: str) -> str:
         return query
     codec = _query_codec(encoding if isinstance(encoding, str) and len(encoding) <= 64 else "")
     if codec == "utf-8":
-        return NON_ASCII.sub(utf8_pct, query)
+        return sub_non_ascii(utf8_pct, query)
     if codec.startswith("iso2022_jp"):
         return _iso2022jp_query(query)
     if codec in _CHAR_ENCODERS:
@@ -325,10 +325,10 @@ def encode_query(query: str, encoding: str) -> str:
         def per_char(match: re.Match[str]) -> str:
             return "".join(_encode_char_pct(codec, ch) for ch in match.group())
 
-        return NON_ASCII.sub(per_char, query)
+        return sub_non_ascii(per_char, query)
 
     def legacy(match: re.Match[str]) -> str:
         data = match.group().encode(codec, "crawler-url-ncr")
         return "".join(map(_WHATWG_QUERY_BYTES.__getitem__, data))
 
-    return NON_ASCII.sub(legacy, query)
+    return sub_non_ascii(legacy, query)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from crawler.errors import ConfigError, SeedError
 from crawler.urls.canonical import DEFAULT_NORMALIZER, UrlNormalizer
 from crawler.urls.hosts import hostname, ipv6_literal, normalize_host, port_number, registered_domain
-from crawler.urls.syntax import HTTP_SCHEMES, SCHEME, backslashes_to_slashes, clean, split_after_scheme
+from crawler.urls.syntax import HTTP_SCHEMES, backslashes_to_slashes, clean, match_scheme, split_after_scheme
 
 __all__ = ["Scope", "validate_seed"]
 
@@ -38,7 +38,7 @@ def _diagnose(url: str) -> str:
     text = clean(url)
     if not text:
         return "is empty"
-    match = SCHEME.match(text)
+    match = match_scheme(text)
     if match is None or _PORT_LIKE.match(text, match.end()):
         # "example.com" and "localhost:8080/x" both lack a scheme.
         return f"has no scheme; write it as 'https://{_clip(text)}'"

@@ -11,8 +11,8 @@ import re
 
 __all__ = [
     "HTTP_SCHEMES",
-    "SCHEME",
-    "NON_ASCII",
+    "match_scheme",
+    "sub_non_ascii",
     "BYTE_PCT",
     "C0_SET",
     "clean",
@@ -25,9 +25,14 @@ __all__ = [
 
 #: The schemes the crawler fetches; WHATWG calls them "special" (with ws, ftp, file).
 HTTP_SCHEMES = ("http", "https")
-#: RFC 3986 3.1 scheme followed by its colon, matched at the start of a string.
-SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+\-.]*):")
-NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+# Regexes other modules use are exported as bound methods: ``IMPORTED.match(x)`` compiles
+# to LOAD_ATTR, which allocates a bound method per call (CPython 3.11 treats imported
+# names as modules), where ``match_scheme(x)`` does not; join_url calls it per link.
+#: ``match_scheme(s)``: RFC 3986 3.1 scheme and its colon at the start of ``s``, or None.
+match_scheme = re.compile(r"([A-Za-z][A-Za-z0-9+\-.]*):").match
+#: ``sub_non_ascii(repl, s)``: ``re.sub`` over each run of non-ASCII characters of ``s``.
+sub_non_ascii = _NON_ASCII.sub
 
 # WHATWG "C0 control or space": stripped from both ends of any URL string.
 _C0_SPACE = "".join(chr(i) for i in range(0x21))
@@ -125,5 +130,5 @@ def percent_encode(s: str, table: dict[int, str]) -> str:
     """Percent-encode the ASCII chars ``table`` names and all non-ASCII as UTF-8."""
     s = s.translate(table)
     if not s.isascii():
-        s = NON_ASCII.sub(utf8_pct, s)
+        s = _NON_ASCII.sub(utf8_pct, s)
     return s
