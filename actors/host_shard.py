@@ -1,9 +1,13 @@
-"""The HostShard actor: one engine over a consistent-hashed slice of hosts.
+"""The HostShard actor: one shard (crawler.shard.build_shard) over a slice of hosts.
 
-A thin async shell (model: Ray Serve): all crawl logic is :class:`crawler.engine.ShardEngine`,
-which this actor creates, feeds with batches from other shards and polls for status.
-Links leave through a :class:`crawler.routing.LinkRouter` whose seen service is the
-SeenFilter group and whose delivery is a batched ``accept`` call on the owning shard.
+A thin async shell (model: Ray Serve): the shard's logic is the same object the
+in-process runtime runs; this actor gives it Ray clients for the seen group, the content
+index and the budget, delivers links to peer shards by name, and answers the driver.
+
+It shares its driver's fate (DESIGN.md invariant 9): the driver calls it several times a
+second (heartbeat, status); after ``runtime.driver_timeout_s`` of silence the shard
+starts no fetch and accepts no work, and once the output's lease is lost (expired, or
+taken by a newer run) it closes without writing and the actor exits.
 """
 
 from __future__ import annotations
@@ -11,18 +15,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 from typing import Any, Sequence
 
 import ray
 
-from actors.services import BudgetClient, ContentClient, SeenGroupClient
+from actors.services import SeenGroupClient
 from crawler.config import from_dict
-from crawler.engine import ShardEngine
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
 from crawler.journal import FrontierStore, fetch_snapshot, is_remote
-from crawler.routing import LinkRouter
+from crawler.clock import SYSTEM_CLOCK
+from crawler.services import LeasedBudget
+from crawler.shard import build_fence, build_shard
+
+log = logging.getLogger(__name__)
+
+#: How often the watchdog looks at the driver's silence and the lease.
+WATCH_INTERVAL_S = 0.25
 
 
 def shard_actor_name(crawl_name: str, shard_id: str) -> str:
@@ -34,9 +45,9 @@ def shard_actor_name(crawl_name: str, shard_id: str) -> str:
 class HostShard:
     """Owns every host that the ring maps to ``shard_id``.
 
-    It is restartable (``max_restarts``): a new incarnation reopens the shard's durable
-    store under ``state_dir``, re-queues what was in flight, and starts fetching on the
-    first call it receives (the driver polls every shard, so that happens at once).
+    Restartable (``max_restarts``): a new incarnation reopens the shard's durable store
+    under ``state_dir``, re-queues what was in flight, and starts fetching on the first
+    call it receives (the driver polls every shard, so that happens at once).
     """
 
     def __init__(
@@ -50,39 +61,44 @@ class HostShard:
         seeds: Sequence[str],
         crawl_name: str,
         state_dir: str | None,
+        epoch: int | None = None,
     ) -> None:
         logging.basicConfig(level=logging.WARNING)
-        self.cfg = from_dict(cfg_dict)
+        cfg = from_dict(cfg_dict)
         self.shard_id = shard_id
         self.crawl_name = crawl_name
-        self.ring = HashRing(shard_ids)
         self.peers: dict[str, Any] = {}
         self.incarnation = uuid.uuid4().hex[:8]
         store = None
         if state_dir:
             local = os.path.join(state_dir, f"{shard_id}.sqlite")
-            out = self.cfg.output.path
+            out = cfg.output.path
             if is_remote(out):  # restarted on another machine: start from the shipped snapshot
-                fetch_snapshot(f"{out.rstrip('/')}/state/{shard_id}.sqlite", local, dict(self.cfg.output.storage_options) or None)
+                fetch_snapshot(f"{out.rstrip('/')}/state/{shard_id}.sqlite", local, dict(cfg.output.storage_options) or None)
             store = FrontierStore(local)
-        self.engine = ShardEngine(
-            self.cfg,
+
+        async def content(items):
+            return await content_actor.check_and_add.remote(items)
+
+        async def lease(n: int) -> int:
+            return await budget_actor.lease.remote(n)
+
+        self.fence = build_fence(cfg, epoch, SYSTEM_CLOCK)
+        self.driver_timeout_s = cfg.runtime.driver_timeout_s
+        self._last_contact = time.monotonic()
+        self.shard = build_shard(
+            cfg,
             shard_id,
-            content=ContentClient(content_actor),
-            budget=BudgetClient(budget_actor, self.cfg.limits.max_pages, len(shard_ids)),
             seeds=seeds,
+            seen=SeenGroupClient(seen_actors),
+            content=content,
+            budget=LeasedBudget(lease, cfg.limits.max_pages, len(shard_ids), cfg.runtime.budget_lease_max),
+            deliver=self._deliver,
+            owner_of=HashRing(list(shard_ids)).node_for,
             store=store,
+            fence=self.fence,
         )
-        self.engine.attach_router(
-            LinkRouter(
-                SeenGroupClient(seen_actors),
-                self.ring.node_for,
-                self._deliver,
-                batch_size=self.cfg.runtime.batch_size,
-                flush_interval_s=self.cfg.runtime.flush_interval_s,
-                    before_flush=self.engine.commit_claims,
-            )
-        )
+        self.shard.gate = self._may_work
         self._run_task: asyncio.Task[None] | None = None
         self._stopped = False
         self._final: dict[str, Any] = {}
@@ -91,11 +107,32 @@ class HostShard:
         """Handles of every shard by id (including this one)."""
         self.peers = dict(peers)
 
+    def _may_work(self) -> bool:
+        """Fetch and accept only while the driver is heard from and the lease is ours."""
+        if time.monotonic() - self._last_contact > self.driver_timeout_s:
+            return False
+        return self.fence is None or self.fence.ok()
+
     def _ensure_running(self) -> None:
         if self._run_task is None and not self._stopped:
-            self._run_task = asyncio.get_running_loop().create_task(self.engine.run())
+            self._run_task = asyncio.ensure_future(self.shard.run())
+            self._watchdog = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        """Exit once the lease is lost: the driver is gone for good, or a newer run owns OUT."""
+        while not self._stopped:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            if self.fence is not None and not self.fence.ok():
+                log.error("%s: %s; closing without writing", self.shard_id, self.fence.reason)
+                await self.stop()
+                ray.actor.exit_actor()
+
+    async def heartbeat(self) -> None:
+        """The driver is alive."""
+        self._last_contact = time.monotonic()
 
     async def start(self) -> None:
+        self._last_contact = time.monotonic()
         self._ensure_running()
 
     def _peer(self, owner: str) -> Any:
@@ -106,42 +143,41 @@ class HostShard:
 
     async def _deliver(self, owner: str, items: list[UrlItem]) -> None:
         if owner == self.shard_id:
-            self.engine.accept(items)
+            self.shard.accept(items)
         else:
             await self._peer(owner).accept.remote(items)
 
     async def accept(self, items: list[UrlItem]) -> int:
         """A batch of novel URLs owned by this shard (journaled before this returns)."""
         self._ensure_running()
-        return self.engine.accept(items)
+        return self.shard.accept(items)
 
     async def add_seeds(self, urls: list[str]) -> None:
-        self.engine.add_seeds(urls)
+        self.shard.pipeline.links.scope.add_seeds(urls)
 
     async def set_host_policy(self, host: str, interval_s: float | None, paused: bool | None) -> None:
-        self.engine.politeness.set_override(host, interval_s=interval_s, paused=paused)
-        self.engine.frontier.reschedule(host)
+        self.shard.set_host_policy(host, interval_s, paused)
+
+    async def url_status(self, url: str) -> dict[str, Any] | None:
+        return self.shard.store.url_status(url) if self.shard.store is not None else None
 
     async def status(self) -> dict[str, Any]:
+        self._last_contact = time.monotonic()
         self._ensure_running()
-        st = self.engine.status()
+        st = self.shard.status()
         st["incarnation"] = self.incarnation
-        st["resumed"] = self.engine.resumed
         if self._run_task is not None and self._run_task.done() and self._run_task.exception() is not None:
             st["error"] = repr(self._run_task.exception())
         return st
 
-    async def flush(self) -> None:
-        await self.engine.flush_output(final=True)
-
     async def stop(self) -> dict[str, Any]:
-        """Stop fetching, flush rows and bodies, close the fetcher; returns the final status."""
+        """Stop fetching, flush and ack rows, close; returns the final status with store counts."""
         if self._stopped:
             return self._final
         self._stopped = True
-        self.engine.stop()
+        self.shard.stop()
         if self._run_task is not None:
             await asyncio.gather(self._run_task, return_exceptions=True)
-        await self.engine.close()
-        self._final = {**self.engine.status(), "store_counts": self.engine.store_counts()}
+        await self.shard.close()
+        self._final = {**self.shard.status(), "store_counts": self.shard.store_counts()}
         return self._final

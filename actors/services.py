@@ -1,23 +1,24 @@
-"""Shared-service actors: the sharded seen-URL group, the content index and the budget.
+"""Shared-service actors: one shard of the seen set, the content index, the page budget.
 
-Each actor is a thin shell over a plain class from ``crawler/`` (tested there without
-Ray); this module only moves batches in and out. The client classes give engines the
-same async interfaces the in-process services have (crawler.runner), so an engine
-cannot tell whether it runs in one process or on a cluster.
+Each is a thin shell over a plain class (crawler.seen.SeenSet, crawler.services) that is
+tested without Ray; this module only moves batches in and out.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 import time
 from typing import Any, Sequence
 
 import ray
 
-from crawler.dedup import ContentIndex
-from crawler.runner import save_snapshot
-from crawler.seen import SeenSet, shard_of, url_hash64
+from crawler.clock import SYSTEM_CLOCK
+from crawler.errors import StorageError
+from crawler.seen import SeenGroup, SeenSet, ShardCall
+from crawler.services import BudgetPool, ContentIndexService
+
+
+#: Longest wait for a replaced run's actor to release a seen store.
+OPEN_WAIT_S = 20.0
 
 
 @ray.remote(num_cpus=0)
@@ -25,12 +26,21 @@ class SeenFilter:
     """One shard of the seen-URL set (Bloom filter in front of an exact store).
 
     With ``path`` the exact store is a SQLite file there (every call committed before it
-    returns) and the Bloom filter is snapshotted beside it, so a restarted actor reopens
-    the same set (rebuilding the filter from the store if the snapshot is stale).
+    returns), so a restarted actor reopens the same set. The store is exclusive to one
+    process: a replaced run's actor may hold it until it notices it lost the lease, so
+    opening waits up to :data:`OPEN_WAIT_S` for it to let go.
     """
 
-    def __init__(self, capacity: int, error_rate: float, exact: bool, path: str | None = None) -> None:
-        self.set = SeenSet(capacity, error_rate, exact=exact, path=path)
+    def __init__(self, capacity: int, error_rate: float, exact: bool, bloom: str, path: str | None = None) -> None:
+        deadline = time.monotonic() + OPEN_WAIT_S
+        while True:
+            try:
+                self.set = SeenSet(capacity, error_rate, exact=exact, bloom=bloom, **({"path": path} if path else {}))
+                return
+            except StorageError as exc:
+                if "open in another" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def close(self) -> None:
         self.set.close()
@@ -43,117 +53,50 @@ class SeenFilter:
 
 
 class SeenGroupClient:
-    """Splits a batch of URLs by hash over the SeenFilter shards; one call per shard."""
+    """The shards' seen service on a cluster: :class:`SeenGroup` over the SeenFilter actors.
+
+    The splitting by hash, one call per shard and the merge live in
+    ``crawler.seen.group`` (tested without Ray); this only turns each actor into a shard
+    callable (a Ray ``ObjectRef`` is awaitable).
+    """
 
     def __init__(self, actors: Sequence[Any]) -> None:
         self.actors = list(actors)
+        self._group = SeenGroup([self._shard(a) for a in self.actors])
+
+    @staticmethod
+    def _shard(actor: Any) -> ShardCall:
+        # A function per actor binds that actor now (a lambda in a loop would bind the last).
+        return lambda hashes: actor.check_and_add_hashes.remote(hashes)
 
     async def check_and_add(self, urls: list[str]) -> list[bool]:
-        n = len(self.actors)
-        hashes = [url_hash64(u) for u in urls]
-        parts: dict[int, list[int]] = {}
-        for i, h in enumerate(hashes):
-            parts.setdefault(shard_of(h, n), []).append(i)
-        shard_ids = list(parts)
-        answers = await asyncio.gather(
-            *(self.actors[s].check_and_add_hashes.remote([hashes[i] for i in parts[s]]) for s in shard_ids)
-        )
-        out = [False] * len(urls)
-        for s, ans in zip(shard_ids, answers):
-            for i, novel in zip(parts[s], ans):
-                out[i] = novel
-        return out
+        """For each URL, True if its seen shard had not seen it (it is now marked seen)."""
+        return await self._group.check_and_add(urls)
 
 
 @ray.remote(num_cpus=0)
 class ContentIndexActor:
-    """The crawl-wide duplicate-content index (mirrors live on other hosts, so it is global).
+    """The crawl-wide duplicate-content index (crawler.services.ContentIndexService)."""
 
-    With ``path`` it restores from a snapshot there and saves one every ``save_every_s``
-    and on :meth:`save`; after a restart, duplicates of pages indexed since the last
-    snapshot are missed (they are stored as originals), nothing else is lost.
-    """
-
-    def __init__(self, distance: int, tables: int, path: str | None = None, save_every_s: float = 30.0) -> None:
-        self.path = path
-        self.save_every_s = save_every_s
-        self._last_save = time.monotonic()
-        if path and os.path.exists(path):
-            with open(path, "rb") as f:
-                self.index = ContentIndex.restore(f.read())
-        else:
-            self.index = ContentIndex(distance, tables)
+    def __init__(self, distance: int, tables: int, path: str | None, every_s: float) -> None:
+        self.service = ContentIndexService(distance, tables, SYSTEM_CLOCK, path=path, every_s=every_s)
 
     def check_and_add(self, items: list[tuple[str, str, int | None]]) -> list[tuple[str | None, str | None]]:
-        out = self.index.check_and_add(items)
-        if self.path and time.monotonic() - self._last_save > self.save_every_s:
-            self.save()
-        return out
+        return self.service.check_and_add(items)
 
     def save(self) -> None:
-        if self.path:
-            save_snapshot(self.path, self.index.snapshot())
-            self._last_save = time.monotonic()
+        self.service.save()
 
     def stats(self) -> dict[str, Any]:
-        return self.index.stats()
-
-
-class ContentClient:
-    """Async facade over the content actor (engines micro-batch their calls to it)."""
-
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
-
-    async def check_and_add(self, items):
-        return await self.actor.check_and_add.remote(items)
+        return self.service.stats()
 
 
 @ray.remote(num_cpus=0)
 class Budget:
-    """Hands out ``limits.max_pages`` in leases so shards rarely have to ask."""
+    """The global ``limits.max_pages`` count (crawler.services.BudgetPool)."""
 
-    def __init__(self, max_pages: int | None) -> None:
-        self.max_pages = max_pages
-        self.granted = 0
+    def __init__(self, max_pages: int | None, path: str | None) -> None:
+        self.pool = BudgetPool(max_pages, path)
 
     def lease(self, n: int) -> int:
-        if self.max_pages is None:
-            return n
-        give = max(0, min(n, self.max_pages - self.granted))
-        self.granted += give
-        return give
-
-    def remaining(self) -> int | None:
-        return None if self.max_pages is None else self.max_pages - self.granted
-
-
-class BudgetClient:
-    """A shard's view of the global page budget: local leases, refilled on demand.
-
-    Leases shrink as the budget runs low so no shard sits on pages another shard needs.
-    """
-
-    def __init__(self, actor: Any, max_pages: int | None, shards: int) -> None:
-        self.actor = actor
-        self.max_pages = max_pages
-        self.shards = max(1, shards)
-        self.local = 0
-        self.spent = False
-        self._lock = asyncio.Lock()
-
-    async def acquire(self) -> bool:
-        if self.max_pages is None:
-            return True
-        if self.local == 0 and not self.spent:
-            async with self._lock:
-                if self.local == 0 and not self.spent:
-                    size = max(1, min(16, self.max_pages // (8 * self.shards)))
-                    got = await self.actor.lease.remote(size)
-                    self.local += got
-                    if got == 0:
-                        self.spent = True
-        if self.local > 0:
-            self.local -= 1
-            return True
-        return False
+        return self.pool.lease(n)

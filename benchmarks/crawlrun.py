@@ -4,7 +4,7 @@ Parent side (:func:`run_crawler`) builds the crawl config, starts the child and 
 its process tree (with embedded Ray: the driver, gcs_server, raylet and every worker);
 child side (``python -m benchmarks.crawlrun --mode ray|local --cfg FILE``) runs
 :class:`jobs.crawl.Crawl` on an embedded loopback Ray, or
-:class:`crawler.runner.LocalCrawl` in one process, and marks "start" (actors up,
+:func:`crawler.local.local_session` in one process, and marks "start" (actors up,
 seeds submitted) and "end" (everything flushed, before the actors are killed).
 """
 
@@ -99,7 +99,8 @@ def _du(path: str) -> int:
 def _child_ray(cfg, timeout_s: float, ray_tmp: str) -> tuple[dict[str, Any], float]:
     import ray
 
-    from jobs.crawl import Crawl, init_ray
+    from actors.runtime import init_ray
+    from jobs.crawl import Crawl
 
     t0 = time.monotonic()
     os.makedirs(ray_tmp, exist_ok=True)
@@ -109,15 +110,16 @@ def _child_ray(cfg, timeout_s: float, ray_tmp: str) -> tuple[dict[str, Any], flo
         crawl.start()
         startup = time.monotonic() - t0
         common.mark("start")
-        original_shutdown = crawl.shutdown
+        runtime = crawl.session.runtime
+        original_close = runtime.close
 
-        def shutdown() -> None:
+        async def close() -> None:
             # Stats written, every shard flushed and stopped: the crawl's work is done.
             # Sample before the actors are killed (their CPU would be lost with them).
             common.mark("end", sync=True)
-            original_shutdown()
+            await original_close()
 
-        crawl.shutdown = shutdown  # type: ignore[method-assign]
+        runtime.close = close  # type: ignore[method-assign]
         stats = crawl.wait(timeout_s=timeout_s)
     finally:
         ray.shutdown()
@@ -125,9 +127,9 @@ def _child_ray(cfg, timeout_s: float, ray_tmp: str) -> tuple[dict[str, Any], flo
 
 
 def _child_local(cfg, timeout_s: float, shards: int) -> tuple[dict[str, Any], float]:
-    from crawler.runner import LocalCrawl
+    from crawler.local import local_session
 
-    crawl = LocalCrawl(cfg, shards=shards)
+    crawl = local_session(cfg, shards=shards)
 
     async def run() -> dict[str, Any]:
         return await asyncio.wait_for(crawl.run(), timeout_s)

@@ -55,25 +55,23 @@ IDLE_LEAVES = frozenset({
 COMPONENTS = (
     ("checkpoint (JSON state)", ("ShardEngine.checkpoint",)),
     ("output: blobs (gzip, fsync, files)", ("BlobStore.", "gzip.py")),
-    ("output: Parquet rows", ("crawler/storage.py", "pyarrow/")),
+    ("output: Parquet rows", ("crawler/output/", "pyarrow/")),
     ("parse (lexbor, links, text)", ("crawler/parse/", "selectolax/")),
     ("fingerprints (SHA-256, SimHash, content index)", ("crawler/dedup.py",)),
     ("frontier store (SQLite journal)", ("crawler/journal.py",)),
-    ("seen set (Bloom + store)", ("crawler/seen.py", "pybloom_live/")),
+    ("seen set (Bloom + store)", ("crawler/seen/", "pybloom_live/")),
     ("link policy (normalize, scope, traps)", ("crawler/urls/", "crawler/links.py", "crawler/traps.py")),
     ("robots", ("crawler/robots.py", "protego")),
     ("fetch (aiohttp, DNS)", ("crawler/fetch.py", "crawler/dns.py", "aiohttp/", "aiohappyeyeballs/", "yarl/", "multidict/")),
     ("frontier + politeness", ("crawler/frontier.py", "crawler/politeness.py")),
     ("routing + batching", ("crawler/routing.py", "crawler/batching.py")),
     ("Ray actor calls + runtime", ("ray/", "actors/")),
-    ("engine bookkeeping", ("crawler/engine.py", "crawler/runner.py", "crawler/termination.py", "jobs/")),
+    ("engine bookkeeping", ("crawler/scheduler.py", "crawler/pipeline.py", "crawler/outbox.py", "crawler/checkpoint.py", "crawler/shard.py", "crawler/session.py", "crawler/local.py", "crawler/termination.py", "jobs/")),
 )
 _GENERIC = ("asyncio/", "threading.py", "json/", "socket.py", "selectors.py", "concurrent/", "contextlib.py",
             "<frozen", "functools.py", "typing.py", "<string>", "enum.py", "queue.py", "logging/", "weakref.py",
             "numpy/", "uuid.py", "idna/", "ipaddress.py", "dataclasses.py", "_weakrefset.py", "collections/")
 _GENERIC_FUNCS = ("_fsync_path (",)  # shared by blobs and Parquet parts: charge the caller
-# Frames of this checkout are shown relative to it, wherever it is.
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def component(funcs: list[str]) -> str:
@@ -130,12 +128,15 @@ def fold(raw_path: str) -> tuple[int, Counter, Counter, Counter, Counter]:
     return total, self_t, incl, files, comps
 
 
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _short(frame: str) -> str:
     # "parse_page (crawler/parse/html.py:640)" -> "parse_page (crawler/parse/html.py)"; line numbers
     # split one function into many rows.
     name, _, loc = frame.partition(" (")
     path = loc.rstrip(")").rsplit(":", 1)[0]
-    for marker in ("/site-packages/", "/lib/python3.11/", _REPO):
+    for marker in ("/site-packages/", "/lib/python3.11/", _REPO + "/"):
         if marker in path:
             path = path.split(marker, 1)[1]
             break

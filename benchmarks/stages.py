@@ -13,7 +13,7 @@ CPU per page goes and what the alternatives would cost. Stages:
 * ``simhash``          crawler.dedup.text_fingerprint of the page text
 * ``sha256``           crawler.dedup.content_sha256
 * ``seen_hash``        url_hash64 of the followed links
-* ``gzip5`` / ``gzip1`` / ``zlib1``  body compression at the BlobStore's level (5) and cheaper
+* ``gzip5`` / ``gzip1`` / ``zlib1``  body compression at level 5 and at the BlobStore's level (1)
 * ``zstd1`` / ``zstd3`` (pyarrow.compress, already a dependency), ``lz4``
 * ``bare_extract``     what the bare loop does per page (lexbor + urljoin, for scale)
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.bare_loop import extract
     from crawler.config import from_dict
     from crawler.dedup import content_sha256, text_fingerprint
-    from crawler.engine import build_link_policy
+    from crawler.shard import build_link_policy
     from crawler.frontier import UrlItem
     from crawler.parse import parse_page
     from crawler.seen import url_hash64

@@ -75,7 +75,7 @@ def _render_range(args: tuple[int, int, int | None, int, int, int, str]) -> tupl
         d = Path(out) / f"h{i:04d}"
         (d / "p").mkdir(parents=True, exist_ok=True)
         (d / "robots.txt").write_bytes(ROBOTS_TXT)
-        for k in range(web._layout(i).pages):
+        for k in range(web.graph.layout(i).pages):
             body = web.body(src_host, "/" if k == 0 else f"/p/{k}")
             if body is None:
                 continue

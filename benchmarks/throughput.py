@@ -4,7 +4,7 @@ Phases, each against the same private nginx serving the static bench web:
 
 1. ``bare``  - :mod:`benchmarks.bare_loop` for the same number of pages;
 2. ``ray``   - :class:`jobs.crawl.Crawl` on an embedded loopback Ray (shards "auto");
-3. ``local`` - :class:`crawler.runner.LocalCrawl` in one process (``--local``).
+3. ``local`` - :class:`crawler.local.local_session` in one process (``--local``).
 
 The crawler runs with everything on: robots.txt, politeness (``--interval``, 0.05 s by
 default: with 4000 hosts the bound is 80,000 pages/s, far from binding), URL

@@ -2,14 +2,16 @@
 
 The engine asks the content index about one page at a time, but across a process or
 actor boundary one call per page costs ~1 ms of round trip. :class:`MicroBatcher`
-collects requests for up to ``max_delay_s`` or ``max_size`` items and resolves each
-caller's future from one batched call.
+collects requests for up to ``max_delay_s`` (on the injected clock) or ``max_size``
+items and resolves each caller's future from one batched call.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Awaitable, Callable, Generic, Sequence, TypeVar
+
+from crawler.clock import SYSTEM_CLOCK, Clock, Timer
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -24,13 +26,15 @@ class MicroBatcher(Generic[T, R]):
         *,
         max_size: int = 256,
         max_delay_s: float = 0.01,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._fn = fn
+        self._clock = clock
         self._max_size = max_size
         self._max_delay_s = max_delay_s
         self._items: list[T] = []
         self._futures: list[asyncio.Future[R]] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.calls = 0
 
@@ -43,7 +47,7 @@ class MicroBatcher(Generic[T, R]):
         if len(self._items) >= self._max_size:
             self._fire()
         elif self._timer is None:
-            self._timer = loop.call_later(self._max_delay_s, self._fire)
+            self._timer = self._clock.call_later(self._max_delay_s, self._fire)
         return await fut
 
     def pending(self) -> int:

@@ -93,6 +93,7 @@ class DedupConfig:
     seen_capacity: int = 10_000_000
     seen_error_rate: float = 0.01
     seen_exact: bool = True
+    seen_bloom: Literal["pybloom", "rbloom"] = "pybloom"
     novelty_window: int = 20
     novelty_threshold: float = 0.5
 
@@ -105,10 +106,18 @@ class RuntimeConfig:
     seen_shards: int | Auto = "auto"
     address: str | None = None
     batch_size: int = 1000
-    flush_interval_s: float = 0.05
+    link_flush_interval_s: float = 0.05
+    content_batch_size: int = 256
+    content_batch_delay_s: float = 0.005
+    budget_lease_max: int = 16
     progress_interval_s: float = 1.0
     frontier_window: int = 4
     state_dir: str | None = None
+    checkpoint_interval_s: float = 10.0
+    state_ship_interval_s: float = 60.0
+    content_snapshot_interval_s: float = 30.0
+    lease_ttl_s: float = 6.0
+    driver_timeout_s: float = 1.5
     max_restarts: int = 5
 
 
@@ -118,7 +127,9 @@ class OutputConfig:
 
     path: str = "./crawl-out"
     rows_per_file: int = 5000
-    flush_interval_s: float = 1.0
+    row_flush_interval_s: float = 1.0
+    outbox_interval_s: float = 0.25
+    blob_compresslevel: int = 1
     store_bodies: bool = True
     storage_options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -340,12 +351,18 @@ def _validate(obj: Any, prefix: str) -> None:
             v = getattr(obj, n)
             if v != "auto" and v < 1:
                 raise ConfigError(f"{prefix}{n}: must be 'auto' or >= 1, got {v!r}")
-        _positive(obj, prefix, "batch_size", "flush_interval_s", "progress_interval_s", "frontier_window")
+        _positive(
+            obj, prefix, "batch_size", "link_flush_interval_s", "content_batch_size", "content_batch_delay_s",
+            "budget_lease_max", "progress_interval_s", "frontier_window", "checkpoint_interval_s",
+            "state_ship_interval_s", "content_snapshot_interval_s", "lease_ttl_s", "driver_timeout_s",
+        )
         _positive(obj, prefix, "max_restarts", allow_zero=True)
     elif isinstance(obj, OutputConfig):
         if not obj.path:
             raise ConfigError(f"{prefix}path: must not be empty")
-        _positive(obj, prefix, "rows_per_file", "flush_interval_s")
+        _positive(obj, prefix, "rows_per_file", "row_flush_interval_s", "outbox_interval_s")
+        if not 0 <= obj.blob_compresslevel <= 9:
+            raise ConfigError(f"{prefix}blob_compresslevel: must be a gzip level 0-9, got {obj.blob_compresslevel}")
     elif isinstance(obj, CrawlConfig):
         if not obj.user_agent.strip():
             raise ConfigError("user_agent: must not be empty (servers identify crawlers by it)")

@@ -30,9 +30,9 @@ class OutputExistsError(StorageError):
     """The output folder holds a crawl made with a different configuration."""
 
 
-class FetchError(CrawlError):
-    """A fetch failed in a way the caller must handle (never raised for web errors)."""
+class OutputLeasedError(StorageError):
+    """Another crawl run holds the output's lease (DESIGN.md invariant 9)."""
 
 
-class ShutdownError(CrawlError):
-    """The crawl was asked to stop while an operation was in progress."""
+class FencedError(StorageError):
+    """This run's lease was taken over: it may no longer fetch, write or ack."""

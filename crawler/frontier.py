@@ -9,7 +9,9 @@ Tier 2 enforces politeness: a heap of hosts keyed by the time the host may next 
 contacted (the politeness object's ``next_allowed``, or the due time of the host's first
 delayed URL). A host leaves the heap while one of its URLs is being fetched, so there is
 never more than one request in flight per host (DESIGN.md invariant 2); it re-enters when
-the fetch is released.
+the fetch is released. Demoted hosts (low novelty, crawler.traps) wait in a second heap
+that is served only when no host of the first is due: they yield to other work, but are
+not slowed when they are the only work left.
 
 The frontier does not know about robots, budgets or the seen set: the engine applies
 those before :meth:`Frontier.push` and after :meth:`Frontier.pop_ready`. It answers
@@ -46,8 +48,7 @@ class FrontierState(enum.Enum):
 class UrlItem:
     """One unit of frontier work: a normalized URL and what we know about it.
 
-    ``due_at`` is clock time before which it must not be fetched (retry backoff now,
-    recrawl schedules later); ``kind`` is "discover" or "refresh".
+    ``due_at`` is clock time before which it must not be fetched (a retry's backoff).
     """
 
     url: str
@@ -57,9 +58,6 @@ class UrlItem:
     priority: float = 0.0
     due_at: float = 0.0
     attempts: int = 0
-    kind: str = "discover"
-    etag: str | None = None
-    last_modified: str | None = None
     sid: int = 0  # row id in the shard's durable store (acceptance order); 0 = not stored
     replay: bool = False  # fetched before a crash: its links bypass the seen filter
 
@@ -85,6 +83,8 @@ class SpillStore(Protocol):
 
     def count_queued(self, host: str, after_id: int) -> int: ...
 
+    def drop_newest(self, host: str, after_id: int, limit: int) -> list[str]: ...
+
 
 def bfs_priority(item: UrlItem) -> float:
     """Default priority: breadth-first (shallow pages first, FIFO among equals)."""
@@ -96,7 +96,8 @@ class _HostQueue:
     ready: list[tuple[float, int, UrlItem]] = field(default_factory=list)  # (priority, seq, item)
     delayed: list[tuple[float, int, UrlItem]] = field(default_factory=list)  # (due_at, seq, item)
     in_flight: bool = False
-    scheduled_at: float | None = None  # the key of this host's live entry in the host heap
+    scheduled_at: float | None = None  # the key of this host's live entry in a host heap
+    tier: int = 0  # which heap holds that entry: 0 normal, 1 demoted
     spilled: int = 0  # queued URLs left in the durable store, not in memory
     cursor: int = 0  # store id of the last URL of this host brought into memory
 
@@ -137,11 +138,14 @@ class Frontier:
         self._max_backoff_s = max_backoff_s
         self._queues: dict[str, _HostQueue] = {}
         self._heap: list[tuple[float, int, str]] = []
+        self._low: list[tuple[float, int, str]] = []  # demoted hosts: served after due others
+        self._demoted: set[str] = set()
         self._seq = itertools.count()
         self._size = 0
         self._in_flight = 0
         self._window = window
         self._spill = spill
+        self._parked: set[str] = set()  # hosts with queued work that may never be contacted (paused)
         self.recounts = 0  # spill counts corrected from the store (each one is a bug: logged)
 
     # -- queries --------------------------------------------------------------------
@@ -163,10 +167,15 @@ class Frontier:
         q = self._queues.get(host)
         return len(q) if q else 0
 
+    def parked(self) -> tuple[int, int]:
+        """(hosts, queued URLs) held by hosts that are paused: work that exists but will
+        not start until an operator unpauses the host."""
+        return len(self._parked), sum(self.queued_for(h) for h in self._parked)
+
     def next_wakeup(self) -> float | None:
         """Earliest clock time at which some queued host may become ready; None if none."""
-        self._drop_stale()
-        return self._heap[0][0] if self._heap else None
+        tops = [h[0][0] for tier, h in enumerate((self._heap, self._low)) if self._drop_stale(h, tier)]
+        return min(tops) if tops else None
 
     def state(self) -> FrontierState:
         """READY / WAITING / BUSY / EMPTY (see :class:`FrontierState`)."""
@@ -236,32 +245,78 @@ class Frontier:
     # -- taking work ----------------------------------------------------------------
 
     def pop_ready(self, limit: int) -> list[UrlItem]:
-        """Hand out up to ``limit`` URLs, at most one per host, from hosts that are due.
+        """Hand out up to ``limit`` URLs, at most one per host, from hosts that are due;
+        demoted hosts only once no other host is due.
 
         Each returned URL's host is marked in flight until :meth:`release`.
         """
         out: list[UrlItem] = []
         now = self._clock.now()
-        while self._heap and len(out) < limit:
-            at, _, host = self._heap[0]
-            q = self._queues.get(host)
-            if q is None or q.scheduled_at != at or q.in_flight:
-                heapq.heappop(self._heap)  # stale entry
-                continue
-            if at > now:
-                break
-            heapq.heappop(self._heap)
-            q.scheduled_at = None
-            self._promote(q, now, host)
-            if not q.ready:  # politeness moved on, or only delayed items remain
-                self._schedule(host)
-                continue
-            _, _, item = heapq.heappop(q.ready)
-            self._size -= 1
-            q.in_flight = True
-            self._in_flight += 1
-            out.append(item)
+        for tier, heap in enumerate((self._heap, self._low)):
+            while heap and len(out) < limit:
+                at, _, host = heap[0]
+                q = self._queues.get(host)
+                if q is None or q.scheduled_at != at or q.tier != tier or q.in_flight:
+                    heapq.heappop(heap)  # stale entry
+                    continue
+                if at > now:
+                    break
+                heapq.heappop(heap)
+                q.scheduled_at = None
+                self._promote(q, now, host)
+                if not q.ready:  # politeness moved on, or only delayed items remain
+                    self._schedule(host)
+                    continue
+                _, _, item = heapq.heappop(q.ready)
+                self._size -= 1
+                q.in_flight = True
+                self._in_flight += 1
+                out.append(item)
         return out
+
+    def demote(self, host: str, demoted: bool) -> None:
+        """Serve ``host`` after every other due host (True), or like the others again."""
+        if demoted == (host in self._demoted):
+            return
+        if demoted:
+            self._demoted.add(host)
+        else:
+            self._demoted.discard(host)
+        if host in self._queues:
+            self._schedule(host)  # moves its live entry to the other heap
+
+    def trim(self, host: str, drop: int) -> list[str]:
+        """Remove ``drop`` of the host's queued URLs (a budget cut); returns their URLs.
+
+        The spilled ones go first (the newest, from the durable store), then the
+        lowest-priority ones in memory. The caller records them as dropped.
+        """
+        q = self._queues.get(host)
+        if q is None or drop <= 0:
+            return []
+        removed: list[str] = []
+        if q.spilled and self._spill is not None:
+            urls = self._spill.drop_newest(host, q.cursor, min(drop, q.spilled))
+            removed.extend(urls)
+            q.spilled -= len(urls)
+            self._size -= len(urls)
+        left = drop - len(removed)
+        if left > 0:
+            entries = [(p, s, it) for p, s, it in q.ready] + [(self._priority(it), s, it) for _, s, it in q.delayed]
+            entries.sort(key=lambda e: (e[0], e[1]))
+            doomed = {id(it) for _, _, it in entries[-left:]}
+            for name in ("ready", "delayed"):
+                heap = getattr(q, name)
+                keep = [e for e in heap if id(e[2]) not in doomed]
+                removed.extend(e[2].url for e in heap if id(e[2]) in doomed)
+                if len(keep) != len(heap):
+                    heapq.heapify(keep)
+                    setattr(q, name, keep)
+            self._size -= min(left, len(doomed))
+        if len(q) == 0 and not q.in_flight:
+            del self._queues[host]
+            self._parked.discard(host)
+        return removed
 
     def release(self, host: str) -> None:
         """The host's in-flight URL is finished (fetched, failed, blocked or re-queued)."""
@@ -272,6 +327,7 @@ class Frontier:
         self._in_flight -= 1
         if len(q) == 0:
             del self._queues[host]
+            self._parked.discard(host)
         else:
             self._schedule(host)
 
@@ -298,6 +354,7 @@ class Frontier:
         self._size -= len(removed_items)
         if len(q) == 0 and not q.in_flight:
             del self._queues[host]
+            self._parked.discard(host)
         return removed_items
 
     def restore_spilled(self, host: str, count: int) -> None:
@@ -323,7 +380,9 @@ class Frontier:
             q.delayed.clear()
             q.scheduled_at = None
         self._queues = {h: q for h, q in self._queues.items() if q.in_flight}
+        self._parked.clear()
         self._heap.clear()
+        self._low.clear()
         self._size = 0
         return items
 
@@ -352,6 +411,7 @@ class Frontier:
 
     def _schedule(self, host: str) -> None:
         q = self._queues[host]
+        self._parked.discard(host)
         if q.in_flight or len(q) == 0:
             return
         at = self._pacer.next_allowed(host)
@@ -359,16 +419,20 @@ class Frontier:
             at = max(at, q.delayed[0][0])
         if math.isinf(at):  # paused host: stays queued, never scheduled until reschedule()
             q.scheduled_at = None
+            self._parked.add(host)
             return
-        if q.scheduled_at == at:
+        tier = 1 if host in self._demoted else 0
+        if q.scheduled_at == at and q.tier == tier:
             return
-        q.scheduled_at = at
-        heapq.heappush(self._heap, (at, next(self._seq), host))
+        q.scheduled_at, q.tier = at, tier
+        heapq.heappush(self._low if tier else self._heap, (at, next(self._seq), host))
 
-    def _drop_stale(self) -> None:
-        while self._heap:
-            at, _, host = self._heap[0]
+    def _drop_stale(self, heap: list[tuple[float, int, str]], tier: int) -> bool:
+        """Pop stale entries off ``heap``'s top; True if a live entry remains."""
+        while heap:
+            at, _, host = heap[0]
             q = self._queues.get(host)
-            if q is not None and q.scheduled_at == at and not q.in_flight:
-                return
-            heapq.heappop(self._heap)
+            if q is not None and q.scheduled_at == at and q.tier == tier and not q.in_flight:
+                return True
+            heapq.heappop(heap)
+        return False

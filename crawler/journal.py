@@ -49,6 +49,7 @@ def _key(url: str) -> int:
     return h - (1 << 64) if h >= 1 << 63 else h
 
 QUEUED, CLAIMED, DONE, DROPPED = 0, 1, 2, 3
+STATE_NAMES = {QUEUED: "queued", CLAIMED: "in_flight", DONE: "done", DROPPED: "dropped"}
 
 # ``h`` is the URL's 64-bit hash (signed for SQLite): a small integer index instead of a
 # second copy of every URL's text, like the seen set's exact store (same 8-byte keys).
@@ -133,8 +134,8 @@ class FrontierStore:
                 it.sid = self._next_id
                 self._next_id += 1
                 fresh.append(it)
-                rows.append((it.sid, k, it.url, it.host, it.depth, it.referrer, it.kind))
-            self._db.executemany("INSERT INTO urls(id, h, url, host, depth, referrer, kind) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                rows.append((it.sid, k, it.url, it.host, it.depth, it.referrer))
+            self._db.executemany("INSERT INTO urls(id, h, url, host, depth, referrer) VALUES (?, ?, ?, ?, ?, ?)", rows)
             self._db.execute("COMMIT")
             self._in_tx = False
         return fresh
@@ -175,16 +176,30 @@ class FrontierStore:
         """The next queued URLs of ``host`` in acceptance order, after ``after_id``."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, url, depth, referrer, kind, replay FROM urls WHERE host=? AND state=0 AND id>? ORDER BY id LIMIT ?",
+                "SELECT id, url, depth, referrer, replay FROM urls WHERE host=? AND state=0 AND id>? ORDER BY id LIMIT ?",
                 (host, after_id, limit),
             ).fetchall()
         out = []
-        for sid, url, depth, referrer, kind, replay in rows:
-            it = UrlItem(url, depth, referrer, host=host, kind=kind)
+        for sid, url, depth, referrer, replay in rows:
+            it = UrlItem(url, depth, referrer, host=host)
             it.sid = sid
             it.replay = bool(replay)
             out.append(it)
         return out
+
+    def drop_newest(self, host: str, after_id: int, limit: int) -> list[str]:
+        """Mark up to ``limit`` of the newest queued URLs of ``host`` (ids above ``after_id``,
+        i.e. spilled) dropped; returns their URLs. Committed (a budget cut's trim)."""
+        with self._lock:
+            self._begin()
+            rows = self._db.execute(
+                "SELECT id, url FROM urls WHERE host=? AND state=0 AND id>? ORDER BY id DESC LIMIT ?",
+                (host, after_id, limit),
+            ).fetchall()
+            self._db.executemany("UPDATE urls SET state=3 WHERE id=?", [(r[0],) for r in rows])
+            self._db.execute("COMMIT")
+            self._in_tx = False
+        return [r[1] for r in rows]
 
     def count_queued(self, host: str, after_id: int) -> int:
         """How many queued URLs of ``host`` come after ``after_id`` (the spill recount)."""
@@ -198,6 +213,14 @@ class FrontierStore:
         with self._lock:
             cur = self._db.execute("UPDATE urls SET state=0, replay=1 WHERE state=1")
             return cur.rowcount
+
+    def url_status(self, url: str) -> dict[str, object] | None:
+        """What the store knows of ``url``: its state, depth and referrer; None if never accepted."""
+        with self._lock:
+            row = self._db.execute("SELECT url, host, depth, referrer, state FROM urls WHERE h=?", (_key(url),)).fetchone()
+        if row is None or row[0] != url:
+            return None
+        return {"url": row[0], "host": row[1], "depth": row[2], "referrer": row[3], "status": STATE_NAMES[row[4]]}
 
     def pending_hosts(self) -> list[tuple[str, int]]:
         """(host, queued URLs) for every host with queued work."""

@@ -22,13 +22,13 @@ from typing import Any, Iterable, Mapping
 
 import pyarrow.compute as pc
 
+from crawler.output import read_pages
+
 log = logging.getLogger(__name__)
 
 
 def output_url_count(out: str, storage_options: dict | None = None) -> int:
     """Distinct URLs with at least one row in ``OUT/pages`` (the output's side of the ledger)."""
-    from crawler.dataset import read_pages
-
     table = read_pages(out, storage_options, dedupe=False, columns=["url"])
     return int(pc.count_distinct(table["url"]).as_py()) if table.num_rows else 0
 

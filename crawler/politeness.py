@@ -18,18 +18,20 @@ be in flight, k+1 never starts before f_k. So:
     next start >= f_k + interval             otherwise
 
 The interval is evaluated when asked, not frozen at finish time, so a Crawl-delay learnt
-from the robots.txt fetch that just finished, an operator override or a novelty penalty
-applies to the wait already under way. (Callers that cache ``next_allowed`` - the
+from the robots.txt fetch that just finished or an operator override applies to the
+wait already under way. (Callers that cache ``next_allowed`` - the
 frontier's host heap - must reschedule the host after changing any of those.)
 
 Effective interval of a host:
 
     floor     = max(operator override or configured interval, robots Crawl-delay)
-    effective = max(floor, min(max(floor, adaptive) * penalty, max_interval_s))
+    effective = max(floor, min(max(floor, adaptive), max_interval_s))
 
-``max_interval_s`` caps only what *we* add (adaptive backoff after 429/503/failures, and
-the novelty penalty); a Crawl-delay or operator interval above it is honoured as is,
-because the site or the operator asked for it (politeness first).
+``max_interval_s`` caps only what *we* add (adaptive backoff after 429/503/failures); a
+Crawl-delay or operator interval above it is honoured as is, because the site or the
+operator asked for it (politeness first). Politeness is about what a host can take, not
+about what it is worth to us: a low-novelty host is demoted in the frontier's order
+(crawler.frontier), never slowed.
 """
 
 from __future__ import annotations
@@ -95,7 +97,6 @@ class _Host:
         "finished_at",
         "not_before",
         "crawl_delay",
-        "penalty",
         "adaptive",
         "successes",
     )
@@ -109,7 +110,6 @@ class _Host:
         self.finished_at = 0.0
         self.not_before = 0.0  # Retry-After
         self.crawl_delay = 0.0  # robots floor; 0 = none
-        self.penalty = 1.0
         self.adaptive = 0.0  # backoff interval; 0 = not backed off
         self.successes = 0  # consecutive, since the last widening or narrowing
 
@@ -119,7 +119,7 @@ class Politeness:
 
     Args:
         interval_s: default minimum time between request starts to one host.
-        max_interval_s: cap on the adaptive backoff and penalty (not on Crawl-delay or
+        max_interval_s: cap on the adaptive backoff (not on Crawl-delay or
             operator intervals).
         clock: injected clock: ``now()`` monotonic seconds, ``wall()`` UTC epoch seconds
             (for HTTP-date Retry-After; ``time.time`` if the clock has no ``wall``).
@@ -199,7 +199,6 @@ class Politeness:
         if st is None:
             return floor
         slow = st.adaptive if st.adaptive > floor else floor
-        slow *= st.penalty
         if slow <= floor:
             return floor
         # What we add on top of the floor is capped; the floor itself is not.
@@ -299,21 +298,6 @@ class Politeness:
         """Remove the operator policy of ``host`` (configured interval, not paused)."""
         self._policy.pop(host, None)
 
-    def set_penalty(self, host: str, factor: float) -> None:
-        """Slow ``host`` down by ``factor`` (>= 1.0; 1.0 removes it), e.g. for low novelty.
-
-        The penalised interval is capped at ``max_interval_s`` like the backoff.
-        Raises ValueError for a factor below 1 or not finite (a caller bug).
-        """
-        if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor >= 1.0):
-            raise ValueError(f"penalty factor must be a finite number >= 1.0, got {factor!r}")
-        st = self._hosts.get(host)
-        if st is None:
-            if factor == 1.0:
-                return
-            st = self._hosts[host] = _Host()
-        st.penalty = float(factor)
-
     # -- request life cycle --------------------------------------------------------------
 
     def on_start(self, host: str) -> None:
@@ -407,7 +391,7 @@ class Politeness:
 
         Refused (False) while a request is in flight, while the host's next slot is still
         in the future, or while it is backed off (that memory protects a struggling
-        server). Crawl-delay and penalty are dropped with the state: the owner re-applies
+        server). Crawl-delay is dropped with the state: the owner re-applies
         them (from the robots cache) when the host becomes active again. The operator
         policy (override, pause) is kept.
         """
@@ -420,8 +404,13 @@ class Politeness:
         self._stats["forgotten"] += 1
         return True
 
-    def snapshot(self) -> dict:
+    def snapshot(self, *, protecting_only: bool = False) -> dict:
         """JSON-serialisable state; times are stored as ages / waits relative to now.
+
+        ``protecting_only`` keeps only the hosts whose state protects them after a
+        restart (backed off, under a Retry-After or a Crawl-delay) and every
+        operator policy: what a checkpoint must not forget, at a size that does not grow
+        with every host ever contacted.
 
         ``now()`` is monotonic and its origin differs between processes, so absolute times
         would be meaningless after a restart. Restoring relative times on a new clock
@@ -432,6 +421,10 @@ class Politeness:
         now = self._now()
         hosts = {}
         for host, st in self._hosts.items():
+            if protecting_only and not (
+                st.adaptive > 0 or st.not_before > now or st.crawl_delay > 0
+            ):
+                continue
             if st.in_flight:
                 anchor_age, finished_age = 0.0, 0.0
             elif st.anchor is None:
@@ -443,7 +436,6 @@ class Politeness:
                 "finished_age_s": finished_age,
                 "not_before_in_s": max(0.0, st.not_before - now),
                 "crawl_delay": st.crawl_delay,
-                "penalty": st.penalty,
                 "adaptive": st.adaptive,
                 "successes": st.successes,
             }
@@ -466,10 +458,9 @@ class Politeness:
                     st.finished_at = now - max(0.0, float(d["finished_age_s"]))
                 st.not_before = now + max(0.0, float(d["not_before_in_s"]))
                 st.crawl_delay = max(0.0, float(d["crawl_delay"]))
-                st.penalty = max(1.0, float(d["penalty"]))
                 st.adaptive = min(max(0.0, float(d["adaptive"])), self.max_interval_s)
                 st.successes = int(d["successes"])
-                values = (st.not_before, st.crawl_delay, st.penalty, st.adaptive, st.finished_at)
+                values = (st.not_before, st.crawl_delay, st.adaptive, st.finished_at)
                 if not all(math.isfinite(v) for v in values):
                     raise ValueError("non-finite value")
             except (KeyError, TypeError, ValueError) as exc:

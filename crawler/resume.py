@@ -22,7 +22,7 @@ from typing import Any
 from crawler.config import CrawlConfig
 from crawler.errors import OutputExistsError
 from crawler.journal import state_dir
-from crawler.storage import open_fs
+from crawler.output import open_fs
 
 
 @dataclass

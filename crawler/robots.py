@@ -1,9 +1,9 @@
 """Per-origin robots.txt rules and their cache (RFC 9309). No I/O happens here.
 
-The engine fetches ``origin + "/robots.txt"`` itself (following up to
-:data:`MAX_ROBOTS_REDIRECTS` redirects) and hands the *final* response to
-:meth:`RobotsCache.from_response`; this module decides what that response means and
-answers "may we fetch this URL?" from the cached rules.
+:class:`RobotsClient` fetches ``origin + "/robots.txt"`` through the shard's own
+politeness-paced fetch (following up to :data:`MAX_ROBOTS_REDIRECTS` redirects) and
+hands the *final* response to :meth:`RobotsCache.from_response`, which decides what that
+response means; the cache answers "may we fetch this URL?" from the rules.
 
 Decisions, with the RFC 9309 section that makes them:
 
@@ -43,7 +43,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Awaitable, Callable, Protocol
 
 from protego import Protego
 
@@ -54,6 +54,7 @@ __all__ = [
     "MAX_ROBOTS_REDIRECTS",
     "ROBOTS_MAX_BYTES",
     "RobotsCache",
+    "RobotsClient",
     "RobotsRules",
     "product_token",
 ]
@@ -460,3 +461,72 @@ def _is_good(rules: RobotsRules) -> bool:
 def _wall(clock: Any) -> float | None:
     wall = getattr(clock, "wall", None)
     return float(wall()) if callable(wall) else None
+
+
+class _Pacer(Protocol):
+    def in_flight(self, host: str) -> bool: ...
+
+    def next_allowed(self, host: str) -> float: ...
+
+
+class RobotsClient:
+    """Fetches an origin's robots.txt with the host's own politeness slot and caches it.
+
+    Args:
+        cache: where the rules go.
+        classify: maps a response to "redirect" or anything else (crawler.fetch.classify).
+        normalize: canonical form of a redirect target, None if unusable.
+        join: resolves a Location header against the URL it came from.
+        pacer: per-host in-flight state and next allowed time (crawler.politeness).
+        clock: waits for the host's allowance between same-host redirect hops.
+    """
+
+    def __init__(
+        self,
+        cache: RobotsCache,
+        *,
+        classify: Callable[[Any], str],
+        normalize: Callable[[str], str | None],
+        join: Callable[[str, str], str | None],
+        host_of: Callable[[str], str],
+        pacer: _Pacer,
+        clock: Any,
+    ) -> None:
+        self.cache = cache
+        self._classify = classify
+        self._normalize = normalize
+        self._join = join
+        self._host_of = host_of
+        self._pacer = pacer
+        self._clock = clock
+        self.requests = 0
+
+    async def refresh(self, origin: str, host: str, fetch: Callable[[str, str], Awaitable[Any]]) -> RobotsRules:
+        """Fetch, cache and return ``origin``'s rules; ``host`` is the origin's politeness key.
+
+        ``await fetch(host, url)`` makes one request, paced like any other, and returns a
+        response with ``status``, ``headers``, ``body``, ``truncated`` and ``error``.
+
+        Redirects are followed up to 5 hops (RFC 9309 2.3.1.2); more is "unavailable".
+        A hop to another host whose request is already running is not made (one request
+        in flight per host): the origin counts as unreachable until the error TTL passes.
+        """
+        url = self.cache.robots_url(origin)
+        for hop in range(MAX_ROBOTS_REDIRECTS + 1):
+            target = self._host_of(url)
+            if target != host and self._pacer.in_flight(target):
+                return self.cache.from_response(origin, None, None, error="robots.txt redirect target busy")
+            if hop > 0 and target == host:
+                # Same host: the next hop waits for the host's allowance like any request.
+                await self._clock.sleep(max(0.0, self._pacer.next_allowed(host) - self._clock.now()))
+            res = await fetch(target, url)
+            self.requests += 1
+            if self._classify(res) != "redirect":
+                body = res.body if res.status else None
+                return self.cache.from_response(origin, res.status, body, truncated=res.truncated, error=res.error)
+            joined = self._join(url, res.headers.get("location", ""))
+            nxt = self._normalize(joined) if joined else None
+            if nxt is None:  # a redirect to nowhere: the file is unavailable
+                return self.cache.from_response(origin, 404, b"")
+            url = nxt
+        return self.cache.from_redirect_overflow(origin)

@@ -18,6 +18,7 @@ import logging
 from collections import defaultdict
 from typing import Awaitable, Callable, Protocol, Sequence
 
+from crawler.clock import SYSTEM_CLOCK, Clock, Timer
 from crawler.frontier import UrlItem
 
 log = logging.getLogger(__name__)
@@ -59,10 +60,12 @@ class LinkRouter:
         flush_interval_s: float = 0.05,
         max_attempts: int = 10,
         before_flush: Callable[[], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         # before_flush: called once per flush before the seen check (group commit hook).
         self._seen = seen
-        self._before_flush = before_flush
+        self._clock = clock
+        self.before_flush = before_flush
         self._owner_of = owner_of
         self._deliver = deliver
         self._batch_size = batch_size
@@ -72,7 +75,7 @@ class LinkRouter:
         self._force: list[bool] = []  # parallel to _buffer: deliver even if already seen
         self._waiters: list[asyncio.Future[bool]] = []
         self._in_flush = 0  # links inside a flush that has not finished
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.submitted = 0
         self.novel = 0
@@ -95,8 +98,7 @@ class LinkRouter:
         page fetched before a crash is fetched again, since its links may have been
         marked seen without reaching their owner (the owner's table de-duplicates).
         """
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         if not items:
             fut.set_result(True)
             return fut
@@ -107,7 +109,7 @@ class LinkRouter:
         if len(self._buffer) >= self._batch_size:
             self._start_flush()
         elif self._timer is None:
-            self._timer = loop.call_later(self._flush_interval_s, self._start_flush)
+            self._timer = self._clock.call_later(self._flush_interval_s, self._start_flush)
         return fut
 
     async def flush(self) -> None:
@@ -134,8 +136,8 @@ class LinkRouter:
         ok = False
         try:
             # 0. Whatever must be durable before links are marked seen (the sources' claims).
-            if self._before_flush is not None:
-                self._before_flush()
+            if self.before_flush is not None:
+                self.before_flush()
             # 1. Seen check: one call marks every novel URL seen (first one in the batch wins).
             try:
                 verdicts = await self._seen.check_and_add([i.url for i in batch])
@@ -189,7 +191,7 @@ class LinkRouter:
                 if attempt == self._max_attempts:
                     log.error("%s gave up after %d attempts", what, attempt)
                     return None
-                await asyncio.sleep(delay)
+                await self._clock.sleep(delay)
                 delay = min(2.0, delay * 2)
         return None
 

@@ -5,7 +5,8 @@ and shards are polled one after another, never all at the same instant. The dete
 therefore declares the crawl done only when, in two *consecutive* polls:
 
 1. every shard reports ``idle`` (no fetch in flight, no link in transit, nothing that
-   could become ready), and
+   could become ready) and no shard holds work of paused hosts (paused is not done: the
+   crawl waits for an unpause or a stop, which keeps that work for the next resume), and
 2. the per-shard activity vectors (incarnation, batches sent and received, requests,
    queued) are identical in both polls.
 
@@ -50,6 +51,10 @@ class TerminationDetector:
         self.driver_batches_sent = 0
         self.polls = 0
 
+    def reset(self) -> None:
+        """Forget the last round (a shard did not answer: no consistent view now)."""
+        self._last = None
+
     def note_driver_batches(self, n: int) -> None:
         """Batches (seeds) the driver itself delivered to shards."""
         self.driver_batches_sent += n
@@ -59,7 +64,7 @@ class TerminationDetector:
         """Record one full round of statuses; True once termination is proven."""
         self.polls += 1
         vec = _vector(statuses)
-        if not all(s["idle"] for s in statuses):
+        if not all(s["idle"] and not s.get("paused_urls") for s in statuses):
             self._last = None
             return False
         done = self._last == vec

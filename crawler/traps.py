@@ -131,35 +131,43 @@ class _HostState:
 
 
 class HostBudget:
-    """Per-host page budget with a novelty-driven cut and politeness penalty.
+    """Per-host page budget with a novelty-driven cut and a demotion penalty.
 
     * :meth:`admit` is called when a URL of a host is about to enter the frontier: it
       spends one page of the host's budget, or returns False when none is left (the
       caller drops the URL and counts rule ``"host_budget"``).
     * :meth:`record_fetch` is called after each fetched page is fingerprinted, with
-      ``duplicate=True`` for an exact or near duplicate of stored content.
+      ``duplicate=True`` for an exact or near duplicate of stored content, and the number
+      of the host's URLs still queued; it returns how many of those to drop.
     * :meth:`novelty` is the share of non-duplicates among the host's last
       ``novelty_window`` fetches (1.0 until ``novelty_min_samples`` fetches are known).
-    * :meth:`penalty` (>= 1.0) multiplies the host's politeness interval and lowers its
-      priority. On every fetch, once there are ``novelty_min_samples`` samples, it is
+    * :meth:`penalty` (>= 1.0): above 1.0 the host is demoted (it yields to every other
+      due host; crawler.frontier), never slowed: politeness is about what a host can
+      take, not what it is worth to us. On every fetch, once there are ``novelty_min_samples`` samples, it is
       multiplied by ``2 ** (1 / novelty_window)`` while novelty is below
       ``novelty_threshold`` (so it doubles per window of low novelty, up to
       ``max_penalty``) and divided by the same factor otherwise (down to 1.0).
     * Budget cut: fetches are grouped in consecutive, non-overlapping windows of
       ``novelty_window``. At the end of each window whose novelty is below the
-      threshold, the remaining budget is multiplied by ``cut_factor`` and rounded down.
-      With no per-host limit (``max_pages_per_host=None``), the first cut creates a
-      budget of ``cut_factor`` x the pages admitted so far. Cuts are never undone: a
+      threshold, the host's planned work (URLs queued plus pages it may still be
+      admitted) is multiplied by ``cut_factor`` and rounded down; queued URLs beyond it
+      are dropped (the caller counts them as ``budget_cut``: no row, since a trap's
+      URLs are not pages anyone asked for), and the rest is what may still be admitted.
+      With no per-host limit (``max_pages_per_host=None``), the first cut plans
+      ``cut_factor`` x (queued + the pages admitted so far). Cuts are never undone: a
       host that served a window of duplicates has shown what its URL space is worth.
       ``novelty_threshold=0`` disables cuts and penalties.
 
     Bound (proved by tests/unit/test_traps.py): if every fetched page of a host is a
-    duplicate, its remaining budget after k cuts is at most ``B * cut_factor**k``, so it
-    is 0 after ``K = floor(log(B) / log(1/cut_factor)) + 1`` cuts, i.e. after
+    duplicate, its planned work after k cuts is at most ``B * cut_factor**k``, so it is
+    0 after ``K = floor(log(B) / log(1/cut_factor)) + 1`` cuts, i.e. after
     ``K * novelty_window`` fetches. If each fetched page yields at most ``f`` new links,
     the host is admitted at most ``seeds + f * novelty_window * K`` URLs in total (and
     never more than ``B``): logarithmic in the budget, e.g. 1 + 10*20*20 = 4,001 for
-    B = 1,000,000, f = 10 and the defaults, instead of a million.
+    B = 1,000,000, f = 10 and the defaults, instead of a million. Since the queue is cut
+    too, a host whose first window is all duplicates is fetched at most
+    ``novelty_window + floor(cut_factor * (B - novelty_window))`` times in all, however
+    many of its URLs were queued (tests/integration/test_traps_last.py measures it).
     """
 
     SNAPSHOT_VERSION = 1
@@ -236,8 +244,9 @@ class HostBudget:
         self._admitted += 1
         return True
 
-    def record_fetch(self, host: str, duplicate: bool) -> None:
-        """Record one fetched, fingerprinted page of ``host``."""
+    def record_fetch(self, host: str, duplicate: bool, queued: int = 0) -> int:
+        """Record one fetched, fingerprinted page of ``host``, which has ``queued`` URLs
+        waiting in the frontier. Returns how many of those to drop (a cut trims the queue)."""
         state = self._state(host)
         duplicate = bool(duplicate)
         window = self.novelty_window
@@ -258,15 +267,19 @@ class HostBudget:
         if state.since_cut_check >= window:
             state.since_cut_check = 0
             if self._novelty(state) < self.novelty_threshold:
-                self._cut(state)
+                return self._cut(state, queued)
+        return 0
 
-    def _cut(self, state: _HostState) -> None:
-        if state.remaining is None:
-            state.remaining = int(state.admitted * self.cut_factor)
-        else:
-            state.remaining = int(state.remaining * self.cut_factor)
+    def _cut(self, state: _HostState, queued: int) -> int:
+        # What was still planned for the host (queued URLs plus what it may still be
+        # admitted) shrinks by cut_factor; queued URLs beyond the new plan are dropped.
+        planned = queued + (state.admitted if state.remaining is None else state.remaining)
+        left = int(planned * self.cut_factor)
+        drop = max(0, queued - left)
+        state.remaining = left - (queued - drop)
         state.cuts += 1
         self._cuts += 1
+        return drop
 
     @staticmethod
     def _novelty(state: _HostState) -> float:

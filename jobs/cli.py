@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from crawler.errors import ConfigError, CrawlError, OutputExistsError
+from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -39,31 +39,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from jobs.crawl import load_config, print_summary, run_crawl
 
     cfg = load_config(args.config, args.out, args.overrides)
-    if args.local:
-        stats = run_local(cfg, progress=not args.no_progress, force=args.force)
-    else:
-        stats = run_crawl(cfg, address=args.address, progress=not args.no_progress, force=args.force)
-    if stats.get("already_finished"):
-        return 0
-    print_summary(stats, cfg.output.path)
-    return 0 if stats.get("finished") else 130  # 130: stopped by Ctrl-C, like a shell
-
-
-def run_local(cfg, progress: bool = True, force: bool = False) -> dict[str, Any]:
-    """The single-process crawl (no Ray): same engine, in-process services."""
-    from crawler.runner import LocalCrawl
-    from jobs.progress import Progress
-
-    prog = Progress(enabled=progress, interval_s=cfg.runtime.progress_interval_s)
-    try:
-        crawl = LocalCrawl(cfg, on_progress=prog.update, force=force)
-        if crawl.mode == "finished":
-            print(f"the crawl in {cfg.output.path} is already finished; nothing to do", file=sys.stderr)
-        elif crawl.mode == "resume":
-            print(f"resuming the unfinished crawl in {cfg.output.path}", file=sys.stderr)
-        return asyncio.run(crawl.run())
-    finally:
-        prog.close()
+    stats, code = run_crawl(cfg, local=args.local, address=args.address, progress=not args.no_progress, force=args.force)
+    if not stats.get("already_finished"):
+        print_summary(stats, cfg.output.path)
+    return code
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -84,15 +63,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         cfg = config_mod.load(_find_config("demo"), overrides)
         print(f"demo: synthetic web of {len(web.hosts())} hosts on 127.0.0.1:{server.port}; crawling with embedded Ray...", file=sys.stderr)
         # The demo's web gets a new port each time, so it is a new config: start over.
-        if args.local:
-            stats = run_local(cfg, progress=not args.no_progress, force=True)
-        else:
-            stats = run_crawl(cfg, progress=not args.no_progress, force=True)
+        stats, code = run_crawl(cfg, local=args.local, progress=not args.no_progress, force=True)
         print_summary(stats, out)
         requests = len(server.requests())
-    print(f"the synthetic web answered {requests} requests; read the pages with:", file=sys.stderr)
-    print(f"  python -c \"import pyarrow.dataset as ds; print(ds.dataset('{out}/pages').to_table().to_pandas())\"", file=sys.stderr)
-    return 0
+    print(f"the synthetic web answered {requests} requests; summarize the output with `crawl stats {out}`,", file=sys.stderr)
+    print(f"  or read the pages: python -c \"from crawler.output import read_pages; print(read_pages('{out}'))\"", file=sys.stderr)
+    return code
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -102,7 +78,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     (a lost or invented URL); works for local and fsspec (s3://) outputs.
     """
     from crawler import ledger
-    from crawler.storage import open_fs, summarize
+    from crawler.output import open_fs, summarize
 
     summary = summarize(args.out)
     fs, root = open_fs(args.out)
@@ -137,7 +113,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_links(args: argparse.Namespace) -> int:
     """Print, one JSON object a line, each link the crawler would extract from a page."""
     from crawler import config as config_mod
-    from crawler.engine import build_link_policy
+    from crawler.shard import build_link_policy
     from crawler.parse import parse_page
 
     target = args.target
@@ -149,7 +125,7 @@ def cmd_links(args: argparse.Namespace) -> int:
         ctype = args.content_type
         headers: dict[str, str] = {}
     else:
-        from crawler.engine import build_fetcher
+        from crawler.shard import build_fetcher
 
         cfg0 = config_mod.load(args.config, args.overrides)
 
@@ -230,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except (ConfigError, OutputExistsError) as exc:
+    except (ConfigError, OutputExistsError, OutputLeasedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except CrawlError as exc:

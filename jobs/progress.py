@@ -20,10 +20,15 @@ def summary_line(total: dict[str, Any], elapsed: float, rate: float) -> str:
     c = total["counters"]
     errors = c.get("http_error", 0) + c.get("failed", 0)
     dups = c.get("dup_exact", 0) + c.get("dup_near", 0)
+    paused = (
+        f" | paused {total['paused_urls']} URLs on {total['paused_hosts']} hosts (waiting for unpause or stop)"
+        if total.get("paused_urls")
+        else ""
+    )
     return (
         f"[{elapsed:6.1f}s] fetched {c.get('fetched', 0)} ({rate:.1f} pages/s) | queued {total['queued']} | "
         f"in flight {total['in_flight']} | hosts {total['hosts']} | errors {errors} | "
-        f"blocked {c.get('robots_blocked', 0)} | dups {dups} | {_fmt_bytes(c.get('bytes', 0))}"
+        f"blocked {c.get('robots_blocked', 0)} | dups {dups} | {_fmt_bytes(c.get('bytes', 0))}{paused}"
     )
 
 

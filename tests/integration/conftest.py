@@ -15,6 +15,7 @@ import pytest
 @pytest.fixture(scope="session")
 def ray_cluster():
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # else agents bind to the machine's address
     import ray
 
     # A short private temp dir: Ray's socket paths must stay under the UNIX path limit.

@@ -8,12 +8,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 import pyarrow.parquet as pq
 import yaml
 
-from crawler.storage import read_pages
+from crawler.output import read_pages
 from crawler.testing.fixtures import crawl_config_for
 from jobs import cli
 
@@ -26,17 +27,44 @@ def _env(**extra):
     return env
 
 
-def test_malformed_seed_exits_nonzero_with_one_line(tmp_path):
+# Runs a module as ``python -m`` does, then reports what the run left of Ray in the process.
+_RAY_PROBE = textwrap.dedent(
+    """
+    import json, runpy, sys
+    module, sys.argv = sys.argv[1], sys.argv[1:]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    ray = sys.modules.get("ray")
+    print(json.dumps({"ray_imported": ray is not None, "ray_initialized": bool(ray and ray.is_initialized())}))
+    sys.exit(code)
+    """
+)
+
+
+def test_malformed_seed_exits_nonzero_with_one_line_and_starts_no_ray(tmp_path):
     cfgfile = tmp_path / "bad.yaml"
     cfgfile.write_text(yaml.safe_dump({"seeds": ["http://ok.test/", "htp:/broken seed"]}))
-    for module in ("jobs.cli", "jobs.crawl"):
-        args = [sys.executable, "-m", module] + (["run"] if module == "jobs.cli" else []) + [str(cfgfile), "--no-progress"]
-        t0 = time.monotonic()
-        proc = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=60)
-        assert proc.returncode == 2, proc.stderr
+    runs = {"cli": ["jobs.cli", "run", str(cfgfile)], "cli-local": ["jobs.cli", "run", str(cfgfile), "--local"],
+            "job": ["jobs.crawl", str(cfgfile)]}
+    for name, args in runs.items():
+        # No RAY_ADDRESS, so a Ray this run started would be a new local one, and an empty
+        # RAY_TMPDIR of its own, where that Ray would leave its session directory.
+        ray_tmp = tmp_path / f"ray-{name}"
+        ray_tmp.mkdir()
+        env = _env(RAY_TMPDIR=str(ray_tmp))
+        env.pop("RAY_ADDRESS", None)
+        proc = subprocess.run([sys.executable, "-c", _RAY_PROBE, *args, "--no-progress"],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 2, (name, proc.stderr)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: ") and "htp:/broken seed" in lines[0], proc.stderr
-        assert time.monotonic() - t0 < 30  # no Ray was started for a config that cannot run
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        # A config that cannot run fails before Ray is even imported (importing it costs seconds).
+        assert report == {"ray_imported": False, "ray_initialized": False}, (name, report)
+        assert not list(ray_tmp.iterdir()), (name, "a Ray session was created", list(ray_tmp.iterdir()))
 
 
 def test_unknown_config_key_fails_with_the_key(tmp_path, capsys):
@@ -65,7 +93,7 @@ def test_ctrl_c_stops_cleanly_and_output_stays_readable(web, tmp_path):
     cfgfile = tmp_path / "c.yaml"
     out = tmp_path / "out"
     # Slow enough that the crawl is still running when we interrupt it.
-    cfgfile.write_text(yaml.safe_dump(crawl_config_for(web, politeness={"interval_s": 0.5, "max_interval_s": 2.0}, runtime={"shards": 2}, output={"path": str(out), "flush_interval_s": 0.5})))
+    cfgfile.write_text(yaml.safe_dump(crawl_config_for(web, politeness={"interval_s": 0.5, "max_interval_s": 2.0}, runtime={"shards": 2}, output={"path": str(out), "row_flush_interval_s": 0.5})))
     ray_tmp = tempfile.mkdtemp(prefix="rayc-", dir="/tmp")
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobs.cli", "run", str(cfgfile), "--no-progress"],

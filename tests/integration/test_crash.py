@@ -17,50 +17,21 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from contextlib import contextmanager
 
 import pyarrow.parquet as pq
 import yaml
 
 from crawler import config
-from crawler.storage import read_pages
+from crawler.output import read_pages
 from crawler.testing.fixtures import crawl_config_for
 from jobs.crawl import Crawl
 
 from tests.integration import checks
+from tests.integration.procs import _kill_leftovers, _refetched_outside_window, _spawn, _wait_requests
 
-# A page fetched again after a crash must have been "in flight": requested, or answered
-# but its row not yet durable. Rows are flushed every output.flush_interval_s (0.2 s
-# here) by an output loop that ticks every 0.25 s; allow that plus scheduling slack.
-UNACKED_WINDOW_S = 0.2 + 0.25 + 0.5
-
-
-def _refetched_outside_window(server, kill_times):
-    """Pages requested twice whose first answer was durable long before every crash."""
-    web = server.web
-    failing = set(web.failure_urls())
-    first: dict[str, tuple[float, float]] = {}
-    counts: Counter = Counter()
-    for r in sorted(server.requests(), key=lambda r: r.start):
-        u = web.url(r.host, r.path_qs)
-        counts[u] += 1
-        first.setdefault(u, (r.start, r.end))
-    bad = []
-    for u, n in counts.items():
-        if n < 2 or u in failing or u not in web.must_fetch():
-            continue
-        start, end = first[u]
-        # start <= k (+ slack: the server thread may log a request sent before the kill
-        # a moment later).
-        if not any(start <= k + 0.5 and end >= k - UNACKED_WINDOW_S for k in kill_times):
-            bad.append((u, [round(start - k, 2) for k in kill_times], [round(end - k, 2) for k in kill_times]))
-    return sorted(bad)
-
-
-def _wait_requests(server, n, timeout=120):
-    deadline = time.monotonic() + timeout
-    while len(server.requests()) < n:
-        assert time.monotonic() < deadline, "crawl made no progress"
-        time.sleep(0.05)
+#: Seed of the point where the whole job is killed (set CRASH_SEED to replay or explore others).
+CRASH_SEED = int(os.environ.get("CRASH_SEED", "20240105"))
 
 
 def _check_output_whole(out):
@@ -84,7 +55,7 @@ def test_killed_shard_and_seen_actor_are_restarted_and_lose_nothing(ray_cluster,
             web,
             politeness={"interval_s": 0.05},
             runtime={"shards": 3, "seen_shards": 2},
-            output={"path": str(out), "flush_interval_s": 0.2},
+            output={"path": str(out), "row_flush_interval_s": 0.2},
         )
     )
     crawl = Crawl(cfg, poll_interval_s=0.05).start()
@@ -92,24 +63,15 @@ def test_killed_shard_and_seen_actor_are_restarted_and_lose_nothing(ray_cluster,
 
     _wait_requests(web, 40)
     kills = [time.monotonic()]
-    ray.kill(crawl.shards["shard-001"], no_restart=False)
+    ray.kill(crawl.session.runtime.shards["shard-001"], no_restart=False)
     _wait_requests(web, 90)
-    ray.kill(crawl.seen_actors[0], no_restart=False)
+    ray.kill(crawl.session.runtime.seen_actors[0], no_restart=False)
     stats = crawl.wait(timeout_s=240)
     assert stats["finished"] is True
     checks.check_ledger(stats)
 
     counts = Counter(web.request_counts())
     missing = [u for u in web.web.must_fetch() if counts[u] == 0]
-    if missing:
-        import sqlite3, glob
-        for f in glob.glob(str(out / "state" / "*.sqlite")):
-            db = sqlite3.connect(f)
-            for u in missing:
-                print(f, u, db.execute("select id,state,replay,depth from urls where url=?", (u,)).fetchall())
-            print(f, db.execute("select state,count(*) from urls group by state").fetchall())
-        print(json.dumps(stats, default=str)[:3000])
-        print([ (r.host, r.path_qs, r.status) for r in web.requests() if r.host.startswith("robots-delay")])
     assert not missing, missing[:5]
     again = _refetched_outside_window(web, kills)
     assert not again, again
@@ -119,31 +81,13 @@ def test_killed_shard_and_seen_actor_are_restarted_and_lose_nothing(ray_cluster,
     assert {r["url"] for r in rows} >= web.web.must_fetch()
 
 
-def _spawn(cfgfile, ray_tmp):
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=ray_tmp, PYTHONUNBUFFERED="1")
-    return subprocess.Popen(
-        [sys.executable, "-m", "jobs.cli", "run", str(cfgfile), "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
-    )
-
-
-def _kill_leftovers(marker):
-    """SIGKILL whatever of that Ray is still alive (we started it; nothing else is touched)."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read()
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if marker.encode() in cmd or marker.encode() in env:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+@contextmanager
+def _noted(note):
+    """Prefix ``note`` to any assertion failing inside (the crash seed, so it can be replayed)."""
+    try:
+        yield
+    except AssertionError as exc:
+        raise AssertionError(f"{note}: {exc}") from exc
 
 
 def test_sigkill_of_the_whole_job_then_resume(web, tmp_path):
@@ -151,60 +95,64 @@ def test_sigkill_of_the_whole_job_then_resume(web, tmp_path):
     cfgfile = tmp_path / "c.yaml"
     cfgfile.write_text(yaml.safe_dump(crawl_config_for(
         web, politeness={"interval_s": 0.1}, runtime={"shards": 2, "seen_shards": 1},
-        output={"path": str(out), "flush_interval_s": 0.2},
+        output={"path": str(out), "row_flush_interval_s": 0.2},
     )))
-    ray_tmp = tempfile.mkdtemp(prefix="rayk-", dir="/tmp")
-    proc = _spawn(cfgfile, ray_tmp)
-    try:
-        # A random point in the crawl, once it is well under way.
-        _wait_requests(web, random.Random().randint(40, 120), timeout=180)
-        # The whole job at once: the driver's process group, then every process of its
-        # Ray (workers run in their own sessions). The crash is complete when they are gone.
-        os.killpg(proc.pid, signal.SIGKILL)
-        _kill_leftovers(ray_tmp)
-        kills = [time.monotonic()]
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        _kill_leftovers(ray_tmp)
-    time.sleep(0.5)
-    before = len(web.requests())
-    rec = json.loads((out / "state" / "crawl.json").read_text())
-    assert rec["finished"] is False
-
-    ray_tmp2 = tempfile.mkdtemp(prefix="rayk-", dir="/tmp")
-    proc = _spawn(cfgfile, ray_tmp2)
-    try:
-        stdout, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
+    # A random point in the crawl, once it is well under way; seeded so a failure can be
+    # replayed (CRASH_SEED=<seed>), and named in every assertion below.
+    crash_after = random.Random(CRASH_SEED).randint(40, 120)
+    where = f"crash seed {CRASH_SEED} (job killed after {crash_after} requests)"
+    with _noted(where):
+        ray_tmp = tempfile.mkdtemp(prefix="rayk-", dir="/tmp")
+        proc = _spawn(cfgfile, ray_tmp)
+        try:
+            _wait_requests(web, crash_after, timeout=180)
+            # The whole job at once: the driver's process group, then every process of its
+            # Ray (workers run in their own sessions). The crash is complete when they are gone.
             os.killpg(proc.pid, signal.SIGKILL)
-        _kill_leftovers(ray_tmp2)
-    assert proc.returncode == 0, stderr[-3000:]
-    assert "resuming the unfinished crawl" in stderr
-    assert len(web.requests()) > before
+            _kill_leftovers(ray_tmp)
+            kills = [time.monotonic()]
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            _kill_leftovers(ray_tmp)
+        time.sleep(0.5)
+        before = len(web.requests())
+        rec = json.loads((out / "state" / "crawl.json").read_text())
+        assert rec["finished"] is False
 
-    counts = Counter(web.request_counts())
-    missing = [u for u in web.web.must_fetch() if counts[u] == 0]
-    assert not missing, missing[:5]
-    again = _refetched_outside_window(web, kills)
-    assert not again, again
-    checks.check_never_requested(web)
-    rows = _check_output_whole(out)
-    assert {r["url"] for r in rows} >= web.web.must_fetch()
-    assert json.loads((out / "state" / "crawl.json").read_text())["finished"] is True
-    checks.check_ledger(json.loads((out / "stats.json").read_text()))
+        ray_tmp2 = tempfile.mkdtemp(prefix="rayk-", dir="/tmp")
+        proc = _spawn(cfgfile, ray_tmp2)
+        try:
+            stdout, stderr = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            _kill_leftovers(ray_tmp2)
+        assert proc.returncode == 0, stderr[-3000:]
+        assert "resuming the unfinished crawl" in stderr
+        assert len(web.requests()) > before
 
-    # Run again on the finished crawl: it says so and exits 0 without a request.
-    n = len(web.requests())
-    done = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "run", str(cfgfile), "--no-progress"],
-        capture_output=True, text=True, timeout=120,
-        env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=tempfile.mkdtemp(prefix="rayk-", dir="/tmp")),
-    )
-    assert done.returncode == 0 and "already finished" in done.stderr
-    assert len(web.requests()) == n
+        counts = Counter(web.request_counts())
+        missing = [u for u in web.web.must_fetch() if counts[u] == 0]
+        assert not missing, missing[:5]
+        again = _refetched_outside_window(web, kills)
+        assert not again, again
+        checks.check_never_requested(web)
+        rows = _check_output_whole(out)
+        assert {r["url"] for r in rows} >= web.web.must_fetch()
+        assert json.loads((out / "state" / "crawl.json").read_text())["finished"] is True
+        checks.check_ledger(json.loads((out / "stats.json").read_text()))
+
+        # Run again on the finished crawl: it says so and exits 0 without a request.
+        n = len(web.requests())
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "run", str(cfgfile), "--no-progress"],
+            capture_output=True, text=True, timeout=120,
+            env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=tempfile.mkdtemp(prefix="rayk-", dir="/tmp")),
+        )
+        assert done.returncode == 0 and "already finished" in done.stderr
+        assert len(web.requests()) == n
 
 
 def test_a_different_config_on_an_existing_output_is_refused(web, tmp_path):

@@ -10,7 +10,7 @@ import asyncio
 import json
 
 from crawler import config
-from crawler.runner import LocalCrawl
+from crawler.local import local_session
 from crawler.testing.fixtures import crawl_config_for
 
 from tests.integration import checks
@@ -18,7 +18,7 @@ from tests.integration import checks
 
 def test_single_process_crawl_matches_ground_truth(web, tmp_path):
     cfg = config.from_dict(crawl_config_for(web, output={"path": str(tmp_path / "out")}))
-    stats = asyncio.run(LocalCrawl(cfg, shards=2).run())
+    stats = asyncio.run(local_session(cfg, shards=2).run())
     checks.check_all(web, cfg)
     checks.check_ledger(stats)
     assert stats["finished"] is True

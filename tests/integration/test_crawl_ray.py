@@ -6,7 +6,7 @@ import json
 
 
 from crawler import config
-from crawler.storage import read_pages
+from crawler.output import read_pages
 from crawler.testing.fixtures import crawl_config_for
 from jobs.crawl import Crawl
 
@@ -36,11 +36,11 @@ def test_ray_crawl_matches_ground_truth_and_single_process(ray_cluster, web, tmp
     # The same result set as the single-process crawl of the same web.
     import asyncio
 
-    from crawler.runner import LocalCrawl
+    from crawler.local import local_session
 
     web.reset()
     local_cfg = config.from_dict(crawl_config_for(web, output={"path": str(tmp_path / "local")}))
-    checks.check_ledger(asyncio.run(LocalCrawl(local_cfg, shards=1).run()))
+    checks.check_ledger(asyncio.run(local_session(local_cfg, shards=1).run()))
     ray_rows = {(r["url"], r["outcome"]) for r in read_pages(cfg.output.path).to_pylist() if not r["url"].startswith(tuple(_trap_prefixes(web)))}
     local_rows = {(r["url"], r["outcome"]) for r in read_pages(local_cfg.output.path).to_pylist() if not r["url"].startswith(tuple(_trap_prefixes(web)))}
     assert ray_rows == local_rows

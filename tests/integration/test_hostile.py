@@ -19,9 +19,9 @@ import pytest
 
 from crawler.testing.fakes import FakeResolver
 from crawler import config
-from crawler.engine import build_fetcher
-from crawler.runner import LocalCrawl
-from crawler.storage import read_pages
+from crawler.local import local_session
+from crawler.shard import build_fetcher
+from crawler.output import read_pages
 from crawler.testing.hostile import HostileServer, loopback_only
 
 from tests.integration import checks
@@ -69,7 +69,7 @@ def _config(srv: HostileServer, out: str, seeds: list[str], **over: Any) -> conf
             "backoff_s": 0.05,
             "max_backoff_s": 0.2,
         },
-        "output": {"path": out, "flush_interval_s": 0.2},
+        "output": {"path": out, "row_flush_interval_s": 0.2},
     }
     for section, values in over.items():
         data.setdefault(section, {}).update(values)
@@ -80,7 +80,7 @@ def _crawl(cfg: config.CrawlConfig, resolver: FakeResolver, shards: int = 1) -> 
     with loopback_only() as violations:
         t0 = time.monotonic()
         stats = asyncio.run(
-            LocalCrawl(cfg, shards=shards, fetcher_factory=lambda: build_fetcher(cfg, base_resolver=resolver)).run()
+            local_session(cfg, shards=shards, fetcher_factory=lambda: build_fetcher(cfg, base_resolver=resolver)).run()
         )
         elapsed = time.monotonic() - t0
     checks.check_ledger(stats)

@@ -14,9 +14,9 @@ import time
 import pytest
 
 from crawler import config
-from crawler.engine import build_fetcher
-from crawler.runner import LocalCrawl
-from crawler.storage import read_pages
+from crawler.local import local_session
+from crawler.shard import build_fetcher
+from crawler.output import read_pages
 from crawler.testing.server import WebServer
 from crawler.testing.web import Reply
 from jobs.crawl import Crawl
@@ -77,7 +77,7 @@ def _cfg(server, out, **extra):
         "scope": "any",
         "politeness": {"interval_s": 0.0},
         "fetch": {"resolve": {"*.chain.test": "127.0.0.1"}, "timeout_s": 5, "attempts": 1},
-        "runtime": {"shards": 3, "seen_shards": 2, "flush_interval_s": 0.05},
+        "runtime": {"shards": 3, "seen_shards": 2, "link_flush_interval_s": 0.05},
         "output": {"path": str(out)},
     }
     data.update(extra)
@@ -91,7 +91,7 @@ def _fetched(server):
 def test_late_links_across_shards_local(chain_server, tmp_path):
     cfg = _cfg(chain_server, tmp_path / "out")
     t0 = time.monotonic()
-    stats = asyncio.run(LocalCrawl(cfg, shards=3).run())
+    stats = asyncio.run(local_session(cfg, shards=3).run())
     assert _fetched(chain_server) == chain_server.web.expected()
     # The chain is sequential: it cannot be done before every slow page answered.
     assert time.monotonic() - t0 >= CHAIN * DELAY
@@ -128,7 +128,7 @@ def test_a_fetch_that_raises_releases_its_claim(chain_server, tmp_path):
         async def close(self):
             await self.inner.close()
 
-    stats = asyncio.run(LocalCrawl(cfg, shards=2, fetcher_factory=Exploding).run())
+    stats = asyncio.run(local_session(cfg, shards=2, fetcher_factory=Exploding).run())
     rows = {r["url"]: r for r in read_pages(cfg.output.path).to_pylist()}
     assert rows[poisoned]["outcome"] == "failed"
     assert "internal error" in rows[poisoned]["error"] and "boom" in rows[poisoned]["error"]

@@ -109,12 +109,46 @@ def test_simhash_is_stable_across_releases() -> None:
         "The quick brown fox jumps over the lazy dog."
     )
     assert simhash64("the quick brown fox jumps over the lazy dog") == 0xF514AC7D35F50078
+    assert simhash64("the quick brown fox jumps over the lazy dog", 1) == 0x084D696CF5406726
+    assert simhash64("the quick brown fox jumps over the lazy dog", 2) == 0x6836110944061601
 
 
-def test_text_with_lone_surrogates_and_many_scripts_does_not_raise() -> None:
+def test_text_with_lone_surrogates_and_many_scripts_is_fingerprinted_by_its_words() -> None:
     text = "caf\u00e9 na\u00efve \udcff \u6771\u4eac \u0663\u0664 \U0001f600 stra\u00dfe \u0130stanbul"
-    assert token_count(text) == len(re.findall(r"\w+", text.lower()))
-    assert simhash64(text) == simhash64(text)
+    words = re.findall(r"\w+", text.lower())  # the documented tokenization
+    assert token_count(text) == len(words) == 7  # "İ" lowers to "i" + a combining dot: two words
+    # The lone surrogate, the emoji and the spacing are not words: the same fingerprint as
+    # the words alone, in the fast path and in the reference alike.
+    assert simhash64(text) == simhash64(" ".join(words)) != 0
+    assert reference_simhash64(text) == reference_simhash64(" ".join(words)) != 0
+    assert simhash64(text) == 0xB8B5D416939AA4EE  # stored fingerprints of non-ASCII text must not move
+
+
+@pytest.mark.parametrize(("edit", "distance", "near"), [
+    ("one word replaced", 0, True),
+    ("one word deleted", 0, True),
+    ("one word inserted", 1, True),
+    ("halves swapped", 1, True),
+    ("last 100 words rewritten", 6, False),
+    ("unrelated text", 27, False),
+])
+def test_known_edits_move_the_fingerprint_by_known_distances(edit: str, distance: int, near: bool) -> None:
+    """Fixed edits of a fixed 1,500-word text: the fast fingerprint moves by the pinned
+    distance (fingerprints are stored and compared across crawls), and the reference
+    implementation makes the same near-duplicate call (distance <= 3 or not)."""
+    corpus = Corpus(seed=17)
+    base = corpus.words(1500)
+    edited = {
+        "one word replaced": base[:700] + ["zzzz"] + base[701:],
+        "one word deleted": base[:300] + base[301:],
+        "one word inserted": base[:1000] + ["extra"] + base[1000:],
+        "halves swapped": base[750:] + base[:750],
+        "last 100 words rewritten": base[:1400] + corpus.words(100),
+        "unrelated text": corpus.words(1500),
+    }[edit]
+    a, b = " ".join(base), " ".join(edited)
+    assert hamming(simhash64(a), simhash64(b)) == distance
+    assert (hamming(reference_simhash64(a), reference_simhash64(b)) <= 3) is near
 
 
 _TEXT = st.text(
@@ -266,7 +300,9 @@ def test_index_finds_every_fingerprint_within_k_and_none_beyond(
     assert all(hamming(fp, f) <= k for key, f in idx.items() if key in reported)
     # ...and nothing within k escapes, background included.
     assert reported == {key for key, f in idx.items() if hamming(fp, f) <= k}
-    assert checked <= len(idx)
+    # Comparisons made: every neighbour found was compared, and an entry at most once per
+    # table (one sharing b blocks with fp counts b times, so not "<= len(idx)").
+    assert len(reported) <= checked <= tables * len(idx)
 
 
 def test_one_flipped_bit_in_each_of_k_blocks_is_found() -> None:

@@ -131,3 +131,42 @@ def test_many_hosts_served_in_next_allowed_order():
         if h in last:
             assert t - last[h] >= 1.0
         last[h] = t
+
+
+def test_a_demoted_host_yields_to_due_hosts_but_is_not_slowed_when_alone():
+    clock, pacer, f = make(interval=1.0)
+    f.push([UrlItem(f"http://trap.test/{i}") for i in range(5)] + [UrlItem(f"http://good.test/{i}") for i in range(2)])
+    f.demote("trap.test", True)
+    # Both due, one slot: the demoted host waits for the other.
+    assert [i.host for i in f.pop_ready(1)] == ["good.test"]
+    assert [i.host for i in f.pop_ready(1)] == ["trap.test"]
+    for host in ("good.test", "trap.test"):
+        pacer.finished(host)
+        f.release(host)
+    clock.advance(1.0)
+    assert [i.host for i in f.pop_ready(1)] == ["good.test"]
+    pacer.finished("good.test")
+    f.release("good.test")  # good.test has nothing left
+    # Alone, the demoted host is served as soon as politeness allows, at its own interval.
+    served = []
+    while len(f):
+        wake = f.next_wakeup()
+        clock.advance(max(0.0, wake - clock.now()))
+        (item,) = f.pop_ready(1)
+        served.append(clock.now())
+        pacer.finished(item.host)
+        f.release(item.host)
+    assert served == [1.0, 2.0, 3.0, 4.0]
+    f.demote("trap.test", False)  # undemoting an idle host is harmless
+
+
+def test_trim_drops_the_lowest_priority_urls_and_keeps_counts_right():
+    clock, pacer, f = make()
+    f.push([UrlItem(f"http://t.test/d{d}", depth=d) for d in (1, 5, 2, 4, 3)])
+    assert f.queued_for("t.test") == 5
+    dropped = f.trim("t.test", 2)
+    assert sorted(dropped) == ["http://t.test/d4", "http://t.test/d5"]  # deepest first (BFS priority)
+    assert len(f) == 3 and f.queued_for("t.test") == 3
+    assert sorted(f.trim("t.test", 10)) == ["http://t.test/d1", "http://t.test/d2", "http://t.test/d3"]
+    assert len(f) == 0 and f.state() is FrontierState.EMPTY
+    assert f.trim("nobody.test", 3) == []

@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 
 from crawler import config
 from crawler.clock import MockClock
-from crawler.engine import build_fetcher, build_link_policy
+from crawler.shard import build_fetcher, build_link_policy
 from crawler.errors import ConfigError
 from crawler.parse import parse_page
 from crawler.politeness import Politeness

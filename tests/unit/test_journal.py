@@ -77,3 +77,21 @@ def test_state_dir_is_under_a_local_output_and_a_cache_for_remote_ones(tmp_path)
     assert state_dir(str(tmp_path / "out"), None, "abc") == str(tmp_path / "out" / "state")
     assert state_dir("s3://bucket/x", None, "abc").endswith("raycrawl/abc")
     assert state_dir("s3://bucket/x", str(tmp_path / "st"), "abc") == str(tmp_path / "st")
+
+
+def test_trim_drops_spilled_urls_in_the_store_first(tmp_path):
+    st = FrontierStore(str(tmp_path / "s.sqlite"))
+    f = Frontier(Pacer(), MockClock(), random.Random(0), window=2, spill=st)
+    f.push(st.add(items("a.test", 10)))
+    assert f.in_memory() == 2 and len(f) == 10
+    dropped = f.trim("a.test", 7)
+    # The 8 spilled URLs are the newest: 7 of them go, newest first; memory is untouched.
+    assert dropped == [f"http://a.test/p/{i}" for i in range(9, 2, -1)]
+    assert len(f) == 3 and f.in_memory() == 2
+    assert st.counts() == {"queued": 3, "claimed": 0, "done": 0, "dropped": 7}
+    got = []
+    while len(f):
+        (item,) = f.pop_ready(1)
+        got.append(item.url)
+        f.release("a.test")
+    assert got == [f"http://a.test/p/{i}" for i in range(3)] and f.recounts == 0

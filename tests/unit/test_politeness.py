@@ -1,5 +1,5 @@
 """Per-host pacing (DESIGN.md invariant 2): spacing measured at the server, one in flight,
-Crawl-delay floor, 429/503 backoff and Retry-After, recovery, operator overrides, penalty."""
+Crawl-delay floor, 429/503 backoff and Retry-After, recovery, operator overrides."""
 
 from __future__ import annotations
 
@@ -277,7 +277,7 @@ def test_zero_interval_host_still_backs_off(clock: MockClock) -> None:
     assert pol.interval(H) == 2.0
 
 
-# -- operator overrides, pause, penalty -------------------------------------------------------------
+# -- operator overrides, pause -------------------------------------------------------------
 
 
 def test_override_interval(pol: Politeness) -> None:
@@ -314,21 +314,6 @@ def test_bad_override_is_a_config_error(pol: Politeness) -> None:
     for bad in (-1.0, float("nan"), float("inf"), "fast"):
         with pytest.raises(ConfigError, match="interval"):
             pol.set_override(H, interval_s=bad)
-
-
-def test_penalty(pol: Politeness, clock: MockClock) -> None:
-    pol.set_penalty(H, 3.0)
-    assert pol.interval(H) == 3.0
-    request(pol, clock, H, headers_after=0.0, total=0.0)
-    assert pol.next_allowed(H) == 3.0
-    pol.set_penalty(H, 1000.0)
-    assert pol.interval(H) == 60.0  # capped like the backoff
-    pol.set_crawl_delay(H, 90)
-    assert pol.interval(H) == 90.0  # the floor is not reduced by the cap
-    pol.set_penalty(H, 1.0)
-    assert pol.interval(H) == 90.0
-    with pytest.raises(ValueError):
-        pol.set_penalty(H, 0.5)
 
 
 # -- memory and persistence --------------------------------------------------------------------------
@@ -375,7 +360,7 @@ def test_snapshot_restore_on_a_new_clock(clock: MockClock) -> None:
 def test_restore_skips_malformed_hosts(pol: Politeness) -> None:
     state = {"hosts": {"a.com": {"anchor_age_s": "x"}, "b.com": {
         "anchor_age_s": None, "finished_age_s": None, "not_before_in_s": 0, "crawl_delay": 2,
-        "penalty": 1, "adaptive": 0, "successes": 0}}}
+        "adaptive": 0, "successes": 0}}}
     assert pol.restore(state) == 1
     assert pol.stats()["restore_errors"] == 1
     assert pol.interval("b.com") == 2.0

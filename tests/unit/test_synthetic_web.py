@@ -26,6 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from protego import Protego
 
+from crawler.dedup import hamming, simhash64
 from crawler.testing import WebServer, crawl_config_for, running_web
 from crawler.testing.web import JUNK_HREFS, SPELLINGS, USER_AGENT, SyntheticWeb
 
@@ -237,7 +238,7 @@ def test_bench_pages_are_20_to_30_kb_with_20_to_60_links() -> None:
     rng = random.Random(3)
     for _ in range(40):
         i = rng.randrange(w.profile.hosts)
-        k = rng.randrange(w._layout(i).pages)
+        k = rng.randrange(w.graph.layout(i).pages)
         host, path = w.normal_host(i), f"/p/{k}" if k else "/"
         body = w.body(host, path)
         links = [h for h, _, _ in parse(body, "text/html; charset=utf-8").links if h not in JUNK_HREFS.values()]
@@ -308,10 +309,10 @@ def test_links_come_in_every_spelling(web: SyntheticWeb, walked: dict) -> None:
 
 
 def test_chain_and_cross_host_only_pages_exist(web: SyntheticWeb) -> None:
-    lay = web._layout(0)
+    lay = web.graph.layout(0)
     deepest = web.url("h0000.web.test", f"/p/{lay.hubs + lay.chain}")
     assert web.depth(deepest) == 6
-    lay3 = web._layout(3)
+    lay3 = web.graph.layout(3)
     orphan = web.url("h0003.web.test", f"/p/{lay3.hubs + lay3.chain + 1}")
     assert orphan in web.must_fetch()
     linkers = {u for u in web.must_fetch() if (p := web.page(*web.split(u)))
@@ -378,6 +379,42 @@ def test_near_duplicates_within_simhash_distance_3_and_mirrors_identical(web: Sy
     pairs = web.mirror_pairs()
     assert len(pairs) >= 5 and all(p[0] in web.must_fetch() and p[1] in web.must_fetch() for p in pairs)
     assert all(web.body(*web.split(a)) == web.body(*web.split(b)) for a, b in pairs)
+
+
+_CHROME = re.compile(rb"(?:<header>.*?</header>|<aside>.*?</aside>|<footer>.*?</footer>)\n?", re.S)
+
+
+def test_chrome_variant_groups_differ_only_in_footer_nav_and_aside(web: SyntheticWeb) -> None:
+    groups = web.chrome_duplicate_groups()
+    assert len(groups) == web.profile.chrome_groups == 2
+    must = web.must_fetch()
+    near = set().union(*web.near_duplicate_groups())
+    for group in groups:
+        assert len(group) == 4 and group <= must and not group & near
+        assert len({urlsplit(u).hostname for u in group}) == 2  # copies on two hosts
+        bodies = [web.body(*web.split(u)) for u in sorted(group)]
+        # Without their <header><nav>, <aside> and <footer>, the copies are one document.
+        assert len({_CHROME.sub(b"", b) for b in bodies}) == 1
+        footers = [re.search(rb"<footer>(.*?)</footer>", b, re.S)[1] for b in bodies]
+        assert len(set(footers)) == 4
+        assert all(re.fullmatch(rb"<p>Rendered 2024-\d\d-\d\d \d\d:\d\d:\d\d UTC \xc2\xb7 request id [0-9a-f]{12}</p>", f)
+                   for f in footers)
+        article = re.search(rb"<article>.*</article>", bodies[0], re.S)[0]
+        assert 9_000 <= len(article) <= 11_000 and b"<a " not in article
+        assert len({_CHROME.findall(b)[0] for b in bodies if b.count(b"<nav>")}) > 1  # the chrome differs
+        # Whole-page SimHash does not put every pair within 3: only the main content does.
+        fps = [simhash64(visible_text(b)) for b in bodies]
+        assert max(hamming(a, b) for a, b in itertools.combinations(fps, 2)) > 3
+        mains = {simhash64(visible_text(re.search(rb"<main>.*</main>", b, re.S)[0])) for b in bodies}
+        assert len(mains) == 1
+
+
+def test_chrome_variant_groups_are_reachable_in_the_demo_too() -> None:
+    demo = SyntheticWeb(profile="demo")
+    groups = demo.chrome_duplicate_groups()
+    assert len(groups) == demo.profile.chrome_groups >= 4
+    assert all(len(g) == 4 for g in groups) and set().union(*groups) <= demo.must_fetch()
+    assert SyntheticWeb(profile="bench").chrome_duplicate_groups() == []
 
 
 @settings(max_examples=150, deadline=None)

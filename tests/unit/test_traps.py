@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections import deque
 
 import pytest
@@ -212,31 +211,99 @@ def _crawl_all_duplicates(budget: HostBudget, fanout: int) -> tuple[int, int]:
     return admits, fetches
 
 
+def test_all_duplicate_host_worked_example() -> None:
+    """Budget 100, windows of 4, cut 0.5, 10 links per page, every page a duplicate.
+
+    By hand: the seed is admitted (99 left). Fetches 1-3 admit 10 each (69 left). Fetch
+    4 ends the first window, all duplicates: cut to floor(69 * 0.5) = 34, then its 10
+    links (24 left). Fetches 5 and 6 admit 10 each (4 left), fetch 7 the last 4. Fetch 8
+    cuts 0 to 0; nothing more is admitted and the 64 queued URLs drain. Admitted and
+    fetched: 1 + 30 + 10 + 20 + 4 = 65; a cut at the end of every full window of 4
+    fetches: 16; links refused: 65 * 10 - 64 = 586.
+    """
+    budget = HostBudget(100, novelty_window=4, novelty_min_samples=4, cut_factor=0.5)
+    assert _crawl_all_duplicates(budget, fanout=10) == (65, 65)
+    stats = budget.stats()
+    assert (stats["cuts"], stats["rejected"], budget.remaining("trap.test")) == (16, 586, 0)
+
+
+def _documented_rule(limit: int | None, window: int, cut: float, fanout: int) -> tuple[int, int]:
+    """The HostBudget docstring's rule applied by hand to :func:`_crawl_all_duplicates`'s host.
+
+    Each admit spends one page; the end of every ``window`` fetches (all duplicates here)
+    multiplies what is left by ``cut``, rounded down; without a limit, the first cut sets
+    the budget to ``cut`` x the pages admitted so far. Returns (admits, fetches).
+    """
+    remaining, admits, queued, fetches = limit, 0, 0, 0
+
+    def admit() -> None:
+        nonlocal remaining, admits, queued
+        if remaining is None or remaining > 0:
+            remaining = None if remaining is None else remaining - 1
+            admits += 1
+            queued += 1
+
+    admit()
+    while queued:
+        queued -= 1
+        fetches += 1
+        if fetches % window == 0:
+            remaining = int((admits if remaining is None else remaining) * cut)
+        for _ in range(fanout):
+            admit()
+    return admits, fetches
+
+
+@pytest.mark.parametrize(("limit", "window", "cut", "fanout"), [
+    (1_000_000, 20, 0.5, 1), (1_000_000, 20, 0.5, 10), (1_000_000, 20, 0.5, 50),
+    (5_000, 7, 0.3, 4), (None, 20, 0.5, 10), (None, 5, 0.75, 3), (40, 10, 0.5, 10),
+])
+def test_all_duplicate_host_is_admitted_what_the_documented_rule_says(
+    limit: int | None, window: int, cut: float, fanout: int
+) -> None:
+    budget = HostBudget(limit, novelty_window=window, novelty_min_samples=min(10, window), cut_factor=cut)
+    assert _crawl_all_duplicates(budget, fanout) == _documented_rule(limit, window, cut, fanout)
+    assert budget.remaining("trap.test") == 0
+
+
 @pytest.mark.parametrize("fanout", [1, 10, 50])
 def test_all_duplicate_host_stops_after_a_logarithmic_number_of_admits(fanout: int) -> None:
-    """The documented bound: admits <= 1 + f * W * K, K = floor(log(B)/log(1/c)) + 1."""
-    big = 1_000_000
-    window, cut = 20, 0.5
+    """The docstring's bound, checked step by step on the class: after the k-th window of
+    duplicates at most B * c**k pages are left, so nothing is left after the first K
+    windows with B * c**K < 1, and at most 1 + f * W * K URLs were admitted."""
+    big, window, cut = 1_000_000, 20, 0.5
     budget = HostBudget(big, novelty_window=window, cut_factor=cut)
-    admits, fetches = _crawl_all_duplicates(budget, fanout)
-    k = math.floor(math.log(big) / math.log(1 / cut)) + 1
-    bound = 1 + fanout * window * k
-    assert admits <= bound
-    assert admits == fetches  # every admitted URL was fetched, then the queue ran dry
-    assert budget.remaining("trap.test") == 0
-    assert budget.penalty("trap.test") == 8.0
+    host = "trap.test"
+    assert budget.admit(host)
+    queued, admits, fetches = 1, 1, 0
+    while queued:
+        queued -= 1
+        fetches += 1
+        budget.record_fetch(host, duplicate=True)
+        if fetches % window == 0:
+            k = fetches // window
+            assert budget.remaining(host) <= big * cut**k, (k, budget.remaining(host))
+        for _ in range(fanout):
+            if budget.admit(host):
+                admits += 1
+                queued += 1
+    windows = 0
+    while big * cut**windows >= 1:  # K by its definition, not by the docstring's formula
+        windows += 1
+    assert windows == 20 and admits <= 1 + fanout * window * windows
     if fanout == 10:
-        assert bound == 4001  # the number quoted in the HostBudget docstring
-        assert admits < big / 200
+        assert 1 + fanout * window * windows == 4001  # the number quoted in the HostBudget docstring
+    assert budget.penalty(host) == 8.0  # capped after a long run of low novelty
 
 
 def test_all_duplicate_host_stops_even_without_a_page_limit() -> None:
+    """No limit, windows of 20, cut 0.5, 10 links per page. By hand: fetches 1-19 admit
+    190 (191 with the seed); fetch 20 cuts to floor(191 * 0.5) = 95 and admits 10 (85
+    left); fetches 21-28 admit 80 and fetch 29 the last 5. Admitted: 191 + 10 + 85 = 286."""
     budget = HostBudget(None)
-    admits, _ = _crawl_all_duplicates(budget, fanout=10)
-    # first cut after 20 fetches (about 200 admits) sets the budget to 0.5 x admitted,
-    # then it halves every 20 fetches
-    assert admits < 1000
+    assert _crawl_all_duplicates(budget, fanout=10) == (286, 286)
     assert budget.remaining("trap.test") == 0
+    assert budget.stats()["cuts"] == 286 // 20
 
 
 # --- HostBudget: persistence and config ----------------------------------------------------
@@ -310,3 +377,21 @@ def test_host_budget_bad_config(kwargs: dict, name: str) -> None:
     args.update(kwargs)
     with pytest.raises(ConfigError, match=name):
         HostBudget(**args)
+
+
+def test_a_cut_trims_the_queue_to_the_new_plan():
+    # B = 100, window 20, cut factor 0.5: after 20 duplicate fetches with 60 URLs queued
+    # and 20 more admissible, the plan is int(0.5 * 80) = 40: 20 queued URLs go.
+    budget = HostBudget(100, novelty_window=20, novelty_min_samples=10, novelty_threshold=0.5, cut_factor=0.5)
+    for _ in range(80):
+        assert budget.admit("t.test")
+    drops = [budget.record_fetch("t.test", True, queued=60) for _ in range(20)]
+    assert drops == [0] * 19 + [20]
+    assert budget.remaining("t.test") == 0  # the 40 kept in the queue are the whole plan
+    assert not budget.admit("t.test")
+    # A queue already within the plan is kept, and the rest may still be admitted.
+    budget2 = HostBudget(100, novelty_window=20, novelty_min_samples=10, novelty_threshold=0.5, cut_factor=0.5)
+    for _ in range(30):
+        budget2.admit("t.test")
+    assert [budget2.record_fetch("t.test", True, queued=10) for _ in range(20)][-1] == 0
+    assert budget2.remaining("t.test") == int(0.5 * (10 + 70)) - 10

@@ -22,10 +22,11 @@ import threading
 
 from crawler import config
 from crawler.clock import MockClock
-from crawler.engine import LocalPageBudget, ShardEngine
 from crawler.frontier import UrlItem
 from crawler.journal import FrontierStore
-from crawler.storage import read_pages
+from crawler.outbox import Outbox
+from crawler.output import read_pages
+from crawler.shard import build_shard, build_writer
 
 HOST = "h0053.test"
 ROBOTS = b"User-agent: *\nDisallow: /private/\n"
@@ -36,8 +37,8 @@ class NoContent:
         return [(None, None)] * len(items)
 
 
-def _engine(tmp_path, clock) -> ShardEngine:
-    cfg = config.from_dict(
+def _cfg(tmp_path):
+    return config.from_dict(
         {
             "seeds": [f"http://{HOST}/"],
             "scope": "host",
@@ -45,39 +46,59 @@ def _engine(tmp_path, clock) -> ShardEngine:
             "output": {"path": str(tmp_path / "out")},
         }
     )
-    store = FrontierStore(str(tmp_path / "shard.sqlite"))
-    return ShardEngine(cfg, "shard-000", content=NoContent(), budget=LocalPageBudget(None), store=store, clock=clock)
+
+
+def _shard(tmp_path, clock):
+    async def no_dups(items):
+        return [(None, None)] * len(items)
+
+    async def nowhere(owner, items):
+        raise AssertionError("no links are routed in these tests")
+
+    class Unlimited:
+        async def acquire(self):
+            return True
+
+    return build_shard(
+        _cfg(tmp_path), "shard-000", seeds=[f"http://{HOST}/"], seen=NoContent(), content=no_dups,
+        budget=Unlimited(), deliver=nowhere, owner_of=lambda h: "shard-000",
+        store=FrontierStore(str(tmp_path / "shard.sqlite")), clock=clock, fetcher=object(),
+    )
 
 
 def test_urls_refused_by_cached_robots_do_not_eat_the_spill_count(tmp_path):
     clock = MockClock()
-    eng = _engine(tmp_path, clock)
-    eng.robots.from_response(f"http://{HOST}", 200, ROBOTS)
+    shard = _shard(tmp_path, clock)
+    shard.robots.cache.from_response(f"http://{HOST}", 200, ROBOTS)
     # One page's links, as the router delivers them: allowed and /private/ ones mixed,
     # far more than the frontier's in-memory window of 4 per host.
     paths = [f"/a/{i}.html" for i in range(12)]
     paths[6:6] = [f"/private/{i}.html" for i in range(6)]  # behind the in-memory window
-    eng.accept([UrlItem(f"http://{HOST}{p}", 1) for p in paths])
+    shard.accept([UrlItem(f"http://{HOST}{p}", 1) for p in paths])
 
     popped = []
-    while len(eng.frontier):
+    while len(shard.frontier):
         clock.advance(1.0)
-        batch = eng.frontier.pop_ready(8)
+        batch = shard.frontier.pop_ready(8)
         assert batch, "the frontier counts queued URLs but hands none out"
         for item in batch:
             popped.append(item.url)
-            eng.frontier.release(item.host)
+            shard.frontier.release(item.host)
     allowed = [f"http://{HOST}{p}" for p in paths if not p.startswith("/private/")]
     assert sorted(popped) == sorted(allowed)
     # Nothing stays queued in the durable store behind the frontier's back.
-    assert eng.store.counts()["queued"] == len(allowed)  # popped, not yet claimed
-    assert eng.counters["robots_blocked"] == 6
+    assert shard.store.counts()["queued"] == len(allowed)  # popped, not yet claimed
+    assert shard.counters["robots_blocked"] == 6
+    assert shard.frontier.recounts == 0
 
 
 def test_stopping_while_a_flush_is_starting_loses_no_row(tmp_path):
     async def scenario() -> None:
-        eng = _engine(tmp_path, MockClock())
-        eng._ensure_started()
+        cfg = _cfg(tmp_path)
+        clock = MockClock()
+        store = FrontierStore(str(tmp_path / "shard.sqlite"))
+        shard = _shard(tmp_path / "rows", clock)
+        outbox = Outbox(build_writer(cfg, "shard-000", clock), store, clock, interval_s=0.25)
         loop = asyncio.get_running_loop()
         # A busy executor: the flush's thread job queues behind a blocked one.
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
@@ -85,18 +106,18 @@ def test_stopping_while_a_flush_is_starting_loses_no_row(tmp_path):
         gate = threading.Event()
         blocker = loop.run_in_executor(None, gate.wait)
         urls = [f"http://{HOST}/a/{i}.html" for i in range(4)]
-        eng.accept([UrlItem(u, 1) for u in urls])
-        for item in eng.frontier.pop_ready(1) + [UrlItem(u, 1) for u in urls[1:]]:
-            eng._record(item, "http_error", error="HTTP 404")
-        flush = loop.create_task(eng.flush_output())
+        store.add([UrlItem(u, 1) for u in urls])
+        for u in urls:
+            outbox.put(shard.pipeline.row(UrlItem(u, 1), "http_error", error="HTTP 404"))
+        flush = loop.create_task(outbox.flush())
         await asyncio.sleep(0)  # the flush is now waiting for its thread
-        flush.cancel()  # what stopping the engine does to the output loop
+        flush.cancel()  # what stopping the shard does to the output loop
         await asyncio.gather(flush, return_exceptions=True)
         gate.set()
         await blocker
-        await eng.flush_output(final=True)
-        await eng.close()
-        rows = read_pages(eng.cfg.output.path).to_pylist()
+        await outbox.flush(final=True)
+        rows = read_pages(cfg.output.path).to_pylist()
         assert sorted(r["url"] for r in rows) == sorted(urls)
+        assert store.counts()["done"] == 4  # and acked
 
     asyncio.run(scenario())

@@ -1,220 +1,15 @@
-"""The seen-URL set: first sighting wins, nothing lost in exact mode, honest lossy mode."""
+"""The seen set on disk: crash-safe exact store in SQLite, Bloom snapshots, Bloom-only files."""
 
 from __future__ import annotations
 
 import gc
 import random
-from collections import Counter
 
 import pytest
-import xxhash
 
 from crawler.errors import ConfigError, StorageError
-from crawler.seen import SeenSet, shard_of, url_hash64
-
-BACKENDS = ["pybloom", "rbloom"]
-
-
-def _urls(n: int, tag: str = "") -> list[str]:
-    return [f"https://h{i % 97}.example/{tag}p/{i}?x={i * 7}" for i in range(n)]
-
-
-def _feed(s: SeenSet, urls: list[str], batch: int = 100) -> list[bool]:
-    out: list[bool] = []
-    for i in range(0, len(urls), batch):
-        out += s.check_and_add(urls[i : i + batch])
-    return out
-
-
-# --- hashing and sharding ---------------------------------------------------------------
-
-
-def test_url_hash64_is_unsigned_xxh3_of_utf8() -> None:
-    url = "https://bücher.example/ä?q=1"
-    assert url_hash64(url) == xxhash.xxh3_64_intdigest(url.encode("utf-8"))
-    assert 0 <= url_hash64(url) < 2**64
-    assert url_hash64("https://a.example/") != url_hash64("https://a.example")
-    # A lone surrogate (undecodable bytes upstream) must not raise.
-    assert 0 <= url_hash64("https://a.example/\udcff") < 2**64
-
-
-def test_shard_of_spreads_hashes_evenly_and_stays_in_range() -> None:
-    n = 8
-    counts = Counter(shard_of(url_hash64(u), n) for u in _urls(80_000))
-    assert set(counts) == set(range(n))
-    assert max(counts.values()) < 1.05 * 10_000 and min(counts.values()) > 0.95 * 10_000
-    assert shard_of(2**64 - 1, 3) == 2 and shard_of(0, 3) == 0
-    assert all(shard_of(url_hash64(u), 1) == 0 for u in _urls(100))
-    with pytest.raises(ConfigError, match="shards"):
-        shard_of(1, 0)
-
-
-# --- exact mode -------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("bloom", BACKENDS)
-def test_first_sighting_is_novel_and_batch_repeats_are_not(bloom: str) -> None:
-    s = SeenSet(1000, bloom=bloom)
-    assert s.check_and_add(["a", "b", "a", "c", "b", "a"]) == [True, True, False, True, False, False]
-    assert s.check_and_add(["c", "d", "d", "a"]) == [False, True, False, False]
-    assert s.check_and_add([]) == []
-    assert len(s) == 4
-    st = s.stats()
-    assert st["checks"] == 10 and st["novel"] == 4 and st["already_seen"] == 6
-
-
-@pytest.mark.parametrize("bloom", BACKENDS)
-def test_hash_entry_point_matches_url_entry_point(bloom: str) -> None:
-    urls = _urls(500) + _urls(50)
-    by_url = SeenSet(1000, bloom=bloom).check_and_add(urls)
-    by_hash = SeenSet(1000, bloom=bloom).check_and_add_hashes([url_hash64(u) for u in urls])
-    assert by_url == by_hash
-    assert sum(by_url) == 500
-
-
-@pytest.mark.parametrize("bloom", BACKENDS)
-def test_exact_mode_loses_nothing_ten_times_over_capacity_with_a_saturated_filter(bloom: str) -> None:
-    s = SeenSet(100, 0.01, exact=True, bloom=bloom)
-    urls = _urls(10_000)
-    rng = random.Random(5)
-    # Each URL appears 1-3 times in a shuffled stream: novel exactly once, at its first position.
-    stream = [u for u in urls for _ in range(rng.randint(1, 3))]
-    rng.shuffle(stream)
-    verdicts = _feed(s, stream, batch=250)
-    novel_urls = Counter(u for u, novel in zip(stream, verdicts) if novel)
-    assert set(novel_urls) == set(urls)
-    assert set(novel_urls.values()) == {1}
-    first_pos = {}
-    for i, u in enumerate(stream):
-        first_pos.setdefault(u, i)
-    assert all(verdicts[i] == (first_pos[u] == i) for i, u in enumerate(stream))
-    st = s.stats()
-    assert st["false_positives"] > 0  # the filter did lie, and the exact store caught it
-    assert st["false_positives"] + st["exact_confirmations"] == st["bloom_positives"]
-    assert st["exact_confirmations"] == len(stream) - len(urls)
-    assert len(s) == 10_000
-    assert st["fill_ratio"] > 0.99
-    assert st["estimated_false_positive_rate"] > 0.9  # the operator sees a saturated filter
-
-
-@pytest.mark.parametrize("bloom", BACKENDS)
-def test_exact_store_is_asked_only_about_bloom_positives(bloom: str) -> None:
-    s = SeenSet(50_000, 0.01, bloom=bloom)
-    asked: list[int] = []
-    store = s._store
-    assert store is not None
-    real = store.contains_many
-
-    def spy(hashes: list[int]) -> list[bool]:
-        asked.extend(hashes)
-        return real(hashes)
-
-    store.contains_many = spy  # type: ignore[method-assign]
-    urls = _urls(5000)
-    _feed(s, urls)  # all new, filter far from full: almost no lookups
-    assert len(asked) == s.bloom_positives < 50
-    positives, confirmations = s.bloom_positives, s.exact_confirmations
-    assert s.check_and_add(urls[:1000]) == [False] * 1000  # repeats: Bloom says maybe, store confirms
-    assert s.bloom_positives - positives == 1000
-    assert s.exact_confirmations - confirmations == 1000
-    assert len(asked) == s.bloom_positives
-
-
-# --- Bloom-only (lossy) mode ------------------------------------------------------------
-
-
-@pytest.mark.parametrize("bloom", BACKENDS)
-def test_lossy_mode_drops_some_and_its_estimate_is_within_2x(bloom: str) -> None:
-    s = SeenSet(1000, 0.01, exact=False, bloom=bloom)
-    urls = _urls(4000)  # all distinct: every "seen" verdict is a dropped URL
-    verdicts = _feed(s, urls, batch=50)
-    dropped = verdicts.count(False)
-    st = s.stats()
-    assert dropped > 100
-    assert dropped / 2 <= st["estimated_false_positives"] <= dropped * 2
-    assert st["bloom_positives"] == dropped
-    assert st["false_positives"] == 0 and st["exact_confirmations"] == 0  # it cannot know
-    assert 0.3 < st["estimated_false_positive_rate"] < 1.0
-    assert len(s) == 4000 - dropped
-    # Repeats are never reported new (a Bloom filter has no false negatives).
-    assert not any(s.check_and_add(urls[:500]))
-
-
-@pytest.mark.parametrize("bloom", BACKENDS)
-def test_lossy_mode_within_capacity_drops_about_the_error_rate(bloom: str) -> None:
-    s = SeenSet(20_000, 0.01, exact=False, bloom=bloom)
-    verdicts = _feed(s, _urls(20_000), batch=500)
-    dropped = verdicts.count(False)
-    assert dropped < 0.01 * 20_000  # the rate is reached only at the very end
-    st = s.stats()
-    assert 0.005 < st["estimated_false_positive_rate"] < 0.02
-    assert dropped / 2 - 5 <= st["estimated_false_positives"] <= dropped * 2 + 5
-
-
-def test_lossy_mode_is_much_smaller_than_exact_mode() -> None:
-    exact, lossy = SeenSet(100_000), SeenSet(100_000, exact=False)
-    urls = _urls(50_000)
-    _feed(exact, urls, 1000)
-    _feed(lossy, urls, 1000)
-    assert lossy.memory_bytes() * 3 < exact.memory_bytes()
-    assert exact.memory_bytes() > 50_000 * 40  # the exact store is counted
-    assert lossy.stats()["memory_bytes"] == lossy.memory_bytes()
-
-
-# --- persistence ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("bloom", BACKENDS)
-@pytest.mark.parametrize("exact", [True, False])
-def test_snapshot_round_trip_keeps_verdicts_and_counters(bloom: str, exact: bool) -> None:
-    s = SeenSet(2000, 0.01, exact=exact, bloom=bloom)
-    old = _urls(3000)
-    _feed(s, old)
-    blob = s.snapshot()
-    r = SeenSet.restore(blob)
-    assert (r.exact, r.bloom_backend, r.capacity) == (exact, bloom, 2000)
-    before, after = s.stats(), r.stats()
-    assert before == after
-    new = _urls(300, tag="new/")
-    assert s.check_and_add(old[:200] + new) == r.check_and_add(old[:200] + new)
-    assert not any(r.check_and_add(old[:200]))
-    assert len(r) == len(s)
-
-
-def test_snapshot_is_compact() -> None:
-    s = SeenSet(10_000)
-    _feed(s, _urls(10_000))
-    # 8 bytes per exact hash plus the Bloom bits (~1.2 bytes per capacity at 1%).
-    assert len(s.snapshot()) < 10_000 * 8 + 10_000 * 1.3 + 2000
-
-
-def test_restore_rejects_garbage_with_storage_error() -> None:
-    with pytest.raises(StorageError):
-        SeenSet.restore(b"not a snapshot")
-
-
-# --- configuration ----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
-        ({"capacity": 0}, "capacity"),
-        ({"capacity": 10, "error_rate": 1.5}, "error_rate"),
-        ({"capacity": 10, "error_rate": 0}, "error_rate"),
-        ({"capacity": 10, "bloom": "redis"}, "bloom"),
-    ],
-)
-def test_bad_configuration_raises_config_error(kwargs: dict, match: str) -> None:
-    with pytest.raises(ConfigError, match=match):
-        SeenSet(**kwargs)
-
-
-def test_default_backend_is_pybloom() -> None:
-    assert SeenSet(10).bloom_backend == "pybloom"
-
-
-# --- disk mode (crash-safe exact store in SQLite) ---------------------------------------
+from crawler.seen import SeenSet, url_hash64
+from tests.unit.seen_kit import BACKENDS, feed, make_urls
 
 
 def _disk(tmp_path, capacity: int = 1000, **kwargs) -> SeenSet:
@@ -224,10 +19,10 @@ def _disk(tmp_path, capacity: int = 1000, **kwargs) -> SeenSet:
 def test_default_mode_stays_in_memory_and_writes_nothing(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     s = SeenSet(100)
-    s.check_and_add(_urls(50))
+    s.check_and_add(make_urls(50))
     s.close()  # a no-op without a path
     assert s.path is None and list(tmp_path.iterdir()) == []
-    assert s.check_and_add(_urls(1)) == [False]
+    assert s.check_and_add(make_urls(1)) == [False]
     with pytest.raises(ConfigError, match="no path"):
         s.snapshot_bloom()
 
@@ -235,12 +30,12 @@ def test_default_mode_stays_in_memory_and_writes_nothing(tmp_path, monkeypatch) 
 @pytest.mark.parametrize("bloom", BACKENDS)
 def test_disk_mode_answers_exactly_like_memory_mode_with_a_saturated_filter(tmp_path, bloom: str) -> None:
     rng = random.Random(7)
-    urls = _urls(6000)
+    urls = make_urls(6000)
     stream = [u for u in urls for _ in range(rng.randint(1, 3))]
     rng.shuffle(stream)
     mem = SeenSet(100, 0.01, bloom=bloom)
     with SeenSet(100, 0.01, bloom=bloom, path=tmp_path / "s.db", cache_size=500) as disk:
-        assert _feed(disk, stream, batch=250) == _feed(mem, stream, batch=250)
+        assert feed(disk, stream, batch=250) == feed(mem, stream, batch=250)
         st, ref = disk.stats(), mem.stats()
         for key in ("checks", "novel", "bloom_positives", "exact_confirmations", "false_positives", "items"):
             assert st[key] == ref[key], key
@@ -288,9 +83,9 @@ def test_unsigned_hashes_map_to_distinct_signed_sqlite_keys_and_back(tmp_path) -
 
 @pytest.mark.parametrize("bloom", BACKENDS)
 def test_reopen_after_close_loads_the_bloom_snapshot_and_keeps_counters(tmp_path, bloom: str) -> None:
-    old, new = _urls(3000), _urls(500, tag="new/")
+    old, new = make_urls(3000), make_urls(500, tag="new/")
     s = _disk(tmp_path, capacity=5000, bloom=bloom)
-    _feed(s, old + old[:1000])
+    feed(s, old + old[:1000])
     before = s.stats()
     s.close()
     assert (tmp_path / "seen.db.bloom").exists()
@@ -310,11 +105,11 @@ def test_reopen_after_close_loads_the_bloom_snapshot_and_keeps_counters(tmp_path
 
 
 def test_drop_without_close_keeps_every_committed_url_and_rebuilds_the_stale_bloom(tmp_path) -> None:
-    first, second = _urls(2000), _urls(2000, tag="2/")
+    first, second = make_urls(2000), make_urls(2000, tag="2/")
     s = _disk(tmp_path, capacity=4000)
-    _feed(s, first)
+    feed(s, first)
     s.snapshot_bloom()  # a snapshot at 2000 rows ...
-    _feed(s, second)  # ... then 2000 more committed rows, and no close (a crash)
+    feed(s, second)  # ... then 2000 more committed rows, and no close (a crash)
     del s
     gc.collect()  # sqlite3.Connection sits in a reference cycle: collect it to free the lock
     r = _disk(tmp_path, capacity=4000)
@@ -326,9 +121,9 @@ def test_drop_without_close_keeps_every_committed_url_and_rebuilds_the_stale_blo
 
 
 def test_missing_or_damaged_snapshot_triggers_a_rebuild(tmp_path) -> None:
-    urls = _urls(1500)
+    urls = make_urls(1500)
     with _disk(tmp_path) as s:
-        _feed(s, urls)
+        feed(s, urls)
     snap = tmp_path / "seen.db.bloom"
     raw = bytearray(snap.read_bytes())
     raw[-10] ^= 0xFF  # one flipped bit in the filter
@@ -350,7 +145,7 @@ def test_a_rebuilt_filter_has_exactly_the_bits_of_the_incremental_one(
     tmp_path, bloom: str, capacity: int, error_rate: float
 ) -> None:
     # pybloom's rebuild recomputes its probes with numpy: it must match make_hashes bit for bit.
-    hashes = [url_hash64(u) for u in _urls(1500)] + EXTREMES
+    hashes = [url_hash64(u) for u in make_urls(1500)] + EXTREMES
     with SeenSet(capacity, error_rate, bloom=bloom, path=tmp_path / "s.db") as s:
         s.check_and_add_hashes(hashes)
         incremental = s._bloom.to_bytes()
@@ -361,9 +156,9 @@ def test_a_rebuilt_filter_has_exactly_the_bits_of_the_incremental_one(
 
 
 def test_reopening_with_another_capacity_rebuilds_a_filter_of_that_size(tmp_path) -> None:
-    urls = _urls(3000)
+    urls = make_urls(3000)
     with _disk(tmp_path, capacity=100) as s:  # outgrown: saturated
-        _feed(s, urls)
+        feed(s, urls)
         assert s.estimated_false_positive_rate() > 0.9
     with _disk(tmp_path, capacity=10_000) as r:
         assert r.bloom_source == "rebuilt" and "capacity" in r.bloom_source_reason
@@ -406,9 +201,9 @@ def test_a_killed_process_loses_no_committed_url(tmp_path) -> None:
 
 
 def test_hot_cache_answers_repeats_without_sqlite(tmp_path) -> None:
-    urls = _urls(2000)
+    urls = make_urls(2000)
     with _disk(tmp_path, capacity=5000, cache_size=10_000) as s:
-        _feed(s, urls)
+        feed(s, urls)
         lookups = s.db_lookups
         assert not any(s.check_and_add(urls[:1000]))  # just added: all in the cache
         assert s.db_lookups == lookups and s.cache_hits == 1000
@@ -419,11 +214,11 @@ def test_hot_cache_answers_repeats_without_sqlite(tmp_path) -> None:
 
 
 def test_disk_mode_memory_is_bounded_and_much_smaller_than_memory_mode(tmp_path) -> None:
-    urls = _urls(40_000)
+    urls = make_urls(40_000)
     mem = SeenSet(50_000)
-    _feed(mem, urls, 1000)
+    feed(mem, urls, 1000)
     with _disk(tmp_path, capacity=50_000, cache_size=2000) as s:
-        _feed(s, urls, 1000)
+        feed(s, urls, 1000)
         assert not any(s.check_and_add(urls[::7]))
         assert len(s._hot) <= 2000  # the cache holds at most cache_size hashes
         bloom = s._bloom.memory_bytes()
@@ -460,9 +255,9 @@ def test_a_foreign_file_is_not_taken_for_a_seen_store(tmp_path) -> None:
 
 
 def test_snapshot_blob_of_a_disk_set_restores_in_memory(tmp_path) -> None:
-    urls = _urls(1000)
+    urls = make_urls(1000)
     with _disk(tmp_path, durable=False) as s:
-        _feed(s, urls)
+        feed(s, urls)
         r = SeenSet.restore(s.snapshot())
     assert r.path is None and len(r) == 1000
     assert not any(r.check_and_add(urls)) and r.check_and_add(["fresh"]) == [True]
@@ -473,9 +268,9 @@ def test_snapshot_blob_of_a_disk_set_restores_in_memory(tmp_path) -> None:
 
 @pytest.mark.parametrize("bloom", BACKENDS)
 def test_bloom_only_path_persists_just_the_filter(tmp_path, bloom: str) -> None:
-    urls = _urls(2000)
+    urls = make_urls(2000)
     with SeenSet(5000, exact=False, bloom=bloom, path=tmp_path / "lossy") as s:
-        verdicts = _feed(s, urls)
+        verdicts = feed(s, urls)
         before = s.stats()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lossy.bloom"]  # no SQLite
     with SeenSet(5000, exact=False, bloom=bloom, path=tmp_path / "lossy") as r:
@@ -489,7 +284,7 @@ def test_bloom_only_path_persists_just_the_filter(tmp_path, bloom: str) -> None:
 
 def test_bloom_only_refuses_mismatched_or_damaged_state(tmp_path) -> None:
     with SeenSet(5000, exact=False, path=tmp_path / "lossy") as s:
-        _feed(s, _urls(100))
+        feed(s, make_urls(100))
     with pytest.raises(ConfigError, match="capacity"):
         SeenSet(6000, exact=False, path=tmp_path / "lossy")
     with pytest.raises(ConfigError, match="Bloom-only"):

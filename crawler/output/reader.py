@@ -2,14 +2,13 @@
 
 Writers never rewrite a file, so a page fetched twice (across a crash, or a delivery
 retried) can have two rows. Readers de-duplicate on the idempotence key (url, content
-hash); :func:`compact_pages` rewrites the dataset without the repeats once a crawl ends,
-so the files themselves hold each (url, content_sha256) once.
+hash; url, outcome and pass without a body); :func:`compact_pages` rewrites the dataset
+without the repeats once a crawl ends, so the files themselves hold each key once.
+Only finished part files are read, so all of this is safe while a crawl is writing.
 """
 
 from __future__ import annotations
 
-import os
-import posixpath
 import uuid
 from typing import Any
 
@@ -20,38 +19,27 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from crawler.errors import StorageError
-from crawler.storage import (
-    DUP_KINDS,
-    OUTCOMES,
-    PAGES_DIR,
-    PAGES_SCHEMA,
-    _PART_RE,
-    _is_local,
-    _table_bytes,
-    _write_local_atomic,
-    open_fs,
-)
+from crawler.output.fs import list_names, open_fs, publish
+from crawler.output.layout import PAGES_DIR, PART_RE, part_name
+from crawler.output.schema import DUP_KINDS, OUTCOMES, PAGES_SCHEMA, encode_part
+
+__all__ = ["compact_pages", "dedupe_pages", "list_parts", "read_pages", "summarize"]
+
+_DEDUPE_COLS = ("url", "content_sha256", "outcome", "fetched_at")
 
 
-
-def _list_parts(fs: fsspec.AbstractFileSystem, root: str) -> list[str]:
+def list_parts(fs: fsspec.AbstractFileSystem, root: str) -> list[str]:
+    """Paths of the finished part files under ``root``, sorted (temp files never match)."""
     pages = f"{root}/{PAGES_DIR}"
-    try:
-        if _is_local(fs):
-            names = [f"{pages}/{n}" for n in os.listdir(pages)]
-        else:
-            fs.invalidate_cache(pages)  # other writers add files: never trust a cached listing
-            names = fs.ls(pages, detail=False)
-    except FileNotFoundError:
-        return []
-    except Exception as exc:
-        raise StorageError(f"cannot list {pages!r}: {exc}") from exc
-    # Only finished parts: temp files start with "." and never match.
-    return sorted(p for p in names if _PART_RE.fullmatch(posixpath.basename(p)))
+    return sorted(f"{pages}/{n}" for n in list_names(fs, pages) if PART_RE.fullmatch(n))
 
 
-def _dedupe(table: pa.Table) -> pa.Table:
-    """Keep the earliest row (by fetched_at, then file order) per idempotence key."""
+def dedupe_pages(table: pa.Table) -> pa.Table:
+    """Keep the earliest row (by fetched_at, then file order) per idempotence key.
+
+    The key is (url, content_sha256), or (url, outcome) when the hash is null.
+    The result is ordered by ``fetched_at``; ``table`` needs the columns of the key.
+    """
     n = table.num_rows
     if n == 0:
         return table
@@ -64,18 +52,23 @@ def _dedupe(table: pa.Table) -> pa.Table:
             "u": table["url"],
             "s": sha,
             "o": pc.if_else(no_sha, table["outcome"], pa.scalar(None, pa.string())),
-            "p": pc.if_else(no_sha, table["crawl_pass"], pa.scalar(None, pa.int32())),
             "i": pa.array(np.arange(n, dtype=np.int64)),
         }
     )
-    first = keys.group_by(["u", "s", "o", "p"], use_threads=False).aggregate([("i", "min")])
+    first = keys.group_by(["u", "s", "o"], use_threads=False).aggregate([("i", "min")])
     keep = np.sort(first["i_min"].to_numpy())
     if len(keep) == n:
         return table
     return table.take(pa.array(keep))
 
 
-_DEDUPE_COLS = ("url", "content_sha256", "outcome", "crawl_pass", "fetched_at")
+def _read(fs: fsspec.AbstractFileSystem, root: str, paths: list[str], columns: list[str] | None) -> pa.Table:
+    try:
+        # Explicit schema: parts written by an older layout read with nulls in new columns.
+        dataset = pads.dataset(paths, format="parquet", filesystem=fs, schema=PAGES_SCHEMA)
+        return dataset.to_table(columns=columns)
+    except Exception as exc:  # pyarrow, botocore and OS errors alike
+        raise StorageError(f"reading {root}/{PAGES_DIR} failed: {exc}") from exc
 
 
 def read_pages(
@@ -97,19 +90,14 @@ def read_pages(
         if unknown:
             raise ValueError(f"unknown columns {unknown}; valid: {PAGES_SCHEMA.names}")
     fs, root = open_fs(out, storage_options)
-    paths = _list_parts(fs, root)
+    paths = list_parts(fs, root)
     wanted = list(columns) if columns is not None else list(PAGES_SCHEMA.names)
     if not paths:
         return PAGES_SCHEMA.empty_table().select(wanted)
     read = wanted + [c for c in _DEDUPE_COLS if dedupe and c not in wanted]
-    try:
-        # Explicit schema: parts written by an older layout read with nulls in new columns.
-        dataset = pads.dataset(paths, format="parquet", filesystem=fs, schema=PAGES_SCHEMA)
-        table = dataset.to_table(columns=read)
-    except Exception as exc:
-        raise StorageError(f"reading {root}/{PAGES_DIR} failed: {exc}") from exc
+    table = _read(fs, root, paths, read)
     if dedupe:
-        table = _dedupe(table)
+        table = dedupe_pages(table)
     return table.select(wanted)
 
 
@@ -172,33 +160,28 @@ def summarize(out: str, storage_options: dict | None = None) -> dict[str, Any]:
 
 
 def compact_pages(out: str, storage_options: dict | None = None, *, rows_per_file: int = 200_000) -> int:
-    """Rewrite ``OUT/pages`` without repeated (url, content hash) rows; returns rows removed.
+    """Rewrite ``OUT/pages`` without repeated rows (see :func:`dedupe_pages`); returns rows removed.
 
     Crash-safe: the compacted files are complete (atomic rename, or one PUT) before any
     old file is deleted, and readers de-duplicate, so a crash in between leaves a dataset
     that reads the same. Call it when no writer is running.
     """
     fs, root = open_fs(out, storage_options)
-    paths = _list_parts(fs, root)
+    paths = list_parts(fs, root)
     if not paths:
         return 0
-    try:
-        raw = pads.dataset(paths, format="parquet", filesystem=fs, schema=PAGES_SCHEMA).to_table()
-    except Exception as exc:
-        raise StorageError(f"reading {root}/{PAGES_DIR} for compaction failed: {exc}") from exc
-    table = _dedupe(raw)
+    raw = _read(fs, root, paths, None)
+    table = dedupe_pages(raw)
     removed = raw.num_rows - table.num_rows
     if removed == 0:
         return 0
-    tag = uuid.uuid4().hex[:8]
-    local = _is_local(fs)
-    for seq, start in enumerate(range(0, table.num_rows, rows_per_file)):
-        data = _table_bytes(table.slice(start, rows_per_file))
-        path = f"{root}/{PAGES_DIR}/part-compact{tag}-{seq:06d}.parquet"
-        if local:
-            _write_local_atomic(path, data, fsync=True, fsync_parent=True)
-        else:
-            fs.pipe_file(path, data)
-    for p in paths:
-        fs.rm(p)
+    writer_id = f"compact{uuid.uuid4().hex[:8]}"  # a name no live writer has
+    try:
+        for seq, start in enumerate(range(0, table.num_rows, rows_per_file)):
+            data = encode_part(table.slice(start, rows_per_file))
+            publish(fs, f"{root}/{PAGES_DIR}/{part_name(writer_id, seq)}", data)
+        for p in paths:
+            fs.rm(p)
+    except OSError as exc:
+        raise StorageError(f"compacting {root}/{PAGES_DIR} failed: {exc}") from exc
     return removed

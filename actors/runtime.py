@@ -1,0 +1,188 @@
+"""The Ray runtime of a crawl session: shards and shared services as actors.
+
+Ray plumbing only: which actors exist, where they are placed, and how a call reaches
+them. The crawl logic is the session (crawler.session) and the shards (crawler.shard).
+Ray is joined at ``--address`` / ``runtime.address`` / ``RAY_ADDRESS`` when given;
+otherwise an embedded, loopback-only, quiet Ray is started and shut down with the crawl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from typing import Any
+
+from crawler.config import CrawlConfig, resolve_shards, to_dict
+from crawler.frontier import UrlItem
+from crawler.local import seen_capacity_per_shard
+from crawler.session import Plan
+
+log = logging.getLogger(__name__)
+
+#: How long a status round may take before the view counts as inconsistent (a restart).
+STATUS_TIMEOUT_S = 30.0
+#: How long shards get to flush and close at the end.
+STOP_TIMEOUT_S = 120.0
+
+
+def init_ray(address: str | None = None, *, num_cpus: int | None = None, temp_dir: str | None = None) -> bool:
+    """Connect to a cluster, or start an embedded loopback Ray. Returns True if we started it.
+
+    The embedded Ray binds to 127.0.0.1, sends no usage stats and starts no dashboard
+    (it costs seconds and ~1 GB here; clusters started with ``ray up`` have their own).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ray.init(
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        num_cpus=num_cpus,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+        configure_logging=True,
+        **({"_temp_dir": temp_dir} if temp_dir else {}),
+    )
+    return True
+
+
+class RayRuntime:
+    """Runs a session's shards as HostShard actors and its services as actors."""
+
+    def __init__(self, address: str | None = None) -> None:
+        self.address = address
+        self._owns_ray = False
+        self.shards: dict[str, Any] = {}
+        self.seen_actors: list[Any] = []
+        self.content_actor: Any = None
+        self.budget_actor: Any = None
+        self.crawl_name = ""
+        self._seen: Any = None
+
+    def _ray(self) -> Any:
+        import ray
+
+        if not ray.is_initialized():
+            self._owns_ray = init_ray(self.address)
+        return ray
+
+    def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
+        cpus = int(self._ray().cluster_resources().get("CPU", 2))
+        return resolve_shards(cfg.runtime.shards, cpus), resolve_shards(cfg.runtime.seen_shards, cpus)
+
+    async def start(self, plan: Plan) -> None:
+        """Create the SeenFilter group, the content index, the budget and the HostShards
+        (restartable, named, spread over nodes); each shard reopens its durable store."""
+        self._ray()
+        from actors.host_shard import HostShard, shard_actor_name
+        from actors.services import Budget, ContentIndexActor, SeenFilter, SeenGroupClient
+
+        cfg, sdir = plan.cfg, plan.state_dir
+        if sdir:
+            os.makedirs(sdir, exist_ok=True)
+        d, rt = cfg.dedup, cfg.runtime
+        cap = seen_capacity_per_shard(cfg, plan.seen_shards)
+        restart = {"max_restarts": rt.max_restarts}
+        self.seen_actors = [
+            SeenFilter.options(**restart).remote(
+                cap, d.seen_error_rate, d.seen_exact, d.seen_bloom, os.path.join(sdir, f"seen-{i:03d}.sqlite") if sdir else None
+            )
+            for i in range(plan.seen_shards)
+        ]
+        self._seen = SeenGroupClient(self.seen_actors)
+        self.content_actor = ContentIndexActor.options(**restart).remote(
+            d.simhash_distance, d.simhash_tables, os.path.join(sdir, "content.snapshot") if sdir else None,
+            rt.content_snapshot_interval_s,
+        )
+        self.budget_actor = Budget.options(**restart).remote(
+            cfg.limits.max_pages, os.path.join(sdir, "budget.json") if sdir else None
+        )
+        self.crawl_name = f"raycrawl-{cfg.fingerprint()}-{uuid.uuid4().hex[:6]}"
+        cfg_dict = to_dict(cfg)
+        ids = list(plan.shard_ids)
+        self.shards = {
+            sid: HostShard.options(scheduling_strategy="SPREAD", name=shard_actor_name(self.crawl_name, sid), **restart).remote(
+                cfg_dict, sid, ids, self.seen_actors, self.content_actor, self.budget_actor, list(plan.seeds),
+                self.crawl_name, sdir, plan.epoch,
+            )
+            for sid in ids
+        }
+        await asyncio.gather(*(s.set_peers.remote(self.shards) for s in self.shards.values()))
+        await asyncio.gather(*(s.start.remote() for s in self.shards.values()))
+
+    async def heartbeat(self) -> None:
+        await asyncio.wait_for(
+            asyncio.gather(*(s.heartbeat.remote() for s in self.shards.values())), STATUS_TIMEOUT_S
+        )
+
+    async def seen_check(self, urls: list[str]) -> list[bool]:
+        return await self._seen.check_and_add(urls)
+
+    async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
+        await self.shards[shard_id].accept.remote(items)
+
+    async def widen_scope(self, urls: list[str]) -> None:
+        await asyncio.gather(*(s.add_seeds.remote(urls) for s in self.shards.values()))
+
+    async def statuses(self) -> list[dict[str, Any]] | None:
+        from ray.exceptions import RayActorError
+
+        try:
+            return list(
+                await asyncio.wait_for(asyncio.gather(*(s.status.remote() for s in self.shards.values())), STATUS_TIMEOUT_S)
+            )
+        except (RayActorError, asyncio.TimeoutError) as exc:
+            log.warning("a shard did not answer (restarting?): %s", type(exc).__name__)
+            return None
+
+    async def set_host_policy(self, shard_id: str, host: str, interval_s: float | None, paused: bool | None) -> None:
+        await self.shards[shard_id].set_host_policy.remote(host, interval_s, paused)
+
+    async def url_status(self, shard_id: str, url: str) -> dict[str, Any] | None:
+        return await self.shards[shard_id].url_status.remote(url)
+
+    async def stop(self) -> list[dict[str, Any]]:
+        finals = await asyncio.wait_for(
+            asyncio.gather(*(s.stop.remote() for s in self.shards.values())), STOP_TIMEOUT_S
+        )
+        if self.content_actor is not None:
+            await self.content_actor.save.remote()
+        return list(finals)
+
+    async def service_stats(self) -> dict[str, Any]:
+        seen_stats = await asyncio.gather(*(a.stats.remote() for a in self.seen_actors))
+        seen: dict[str, Any] = {}
+        for s in seen_stats:
+            for k, v in s.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    seen[k] = seen.get(k, 0) + v
+        content = await self.content_actor.stats.remote() if self.content_actor is not None else {}
+        return {"seen": seen, "content": content}
+
+    async def close(self) -> None:
+        """Close the seen stores, kill our actors, and the embedded Ray if we started it."""
+        import ray
+
+        if not ray.is_initialized():
+            return
+        if self.seen_actors:
+            await asyncio.gather(*(a.close.remote() for a in self.seen_actors), return_exceptions=True)
+        for a in [*self.shards.values(), *self.seen_actors, self.content_actor, self.budget_actor]:
+            if a is not None:
+                try:
+                    ray.kill(a)
+                except Exception as exc:  # noqa: BLE001 - already gone is fine at shutdown
+                    log.debug("kill failed: %r", exc)
+        self.shards, self.seen_actors, self.content_actor, self.budget_actor = {}, [], None, None
+        if self._owns_ray:
+            ray.shutdown()
+            self._owns_ray = False

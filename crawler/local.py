@@ -1,0 +1,170 @@
+"""The in-process runtime: every shard and service of a crawl in this event loop, no Ray.
+
+What ``crawl run --local`` uses, and what the tests use to crawl end to end without a
+cluster. The shards are the same :func:`crawler.shard.build_shard` objects the Ray
+actors hold, and the session is the same :class:`crawler.session.CrawlSession`, so both
+runtimes produce the same rows (tests/integration/test_crawl_ray.py compares them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Callable
+
+from crawler.clock import SYSTEM_CLOCK, Clock
+from crawler.config import CrawlConfig
+from crawler.frontier import UrlItem
+from crawler.hashring import HashRing
+from crawler.journal import FrontierStore
+from crawler.scheduler import ShardScheduler
+from crawler.seen import SeenGroup, SeenSet
+from crawler.services import BudgetPool, ContentIndexService, LeasedBudget
+from crawler.session import CrawlSession, Plan
+from crawler.shard import build_fence, build_shard
+
+
+def seen_capacity_per_shard(cfg: CrawlConfig, seen_shards: int) -> int:
+    """Each seen shard's Bloom capacity: an even share, never below 1000."""
+    return max(1000, cfg.dedup.seen_capacity // max(1, seen_shards))
+
+
+class LocalRuntime:
+    """Shards, seen sets, the content index and the page budget as plain objects here.
+
+    Args:
+        clock: the clock every shard and service uses.
+        fetcher_factory: makes each shard's fetcher (tests inject resolvers/transports).
+    """
+
+    def __init__(self, *, clock: Clock = SYSTEM_CLOCK, fetcher_factory: Callable[[], Any] | None = None) -> None:
+        self.clock = clock
+        self.fetcher_factory = fetcher_factory
+        self.shards: dict[str, ShardScheduler] = {}
+        self.seen: list[SeenSet] = []
+        self._seen_group: SeenGroup | None = None
+        self.content: ContentIndexService | None = None
+        self._runners: list[asyncio.Task[None]] = []
+
+    def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
+        # One process: one shard and one seen set unless the config says otherwise.
+        n = 1 if cfg.runtime.shards == "auto" else int(cfg.runtime.shards)
+        n_seen = 1 if cfg.runtime.seen_shards == "auto" else int(cfg.runtime.seen_shards)
+        return n, n_seen
+
+    async def start(self, plan: Plan) -> None:
+        cfg, sdir = plan.cfg, plan.state_dir
+        d = cfg.dedup
+        cap = seen_capacity_per_shard(cfg, plan.seen_shards)
+        self.seen = [
+            SeenSet(
+                cap, d.seen_error_rate, exact=d.seen_exact, bloom=d.seen_bloom,
+                **({"path": os.path.join(sdir, f"seen-{i:03d}.sqlite")} if sdir else {}),
+            )
+            for i in range(plan.seen_shards)
+        ]
+        self._seen_group = SeenGroup([self._seen_shard(s) for s in self.seen])
+        self.content = ContentIndexService(
+            d.simhash_distance,
+            d.simhash_tables,
+            self.clock,
+            path=os.path.join(sdir, "content.snapshot") if sdir else None,
+            every_s=cfg.runtime.content_snapshot_interval_s,
+        )
+        pool = BudgetPool(cfg.limits.max_pages, os.path.join(sdir, "budget.json") if sdir else None)
+
+        async def lease(n: int) -> int:
+            return pool.lease(n)
+
+        async def content(items):
+            assert self.content is not None
+            return self.content.check_and_add(items)
+
+        ring = HashRing(list(plan.shard_ids))
+        for sid in plan.shard_ids:
+            self.shards[sid] = build_shard(
+                cfg,
+                sid,
+                seeds=plan.seeds,
+                seen=self,
+                content=content,
+                budget=LeasedBudget(lease, cfg.limits.max_pages, len(plan.shard_ids), cfg.runtime.budget_lease_max),
+                deliver=self.deliver,
+                owner_of=ring.node_for,
+                store=FrontierStore(os.path.join(sdir, f"{sid}.sqlite")) if sdir else None,
+                clock=self.clock,
+                fetcher=self.fetcher_factory() if self.fetcher_factory else None,
+                fence=build_fence(cfg, plan.epoch, self.clock),
+            )
+        self._runners = [asyncio.ensure_future(s.run()) for s in self.shards.values()]
+
+    async def heartbeat(self) -> None:
+        """The shards live in the driver's process: they share its fate already."""
+
+    async def check_and_add(self, urls: list[str]) -> list[bool]:
+        """The seen service of every shard's router (split by hash over the seen sets)."""
+        return await self.seen_check(urls)
+
+    @staticmethod
+    def _seen_shard(seen: SeenSet):
+        async def call(hashes: list[int]) -> list[bool]:
+            return seen.check_and_add_hashes(hashes)
+
+        return call
+
+    async def seen_check(self, urls: list[str]) -> list[bool]:
+        assert self._seen_group is not None
+        return await self._seen_group.check_and_add(urls)
+
+    async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
+        self.shards[shard_id].accept(items)
+
+    async def widen_scope(self, urls: list[str]) -> None:
+        for s in self.shards.values():
+            s.pipeline.links.scope.add_seeds(urls)
+
+    async def statuses(self) -> list[dict[str, Any]] | None:
+        for r in self._runners:
+            if r.done() and r.exception() is not None:
+                raise r.exception()  # type: ignore[misc]
+        return [s.status() for s in self.shards.values()]
+
+    async def set_host_policy(self, shard_id: str, host: str, interval_s: float | None, paused: bool | None) -> None:
+        self.shards[shard_id].set_host_policy(host, interval_s, paused)
+
+    async def url_status(self, shard_id: str, url: str) -> dict[str, Any] | None:
+        store = self.shards[shard_id].store
+        return store.url_status(url) if store is not None else None
+
+    async def stop(self) -> list[dict[str, Any]]:
+        for s in self.shards.values():
+            s.stop()
+        await asyncio.gather(*self._runners, return_exceptions=True)
+        finals = []
+        for s in self.shards.values():
+            await s.close()
+            finals.append({**s.status(), "store_counts": s.store_counts()})
+        return finals
+
+    async def service_stats(self) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for st in (s.stats() for s in self.seen):
+            for k, v in st.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    seen[k] = seen.get(k, 0) + v
+                else:
+                    seen.setdefault(k, v)
+        return {"seen": seen, "content": self.content.stats() if self.content is not None else {}}
+
+    async def close(self) -> None:
+        if self.content is not None:
+            self.content.save()
+        for s in self.seen:
+            s.close()
+        self.seen = []
+
+
+def local_session(cfg: CrawlConfig, *, fetcher_factory: Callable[[], Any] | None = None, **kw: Any) -> CrawlSession:
+    """A session whose shards run in this process (``crawl run --local``)."""
+    clock = kw.pop("clock", SYSTEM_CLOCK)
+    return CrawlSession(cfg, LocalRuntime(clock=clock, fetcher_factory=fetcher_factory), clock=clock, **kw)

@@ -1,0 +1,134 @@
+"""Filesystems for the output: resolving ``OUT``, and writes that are never seen half-done.
+
+``OUT`` is any fsspec URL: a local folder or ``s3://bucket/prefix`` (through s3fs). A file
+is published atomically (DESIGN.md invariant 6: what is acked must be whole):
+
+* locally, written under a hidden temporary name (:func:`~crawler.output.layout.temp_name`)
+  in the same directory, fsynced, then renamed with ``os.replace`` (atomic on POSIX), and
+  the directory fsynced so the new name itself survives a power loss;
+* on object storage, as one single PUT, which is atomic by nature.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from crawler.errors import ConfigError, StorageError
+from crawler.output.layout import temp_name
+
+__all__ = [
+    "ensure_dir",
+    "fsync_path",
+    "is_local",
+    "list_names",
+    "open_fs",
+    "publish",
+    "remove_quietly",
+    "write_local_atomic",
+]
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs`` is the local disk (renames are atomic and fsync means something)."""
+    return isinstance(fs, LocalFileSystem)
+
+
+def open_fs(
+    path: str, storage_options: dict | None = None
+) -> tuple[fsspec.AbstractFileSystem, str]:
+    """Resolve an output URL to ``(filesystem, protocol-less root path)``.
+
+    Local paths (plain or ``file://``) are made absolute with ``~`` expanded; a trailing
+    ``/`` is dropped. An unknown protocol or a missing filesystem package is the user's
+    configuration to fix and raises :class:`ConfigError`.
+    """
+    if not isinstance(path, str) or not path.strip():
+        raise ConfigError(f"output path must be a non-empty string, got {path!r}")
+    try:
+        fs, root = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    except (ValueError, ImportError, TypeError) as exc:
+        raise ConfigError(
+            f"cannot open output path {path!r}: {exc} "
+            "(use a local folder or a URL such as s3://bucket/prefix, and check storage_options)"
+        ) from exc
+    if is_local(fs):
+        root = os.path.abspath(root)
+    elif len(root) > 1:
+        root = root.rstrip("/")
+    return fs, root
+
+
+def fsync_path(path: str) -> None:
+    """fsync a file or a directory by path (a directory holds renames: fsync it so a new
+    name survives a power loss, not only the file's bytes)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_local_atomic(path: str, data: bytes, *, fsync: bool = True, fsync_parent: bool = True) -> None:
+    """Write ``data`` to local ``path`` via a hidden temp file in the same dir + os.replace."""
+    directory, name = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, temp_name(name))
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)  # atomic on POSIX: readers see the old name or the whole file
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):  # never created, or already renamed
+            os.unlink(tmp)
+        raise
+    if fsync and fsync_parent:
+        fsync_path(directory)
+
+
+def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes, *, fsync: bool = True) -> None:
+    """Make ``data`` appear at ``path`` whole or not at all (rename locally, one PUT remotely).
+
+    Remotely, a retry after an unknown outcome rewrites the same name, which callers make
+    harmless (the same or a superset of the rows).
+    """
+    if is_local(fs):
+        write_local_atomic(path, data, fsync=fsync, fsync_parent=True)
+    else:
+        fs.pipe_file(path, data)
+
+
+def ensure_dir(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Create a local directory (object stores have no directories: nothing to do)."""
+    if is_local(fs):
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create {path!r}: {exc}") from exc
+
+
+def list_names(fs: fsspec.AbstractFileSystem, directory: str) -> list[str]:
+    """Basenames in ``directory``; [] if it does not exist. Never a cached listing: other
+    writers add files all the time. Other failures raise StorageError."""
+    try:
+        if is_local(fs):
+            return os.listdir(directory)
+        fs.invalidate_cache(directory)
+        return [posixpath.basename(p) for p in fs.ls(directory, detail=False)]
+    except FileNotFoundError:
+        return []
+    except Exception as exc:  # botocore/aiohttp/OS errors alike
+        raise StorageError(f"cannot list {directory!r}: {exc}") from exc
+
+
+def remove_quietly(path: str) -> None:
+    """Remove a local file that may already be gone."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

@@ -1,0 +1,106 @@
+"""Where things live under an output root ``OUT`` (a local folder or ``s3://bucket/prefix``)::
+
+    OUT/pages/part-<writer_id>-<seq:06d>.parquet   one row per URL outcome (PAGES_SCHEMA), zstd
+    OUT/blobs/<sha[0:2]>/<sha[2:4]>/<sha>.gz       gzip of the decoded body, keyed by its SHA-256
+
+Two rules keep readers safe:
+
+* A blob key is derived only from a hash, never from anything in the page: stored bodies
+  are data, never paths.
+* Temporary files start with ``.``: ``pyarrow.dataset`` skips basenames starting with
+  ``.`` or ``_`` by default, and the readers here list only names matching
+  :data:`PART_RE`, so a half-written file is never read.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+__all__ = [
+    "BLOBS_DIR",
+    "PAGES_DIR",
+    "PART_RE",
+    "blob_key",
+    "blob_sha",
+    "check_sha256",
+    "check_writer_id",
+    "part_name",
+    "part_seq",
+    "temp_name",
+    "temp_target",
+]
+
+PAGES_DIR = "pages"
+BLOBS_DIR = "blobs"
+
+PART_RE = re.compile(r"part-.+-\d{6,}\.parquet")
+"""Basename of a finished part file (any writer)."""
+
+_SHA_RE = re.compile(r"[0-9a-f]{64}")
+_KEY_RE = re.compile(r"blobs/([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{64})\.gz")
+# Not starting with "." or "_" (hidden from dataset discovery) or "-" (ambiguous in names).
+_WRITER_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=-]{0,127}")
+_TEMP_SUFFIX = ".tmp"
+_TEMP_RE = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
+
+
+def check_sha256(sha256_hex: str) -> str:
+    """Return ``sha256_hex`` if it is a lowercase hex SHA-256 digest; ValueError otherwise."""
+    if not isinstance(sha256_hex, str) or _SHA_RE.fullmatch(sha256_hex) is None:
+        raise ValueError(f"not a lowercase hex SHA-256 digest: {sha256_hex!r}")
+    return sha256_hex
+
+
+def blob_key(sha256_hex: str) -> str:
+    """The storage key of a body with this SHA-256: ``blobs/ab/cd/<sha>.gz``."""
+    sha = check_sha256(sha256_hex)
+    return f"{BLOBS_DIR}/{sha[0:2]}/{sha[2:4]}/{sha}.gz"
+
+
+def blob_sha(key: str) -> str:
+    """The SHA-256 a blob key names (inverse of :func:`blob_key`); ValueError if it is not one."""
+    m = _KEY_RE.fullmatch(key) if isinstance(key, str) else None
+    if m is None or m.group(3)[0:2] != m.group(1) or m.group(3)[2:4] != m.group(2):
+        raise ValueError(f"not a blob key: {key!r}")
+    return m.group(3)
+
+
+def check_writer_id(writer_id: str) -> str:
+    """Return ``writer_id`` if it can name part files; ValueError otherwise."""
+    if not isinstance(writer_id, str) or _WRITER_ID_RE.fullmatch(writer_id) is None:
+        raise ValueError(
+            f"writer_id must be 1-128 chars of [A-Za-z0-9_.=-] not starting with '.', "
+            f"'_' or '-', got {writer_id!r}"
+        )
+    return writer_id
+
+
+def part_name(writer_id: str, seq: int) -> str:
+    """Basename of a writer's ``seq``-th part file."""
+    return f"part-{writer_id}-{seq:06d}.parquet"
+
+
+def part_seq(name: str, writer_id: str) -> int | None:
+    """The sequence number if ``name`` is a part of exactly this writer, else None.
+
+    Exact, not a prefix match: ``part-w0-x-000000.parquet`` belongs to ``w0-x``, not ``w0``.
+    """
+    prefix = f"part-{writer_id}-"
+    if not name.startswith(prefix) or not name.endswith(".parquet"):
+        return None
+    digits = name[len(prefix) : -len(".parquet")]
+    if len(digits) < 6 or not digits.isdigit() or not digits.isascii():
+        return None
+    return int(digits)
+
+
+def temp_name(name: str) -> str:
+    """A unique hidden temporary basename to write ``name`` under before renaming it."""
+    return f".{name}.{uuid.uuid4().hex}{_TEMP_SUFFIX}"
+
+
+def temp_target(temp: str) -> str | None:
+    """The basename a :func:`temp_name` was made for, or None if ``temp`` is not one."""
+    m = _TEMP_RE.fullmatch(temp)
+    return m.group(1) if m else None

@@ -1,0 +1,177 @@
+"""The page pipeline: one classified response in, one outcome out.
+
+For a page (``200``): content hash, parse, fingerprint, the duplicate-content check, the
+followable links and the outcome row. For a redirect: the target as a link, or a row
+saying why it cannot be followed. For everything else: the row alone. Every row of the
+crawl is built here, by :meth:`PagePipeline.row`, so a row always has the same fields
+(DESIGN.md invariant 5: every URL ends as exactly one row).
+
+The pipeline does no I/O of its own except the batched duplicate-content call, and
+knows nothing about politeness, the frontier or the output buffer: the scheduler routes
+the links first and records the row after (a page is acked only once its links reached
+their owners). It is tested without sockets or Ray (tests/unit/test_pipeline.py).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Protocol
+
+from crawler.clock import Clock
+from crawler.dedup import content_sha256, text_fingerprint, to_int64
+from crawler.fetch import FetchResult
+from crawler.frontier import UrlItem
+from crawler.links import LinkPolicy
+from crawler.output import BlobStore, OutcomeRow
+from crawler.parse import ParsedPage, is_html, parse_page
+from crawler.urls import join_url
+
+class ContentCheck(Protocol):
+    """The duplicate-content service, one page per call (crawler.batching.MicroBatcher
+    over crawler.services' ContentService): ``(url, sha256, simhash|None)`` ->
+    ``(dup_kind, dup_of)``."""
+
+    async def submit(self, item: tuple[str, str, int | None]) -> tuple[str | None, str | None]: ...
+
+    def pending(self) -> int: ...
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one response produced: the row, the links to route first, the body to store."""
+
+    row: OutcomeRow
+    links: list[UrlItem] = field(default_factory=list)
+    body: bytes | None = None
+    duplicate: bool = False
+
+
+class PagePipeline:
+    """Builds outcomes for one shard.
+
+    Args:
+        shard_id: written into every row.
+        links: the link policy (normalize, scope, traps, nofollow).
+        content: the (micro-batched) duplicate-content service.
+        clock: stamps ``fetched_at`` with ``clock.wall()``.
+        user_agent_token: for ``<meta name="...">`` robots directives addressed to us.
+        max_links_per_page, min_text_tokens, max_body_bytes, store_bodies: from the config.
+    """
+
+    def __init__(
+        self,
+        shard_id: str,
+        links: LinkPolicy,
+        content: ContentCheck,
+        clock: Clock,
+        *,
+        user_agent_token: str,
+        max_links_per_page: int,
+        min_text_tokens: int,
+        max_body_bytes: int,
+        store_bodies: bool,
+    ) -> None:
+        self.shard_id = shard_id
+        self.links = links
+        self._content = content
+        self._clock = clock
+        self._ua_token = user_agent_token
+        self._max_links = max_links_per_page
+        self._min_tokens = min_text_tokens
+        self._max_body = max_body_bytes
+        self._store_bodies = store_bodies
+        self.counters: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()  # links not followed, by reason
+
+    async def page(self, item: UrlItem, res: FetchResult) -> Outcome:
+        """A fetched page: fingerprints, duplicate check, followable links, the row."""
+        body = res.body
+        sha = content_sha256(body)
+        ctype = res.headers.get("content-type")  # with its charset parameter
+        parsed: ParsedPage | None = None
+        fp: int | None = None
+        if is_html(ctype, body):
+            parsed = parse_page(body, item.url, ctype, res.headers, user_agent_token=self._ua_token, max_links=self._max_links)
+            if parsed.text:
+                fp = text_fingerprint(parsed.text, self._min_tokens)
+        dup_kind, dup_of = await self._content.submit((item.url, sha, fp))
+        if dup_kind is not None:
+            self.counters[f"dup_{dup_kind}"] += 1
+        errors = [res.error] if res.error else []
+        if res.truncated:  # the row must say why the stored body is partial
+            errors.append(f"body truncated at limits.max_body_bytes ({self._max_body} bytes)")
+        if parsed is not None and parsed.error:
+            errors.append(f"parse: {parsed.error}")
+            self.counters["parse_errors"] += 1
+        links: list[UrlItem] = []
+        if parsed is not None and parsed.links:
+            depth = item.depth + 1
+            links = [UrlItem(u, depth, item.url) for u in self.links.follow(parsed, depth, self.dropped)]
+        self.counters["bytes"] += len(body)
+        row = self.row(
+            item, "fetched", res, sha=sha, simhash=fp, dup_kind=dup_kind, dup_of=dup_of, error="; ".join(errors) or None
+        )
+        return Outcome(row, links, body if self._store_bodies else None, duplicate=dup_kind is not None)
+
+    def pending(self) -> int:
+        """Duplicate-content checks asked and not yet answered (work in transit)."""
+        return self._content.pending()
+
+    def redirect(self, item: UrlItem, res: FetchResult) -> Outcome:
+        """A 3xx with a Location: the target is an ordinary discovered link (seen check,
+        scope, traps and robots apply); depth grows so an endless chain stays bounded."""
+        loc = res.headers.get("location", "")
+        resolved = join_url(item.url, loc) if loc else None
+        target = self.links.normalizer(resolved) if resolved else None
+        if target is None:
+            return Outcome(self.row(item, "redirect", res, error=f"unusable Location header: {loc[:200]!r}"))
+        depth = item.depth + 1
+        reason = "scope" if not self.links.scope.allows(target) else self.links.traps.check(target, depth)
+        links: list[UrlItem] = []
+        if reason is not None:
+            self.dropped[reason] += 1
+        else:
+            links = [UrlItem(target, depth, item.url)]
+        return Outcome(self.row(item, "redirect", res, redirect_to=target), links)
+
+    def row(
+        self,
+        item: UrlItem,
+        outcome: str,
+        res: FetchResult | None = None,
+        *,
+        sha: str | None = None,
+        simhash: int | None = None,
+        dup_kind: str | None = None,
+        dup_of: str | None = None,
+        error: str | None = None,
+        redirect_to: str | None = None,
+    ) -> OutcomeRow:
+        """The outcome row of ``item`` (the one place a row is put together)."""
+        headers = res.headers if res is not None else {}
+        return OutcomeRow(
+            url=item.url,
+            host=item.host,
+            depth=item.depth,
+            status=res.status if res is not None else None,
+            outcome=outcome,
+            error=error if error is not None else (res.error if res is not None else None),
+            attempts=item.attempts,
+            fetched_at=datetime.fromtimestamp(self._clock.wall(), timezone.utc),
+            content_type=res.content_type if res is not None else None,
+            content_length=len(res.body) if res is not None and outcome == "fetched" else None,
+            content_sha256=sha,
+            simhash=to_int64(simhash) if simhash is not None else None,
+            dup_kind=dup_kind,
+            dup_of=dup_of,
+            blob_key=BlobStore.key_for(sha) if sha is not None and self._store_bodies else None,
+            etag=headers.get("etag"),
+            last_modified=headers.get("last-modified"),
+            redirect_to=redirect_to,
+            truncated=bool(res.truncated) if res is not None else False,
+            shard=self.shard_id,
+            referrer=item.referrer,
+        )
+

@@ -1,0 +1,372 @@
+"""The scheduler of one shard of hosts: frontier and politeness in, fetches out.
+
+A shard owns a slice of hosts (DESIGN.md invariant 1) and everything that is per host.
+For each URL the frontier hands out (at most one per host, when the host is due):
+
+1. robots: unknown rules for the URL's origin -> fetch robots.txt first (with the host's
+   politeness slot), then put the URL back; refused -> a ``robots_blocked`` row;
+2. page budget (``limits.max_pages``), taken when a URL is first fetched;
+3. fetch, between politeness ``on_start`` and ``on_finish``;
+4. transient failures re-enter the frontier with backoff (nobody sleeps); pages go
+   through the :class:`~crawler.pipeline.PagePipeline`, whose links are routed to their
+   owners *before* the row goes to the :class:`~crawler.outbox.Outbox` (a crash in
+   between re-fetches the page and re-sends its links).
+
+Every wait is on the injected clock, so the whole loop is unit-tested with ``MockClock``
+and a fake transport (tests/unit/test_scheduler.py). The parts are wired by
+:func:`crawler.shard.build_shard`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+from crawler.checkpoint import Checkpointer
+from crawler.clock import Clock, wait_event
+from crawler.errors import FencedError
+from crawler.fetch import FetchResult, classify
+from crawler.frontier import Frontier, UrlItem
+from crawler.journal import FrontierStore
+from crawler.outbox import Outbox
+from crawler.pipeline import Outcome, PagePipeline
+from crawler.politeness import Politeness
+from crawler.robots import RobotsClient
+from crawler.routing import LinkRouter
+from crawler.traps import HostBudget
+from crawler.urls import origin
+
+log = logging.getLogger(__name__)
+
+#: Longest wait of the loop with nothing due (it wakes earlier on any event).
+IDLE_WAIT_S = 1.0
+
+
+class PageBudget(Protocol):
+    """The crawl-wide ``limits.max_pages`` budget (crawler.services)."""
+
+    async def acquire(self) -> bool: ...
+
+
+class Fetcher(Protocol):
+    async def fetch(self, url: str, headers: dict[str, str] | None = None) -> FetchResult: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    """The config values the loop needs (from crawler.config)."""
+
+    max_in_flight: int
+    attempts: int
+    respect_robots: bool
+
+
+class ShardScheduler:
+    """Runs one shard: see the module docstring for the order of the steps."""
+
+    def __init__(
+        self,
+        shard_id: str,
+        settings: SchedulerSettings,
+        *,
+        frontier: Frontier,
+        politeness: Politeness,
+        robots: RobotsClient,
+        pipeline: PagePipeline,
+        host_budget: HostBudget,
+        budget: PageBudget,
+        fetcher: Fetcher,
+        outbox: Outbox,
+        router: LinkRouter,
+        clock: Clock,
+        store: FrontierStore | None = None,
+        checkpointer: Checkpointer | None = None,
+    ) -> None:
+        self.shard_id = shard_id
+        self.settings = settings
+        self.frontier, self.politeness, self.robots = frontier, politeness, robots
+        self.pipeline, self.host_budget, self.budget = pipeline, host_budget, budget
+        self.fetcher, self.outbox, self.router = fetcher, outbox, router
+        self.clock, self.store, self.checkpointer = clock, store, checkpointer
+        self.counters: Counter[str] = pipeline.counters
+        self.dropped: Counter[str] = pipeline.dropped
+        self.batches_received = 0
+        self.resumed = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._budget_spent = False
+        self._hold_until = 0.0
+        self._pending_claims: list[str] = []
+        self._final_counts: dict[str, int] | None = None
+        # May this shard start fetches and accept work now? False while the driver is
+        # silent or once another run holds the output's lease (crawler.lease, actors/).
+        self.gate: Callable[[], bool] = lambda: True
+
+    # -- input ----------------------------------------------------------------------
+
+    def accept(self, items: Sequence[UrlItem]) -> int:
+        """Take a batch of URLs whose hosts this shard owns; returns how many were queued.
+
+        With a store, a batch delivered twice is queued once (idempotent on URL, committed
+        before this returns). Cached robots rules refuse URLs here (a row, no queue space);
+        the per-host budget drops the rest of an exhausted host (counted, no row).
+        """
+        if not self.gate():
+            raise FencedError(f"{self.shard_id} is not accepting work (fenced or cut off from its driver)")
+        self.batches_received += 1
+        if self.store is not None:
+            fresh = self.store.add(items)
+            if len(fresh) != len(items):
+                self.dropped["duplicate_delivery"] += len(items) - len(fresh)
+            items = fresh
+        keep: list[UrlItem] = []
+        refused: list[UrlItem] = []
+        over_budget: list[str] = []
+        for item in items:
+            if self.settings.respect_robots and self.robots.cache.allowed(item.url, origin(item.url)) is False:
+                refused.append(item)
+            elif not self.host_budget.admit(item.host):
+                self.dropped["host_budget"] += 1
+                over_budget.append(item.url)
+            else:
+                keep.append(item)
+        if self.store is not None:
+            # A refused URL gets a row without a fetch: claim it now, so it never looks
+            # like a spilled URL waiting in the frontier (state 0 means exactly that).
+            self.store.claim([i.url for i in refused])
+            self.store.drop(over_budget)
+        for item in refused:
+            self._refused(item)
+        self.frontier.push(keep)
+        self.counters["accepted"] += len(keep)
+        self._wake.set()
+        return len(keep)
+
+    def set_host_policy(self, host: str, interval_s: float | None, paused: bool | None) -> None:
+        """Operator override of one politeness key; saved at once so it survives restarts."""
+        self.politeness.set_override(host, interval_s=interval_s, paused=paused)
+        self.frontier.reschedule(host)
+        if self.checkpointer is not None:
+            self.checkpointer.save()
+        self._wake.set()
+
+    def hold(self, seconds: float) -> None:
+        """Start no request for ``seconds`` (after a resume: a host contacted just before
+        the stop is not contacted again sooner than one interval)."""
+        self._hold_until = self.clock.now() + seconds
+
+    def commit_claims(self) -> None:
+        """Make the claims of fetches started so far durable (the router's group commit)."""
+        if self._pending_claims and self.store is not None:
+            claims, self._pending_claims = self._pending_claims, []
+            self.store.claim(claims)
+
+    # -- the loop -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Dispatch until :meth:`stop`, waking on events or the next due host."""
+        output = asyncio.ensure_future(self.outbox.run())
+        try:
+            while not self._stopping:
+                self._wake.clear()
+                self._dispatch()
+                await wait_event(self.clock, self._wake, self._idle_wait())
+        finally:
+            self.outbox.stop()
+            await output
+
+    def stop(self) -> None:
+        """Dispatch nothing more (in-flight fetches are cancelled by :meth:`close`)."""
+        self._stopping = True
+        self._wake.set()
+
+    async def close(self, *, cancel_in_flight: bool = True) -> None:
+        """Stop; cancel or finish in-flight work; flush, ack and checkpoint; close."""
+        self.stop()
+        if cancel_in_flight:
+            for t in list(self._tasks):
+                t.cancel()
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.router.flush()
+        try:
+            await self.outbox.flush(final=True)
+        except FencedError as exc:
+            log.error("%s: final rows not written: %s (the next run fetches them again)", self.shard_id, exc)
+        await self.fetcher.close()
+        if self.store is not None:
+            self._final_counts = self.store.counts()  # after the last acks, for the ledger
+            self.store.close()
+
+    def _idle_wait(self) -> float:
+        wake = self.frontier.next_wakeup()
+        if wake is None or self._budget_spent:
+            return IDLE_WAIT_S
+        return min(IDLE_WAIT_S, max(0.0, max(wake, self._hold_until) - self.clock.now()))
+
+    def _dispatch(self) -> None:
+        if self._stopping or self._budget_spent or self.clock.now() < self._hold_until or not self.gate():
+            return
+        free = self.settings.max_in_flight - len(self._tasks)
+        if free <= 0:
+            return
+        items = self.frontier.pop_ready(free)
+        if self.store is not None:
+            # Group-committed before any of their links is seen-checked (router hook).
+            self._pending_claims.extend(i.url for i in items)
+        for item in items:
+            task = asyncio.ensure_future(self._process(item))
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._wake.set()
+
+    async def _process(self, item: UrlItem) -> None:
+        host = item.host
+        try:
+            if self.settings.respect_robots:
+                org = origin(item.url)
+                allowed = self.robots.cache.allowed(item.url, org)
+                if allowed is None:
+                    # First URL of this origin (or expired rules): robots.txt takes the
+                    # host's slot; the URL waits for the next allowed time.
+                    await self._refresh_robots(org, host)
+                    self.frontier.requeue(item)
+                    return
+                if not allowed:
+                    self._refused(item)
+                    return
+            if item.attempts == 0 and not await self.budget.acquire():
+                self._budget_spent = True
+                self.frontier.requeue(item)
+                return
+            await self._handle(item, await self._fetch(host, item.url))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug costs one URL, recorded, not the shard
+            log.exception("internal error processing %s", item.url)
+            self.counters["internal_errors"] += 1
+            self._record(Outcome(self.pipeline.row(item, "failed", error=f"internal error: {exc!r}")))
+        finally:
+            self.frontier.release(host)  # whatever happened (DESIGN.md invariant 4)
+
+    async def _fetch(self, host: str, url: str) -> FetchResult:
+        self.politeness.on_start(host)
+        result: FetchResult | None = None
+        try:
+            result = await self.fetcher.fetch(url)
+            return result
+        finally:
+            if result is None:  # cancelled mid-request: keep the host's pacing honest
+                self.politeness.on_finish(host, None, transient=True)
+            else:
+                if result.headers_at is not None:
+                    self.politeness.on_headers(host, at=result.headers_at)
+                self.politeness.on_finish(host, result.status, result.headers.get("retry-after"), transient=result.transient)
+            self.counters["requests"] += 1
+
+    async def _refresh_robots(self, org: str, host: str) -> None:
+        before = self.robots.requests
+        rules = await self.robots.refresh(org, host, self._fetch)
+        self.counters["robots_requests"] += self.robots.requests - before
+        self.politeness.set_crawl_delay(host, rules.crawl_delay)
+        # URLs queued before the rules were known: refuse the disallowed ones now.
+        for blocked in self.frontier.remove_where(host, lambda it: not rules.allowed(it.url)):
+            self._refused(blocked)
+
+    async def _handle(self, item: UrlItem, res: FetchResult) -> None:
+        kind = classify(res)
+        item.attempts += 1
+        if kind == "transient" and item.attempts < self.settings.attempts:
+            self.counters["retries"] += 1
+            self.frontier.retry(item)
+            return
+        if kind == "ok":
+            outcome = await self.pipeline.page(item, res)
+            drop = self.host_budget.record_fetch(item.host, outcome.duplicate, self.frontier.queued_for(item.host))
+            if drop:
+                self._trim(item.host, drop)
+            self.frontier.demote(item.host, self.host_budget.penalty(item.host) > 1.0)
+        elif kind == "redirect":
+            outcome = self.pipeline.redirect(item, res)
+        elif kind == "not_modified":
+            outcome = Outcome(self.pipeline.row(item, "not_modified", res))
+        else:
+            final = "http_error" if res.status is not None and res.status >= 400 else "failed"
+            error = res.error or (f"HTTP {res.status}" if res.status is not None else "no response")
+            outcome = Outcome(self.pipeline.row(item, final, res, error=error))
+        if outcome.links:
+            # Acked (row written) only once its links reached their owners.
+            if not await self.router.submit(outcome.links, bypass_seen=item.replay):
+                raise RuntimeError(f"{len(outcome.links)} links could not be delivered to their shards")
+        self._record(outcome)
+
+    def _trim(self, host: str, drop: int) -> None:
+        """A budget cut: the host's queue shrinks to its new budget (counted, no rows)."""
+        urls = self.frontier.trim(host, drop)
+        if self.store is not None:
+            self.store.drop(urls)
+        self.dropped["budget_cut"] += len(urls)
+
+    def _refused(self, item: UrlItem) -> None:
+        """A URL the robots rules refuse: ``robots_blocked``, or ``failed`` with the cause
+        when robots.txt got no response at all (the site said nothing, the network failed)."""
+        cause = self.robots.cache.unreachable_reason(origin(item.url))
+        if cause is None:
+            self._record(Outcome(self.pipeline.row(item, "robots_blocked", error="disallowed by robots.txt")))
+        else:
+            self._record(Outcome(self.pipeline.row(item, "failed", error=f"robots.txt unreachable: {cause}")))
+
+    def _record(self, outcome: Outcome) -> None:
+        """Every URL ends as exactly one row (DESIGN.md invariant 5)."""
+        self.counters[outcome.row.outcome] += 1
+        self.outbox.put(outcome.row, outcome.body)
+
+    # -- status ---------------------------------------------------------------------
+
+    def store_counts(self) -> dict[str, int] | None:
+        """The durable store's URLs by state (crawler.ledger); after :meth:`close`, as closed."""
+        if self._final_counts is not None or self.store is None:
+            return self._final_counts
+        return self.store.counts()
+
+    def status(self) -> dict[str, Any]:
+        """Counters for progress and for termination (crawler.termination).
+
+        ``idle``: no fetch in flight, no link in transit, and no queued URL that could
+        become ready (the page budget is spent, or only paused hosts remain).
+        ``paused_urls``: queued URLs of paused hosts: idle, but not done (the crawl waits
+        for them to be unpaused, or for a stop that keeps them for the next resume).
+        """
+        queued = len(self.frontier)
+        transit = self.router.pending() + self.pipeline.pending()
+        could_work = queued > 0 and not self._budget_spent and self.frontier.next_wakeup() is not None
+        paused_hosts, paused_urls = self.frontier.parked() if not self._budget_spent else (0, 0)
+        rs = self.router.stats()
+        return {
+            "shard": self.shard_id,
+            "idle": not self._tasks and transit == 0 and not could_work,
+            "paused_hosts": paused_hosts,
+            "paused_urls": paused_urls,
+            "queued": queued,
+            "in_flight": len(self._tasks),
+            "in_transit": transit,
+            "hosts": self.frontier.host_count(),
+            "batches_received": self.batches_received,
+            "batches_sent": rs.get("batches_sent", 0),
+            "budget_spent": self._budget_spent,
+            "counters": dict(self.counters),
+            "dropped": dict(self.dropped),
+            "router": rs,
+            "rows_pending": self.outbox.pending(),
+            "frontier_recounts": self.frontier.recounts,
+            "resumed": self.resumed,
+        }

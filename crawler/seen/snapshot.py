@@ -1,0 +1,232 @@
+"""The seen set's persisted formats: the Bloom snapshot file and the snapshot blob.
+
+``<path>.bloom`` (disk mode) and when a reopened set trusts it. Format: magic ``SEENBLM\\x01``, u32 little-endian header length, a JSON header, the
+filter's bytes. The header names the filter's parameters (version, exact, backend,
+capacity, error_rate), a checksum of the bits and, in exact mode, the database (db_id)
+and its row count at the time of the snapshot.
+
+Invariant: in exact mode a snapshot is used only if every one of those matches the
+database being opened; otherwise the filter is rebuilt from the database, so a stale
+filter can never report as new a URL the store holds. In Bloom-only mode the snapshot
+is the whole set: a damaged one is refused rather than silently replaced by an empty
+filter (which would re-crawl everything).
+
+The snapshot blob (:meth:`SeenSet.snapshot`) is an .npz archive, no pickle: ``meta``
+(JSON counters and parameters), ``bloom`` (the filter's bytes) and, for an exact set,
+``hashes`` (uint64).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import xxhash
+
+from crawler.errors import ConfigError, StorageError
+from crawler.seen.bloom import Bloom
+from crawler.seen.store import DiskStore
+
+__all__ = [
+    "SNAPSHOT_VERSION",
+    "BadSnapshot",
+    "LoadedFilter",
+    "check_snapshot_mode",
+    "load_bloom_only",
+    "load_or_rebuild",
+    "read_blob",
+    "read_bloom_file",
+    "refuse_other_mode",
+    "write_blob",
+    "write_bloom_file",
+]
+
+SNAPSHOT_VERSION = 1
+"""Version of the ``.bloom`` header and of :meth:`SeenSet.snapshot` blobs."""
+
+_BLOOM_MAGIC = b"SEENBLM\x01"
+
+MakeBloom = Callable[[bytes | None], Bloom]
+
+
+class BadSnapshot(Exception):
+    """The Bloom snapshot file is unreadable or does not match (internal: caller decides)."""
+
+
+def write_bloom_file(path: str, header: dict, bits: bytes, *, durable: bool) -> None:
+    """Write ``header`` and the filter's ``bits`` to ``path`` atomically (temp file + rename).
+
+    ``durable`` fsyncs the file and its directory, so the snapshot survives an OS crash.
+    """
+    header = {**header, "bits_len": len(bits), "checksum": xxhash.xxh3_64_intdigest(bits)}
+    head = json.dumps(header).encode()
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(_BLOOM_MAGIC + struct.pack("<I", len(head)) + head)
+            f.write(bits)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        # Atomic: a reader sees the old snapshot or the new one, never half of one.
+        os.replace(tmp, path)
+        if durable:
+            dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+    except OSError as exc:
+        raise StorageError(f"seen Bloom snapshot {path}: write failed: {exc}") from exc
+
+
+def read_bloom_file(path: str) -> tuple[dict, bytes] | None:
+    """(header, bits), or None if there is no snapshot; BadSnapshot if it is damaged."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BadSnapshot(f"unreadable: {exc}") from exc
+    n = len(_BLOOM_MAGIC)
+    if len(data) < n + 4 or data[:n] != _BLOOM_MAGIC:
+        raise BadSnapshot("not a seen-set Bloom snapshot")
+    (hlen,) = struct.unpack_from("<I", data, n)
+    try:
+        header = json.loads(data[n + 4 : n + 4 + hlen])
+        bits = data[n + 4 + hlen :]
+        if len(bits) != header["bits_len"] or xxhash.xxh3_64_intdigest(bits) != header["checksum"]:
+            raise BadSnapshot("checksum mismatch (truncated or damaged)")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BadSnapshot(f"bad header: {exc}") from exc
+    return header, bits
+
+
+def check_snapshot_mode(header: dict, exact: bool, bloom_path: str) -> None:
+    """ConfigError if the snapshot at ``bloom_path`` belongs to a set of the other mode."""
+    if bool(header.get("exact")) != exact:
+        kind = "an exact" if header.get("exact") else "a Bloom-only"
+        raise ConfigError(
+            f"seen path: {bloom_path} belongs to {kind} seen set; open it with "
+            f"exact={bool(header.get('exact'))} or choose another path"
+        )
+
+
+def refuse_other_mode(bloom_path: str, exact: bool) -> None:
+    """Before a new database is created at a path: a Bloom-only set's file there must not
+    be shadowed (ConfigError). A damaged snapshot is ignored: there is nothing to match."""
+    try:
+        found = read_bloom_file(bloom_path)
+    except BadSnapshot:
+        found = None  # no database to match it against anyway
+    if found is not None:
+        check_snapshot_mode(found[0], exact, bloom_path)
+
+
+def load_bloom_only(bloom_path: str, mine: dict, make: MakeBloom) -> tuple[Bloom, dict] | None:
+    """A Bloom-only set's filter and snapshot header, or None if there is no snapshot yet.
+
+    ``mine`` is the opening set's own header; a snapshot written with other parameters
+    raises ConfigError (a Bloom filter cannot be resized), a damaged one StorageError.
+    """
+    try:
+        found = read_bloom_file(bloom_path)
+    except BadSnapshot as exc:
+        # The snapshot is the only copy of a Bloom-only set: starting empty would
+        # silently re-crawl everything, so refuse instead.
+        raise StorageError(f"seen Bloom snapshot {bloom_path}: {exc}") from exc
+    if found is None:
+        return None
+    header, bits = found
+    check_snapshot_mode(header, bool(mine["exact"]), bloom_path)
+    for key in ("version", "bloom", "capacity", "error_rate"):
+        if header.get(key) != mine[key]:
+            raise ConfigError(
+                f"seen path: {bloom_path} was written with {key}={header.get(key)!r}, not "
+                f"{mine[key]!r}; a Bloom-only set cannot be resized, open it with the same settings"
+            )
+    return make(bits), header
+
+
+@dataclass
+class LoadedFilter:
+    """The filter an exact disk set opens with, and where it came from."""
+
+    bloom: Bloom
+    source: str  # "new" (empty database), "snapshot" or "rebuilt"
+    reason: str = ""  # why a snapshot was not used (empty unless rebuilt)
+    rebuild_seconds: float = 0.0
+
+
+def load_or_rebuild(bloom_path: str, mine: dict, disk: DiskStore, make: MakeBloom, fresh: Bloom) -> LoadedFilter:
+    """The snapshot's filter if it matches ``disk`` exactly, else one rebuilt from ``disk``.
+
+    ``mine`` is the opening set's own header; ``fresh`` is its empty filter, kept when
+    the database is empty.
+    """
+    try:
+        found = read_bloom_file(bloom_path)
+    except BadSnapshot as exc:
+        found, reason = None, f"snapshot damaged ({exc})"
+    else:
+        reason = "no snapshot"
+    if found is not None:
+        header, bits = found
+        check_snapshot_mode(header, bool(mine["exact"]), bloom_path)
+        wanted = {**mine, "db_id": disk.db_id, "rows": disk.rows}
+        stale = [k for k, v in wanted.items() if header.get(k) != v]
+        if not stale:
+            try:
+                return LoadedFilter(make(bits), "snapshot")
+            except StorageError as exc:
+                reason = f"snapshot unloadable ({exc})"
+        else:
+            # rows differ: URLs were added after the snapshot (a crash, or no close).
+            reason = "snapshot does not match the store: " + ", ".join(
+                f"{k} {header.get(k)!r} != {wanted[k]!r}" for k in stale
+            )
+    if disk.rows == 0:
+        return LoadedFilter(fresh, "new")
+    start = time.perf_counter()
+    bloom = make(None)
+    for chunk in disk.iter_hashes():
+        bloom.add_many(chunk)
+    bloom.recount()
+    return LoadedFilter(bloom, "rebuilt", reason, time.perf_counter() - start)
+
+
+def write_blob(meta: dict, bits: bytes, hashes: np.ndarray | None) -> bytes:
+    """The snapshot blob: ``meta`` (stamped with :data:`SNAPSHOT_VERSION`), the Bloom
+    filter's ``bits`` and, for an exact set, its ``hashes``."""
+    meta = {"version": SNAPSHOT_VERSION, **meta}
+    arrays = {
+        "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+        "bloom": np.frombuffer(bits, dtype=np.uint8),
+    }
+    if hashes is not None:
+        arrays["hashes"] = hashes
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def read_blob(data: bytes) -> tuple[dict, bytes, np.ndarray | None]:
+    """(meta, Bloom bits, hashes or None) of a snapshot blob; StorageError if it is
+    unreadable or of another version."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            meta = json.loads(z["meta"].tobytes())
+            raw = z["bloom"].tobytes()
+            hashes = z["hashes"] if "hashes" in z.files else None
+    except (OSError, ValueError, KeyError) as exc:
+        raise StorageError(f"seen-set snapshot is unreadable: {exc}") from exc
+    if meta.get("version") != SNAPSHOT_VERSION:
+        raise StorageError(f"seen-set snapshot version {meta.get('version')!r} is not supported")
+    return meta, raw, hashes

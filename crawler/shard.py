@@ -1,0 +1,216 @@
+"""Assembling one shard from a config: the same wiring in one process and on Ray.
+
+:func:`build_shard` creates a shard's per-host policy objects (politeness, robots,
+frontier, budgets), its page pipeline, outbox and checkpointer around a
+:class:`~crawler.scheduler.ShardScheduler`, connects it to the crawl-wide services it is
+given (seen group, content index, page budget, delivery to other shards), and resumes it
+from its durable store. ``actors/host_shard.py`` calls it with Ray clients,
+``crawler.local`` with in-process services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any, Awaitable, Callable, Sequence
+
+from crawler.batching import MicroBatcher
+from crawler.checkpoint import Checkpointer, resume_queue
+from crawler.clock import SYSTEM_CLOCK, Clock
+from crawler.config import CrawlConfig
+from crawler.fetch import Fetcher, classify
+from crawler.frontier import Frontier, UrlItem
+from crawler.journal import FrontierStore, is_remote
+from crawler.lease import Fence, LeaseStore
+from crawler.links import LinkPolicy
+from crawler.outbox import Outbox
+from crawler.output import ResultWriter
+from crawler.pipeline import PagePipeline
+from crawler.politeness import Politeness
+from crawler.robots import RobotsCache, RobotsClient
+from crawler.routing import LinkRouter, SeenService
+from crawler.scheduler import PageBudget, SchedulerSettings, ShardScheduler
+from crawler.traps import HostBudget, TrapRules
+from crawler.urls import DEFAULT_TRACKING_PARAMS, Scope, UrlNormalizer, host_key, join_url
+
+#: ``await content(batch)`` -> ``(dup_kind, dup_of)`` per ``(url, sha256, simhash)``.
+ContentCall = Callable[[list[tuple[str, str, int | None]]], Awaitable[Sequence[tuple[str | None, str | None]]]]
+Deliver = Callable[[str, list[UrlItem]], Awaitable[Any]]
+
+
+def build_link_policy(cfg: CrawlConfig, seeds: Sequence[str]) -> LinkPolicy:
+    """The link policy a config describes (shared by the shards and ``crawl links``)."""
+    normalizer = UrlNormalizer(
+        cfg.urls.tracking_params if cfg.urls.tracking_params is not None else DEFAULT_TRACKING_PARAMS,
+        sort_query=cfg.urls.sort_query,
+    )
+    lim = cfg.limits
+    return LinkPolicy(
+        normalizer,
+        Scope(cfg.scope, seeds),
+        TrapRules(lim.max_depth, lim.max_url_length, lim.max_query_params, lim.max_path_repeats),
+        follow_rel_nofollow=cfg.urls.follow_rel_nofollow,
+    )
+
+
+def build_fetcher(cfg: CrawlConfig, clock: Clock = SYSTEM_CLOCK, **kw: Any) -> Fetcher:
+    """The HTTP fetcher a config describes."""
+    f = cfg.fetch
+    return Fetcher(
+        user_agent=cfg.user_agent,
+        timeout_s=f.timeout_s,
+        connect_timeout_s=f.connect_timeout_s,
+        max_body_bytes=cfg.limits.max_body_bytes,
+        resolve=dict(f.resolve),
+        dns_ttl_s=f.dns_ttl_s,
+        dns_negative_ttl_s=f.dns_negative_ttl_s,
+        ssrf_guard=f.ssrf_guard,
+        allow_networks=f.allow_networks,
+        max_connections=max(16, f.max_in_flight * 2),
+        clock=clock,
+        **kw,
+    )
+
+
+def build_writer(cfg: CrawlConfig, shard_id: str, clock: Clock) -> ResultWriter:
+    """The shard's Parquet/blob writer (its files are named after the shard)."""
+    o = cfg.output
+    return ResultWriter(
+        o.path,
+        shard_id,
+        storage_options=dict(o.storage_options) or None,
+        rows_per_file=o.rows_per_file,
+        flush_interval_s=o.row_flush_interval_s,
+        clock=clock,
+        store_bodies=o.store_bodies,
+        compresslevel=o.blob_compresslevel,
+    )
+
+
+#: How often a shard re-reads the output's lease before a fetch (a write or ack re-reads it).
+FENCE_CHECK_INTERVAL_S = 0.5
+
+
+def build_fence(cfg: CrawlConfig, epoch: int | None, clock: Clock) -> Fence | None:
+    """The shard's check of the output's lease, or None for a crawl without durable state."""
+    if epoch is None:
+        return None
+    store = LeaseStore(cfg.output.path, dict(cfg.output.storage_options) or None)
+    return Fence(store, epoch, clock, FENCE_CHECK_INTERVAL_S)
+
+
+def build_shard(
+    cfg: CrawlConfig,
+    shard_id: str,
+    *,
+    seeds: Sequence[str],
+    seen: SeenService,
+    content: ContentCall,
+    budget: PageBudget,
+    deliver: Deliver,
+    owner_of: Callable[[str], str],
+    store: FrontierStore | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    rng: random.Random | None = None,
+    fetcher: Any = None,
+    writer: Any = None,
+    run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
+    fence: Fence | None = None,
+) -> ShardScheduler:
+    """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
+    the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs)."""
+    pol, rt = cfg.politeness, cfg.runtime
+    rng = rng or random.Random(hash(shard_id) & 0xFFFF)
+    politeness = Politeness(
+        pol.interval_s,
+        pol.max_interval_s,
+        clock=clock,
+        backoff_factor=pol.backoff_factor,
+        recovery_factor=pol.recovery_factor,
+        retry_after_cap_s=pol.retry_after_cap_s,
+    )
+    robots_cache = RobotsCache(cfg.user_agent, ttl_s=pol.robots_ttl_s, error_ttl_s=pol.robots_error_ttl_s, clock=clock)
+    frontier = Frontier(
+        politeness,
+        clock,
+        rng,
+        backoff_s=cfg.fetch.backoff_s,
+        max_backoff_s=cfg.fetch.max_backoff_s,
+        window=rt.frontier_window if store is not None else None,
+        spill=store,
+    )
+    links = build_link_policy(cfg, seeds)
+    robots = RobotsClient(
+        robots_cache, classify=classify, normalize=links.normalizer, join=join_url, host_of=host_key, pacer=politeness, clock=clock
+    )
+    host_budget = HostBudget(
+        cfg.limits.max_pages_per_host, novelty_window=cfg.dedup.novelty_window, novelty_threshold=cfg.dedup.novelty_threshold
+    )
+    batcher: MicroBatcher[tuple[str, str, int | None], tuple[str | None, str | None]] = MicroBatcher(
+        content, max_size=rt.content_batch_size, max_delay_s=rt.content_batch_delay_s, clock=clock
+    )
+    pipeline = PagePipeline(
+        shard_id,
+        links,
+        batcher,
+        clock,
+        user_agent_token=cfg.product_token(),
+        max_links_per_page=cfg.urls.max_links_per_page,
+        min_text_tokens=cfg.dedup.min_text_tokens,
+        max_body_bytes=cfg.limits.max_body_bytes,
+        store_bodies=cfg.output.store_bodies,
+    )
+    checkpointer = None
+    if store is not None:
+        out = cfg.output.path
+        checkpointer = Checkpointer(
+            store,
+            {
+                "robots": (robots_cache.snapshot, robots_cache.restore),
+                "host_budget": (host_budget.snapshot, host_budget.restore),
+                "politeness": (lambda: politeness.snapshot(protecting_only=True), politeness.restore),
+                "counters": (lambda: dict(pipeline.counters), pipeline.counters.update),
+                "dropped": (lambda: dict(pipeline.dropped), pipeline.dropped.update),
+            },
+            clock,
+            interval_s=rt.checkpoint_interval_s,
+            remote_path=f"{out.rstrip('/')}/state/{shard_id}.sqlite" if is_remote(out) else None,
+            ship_interval_s=rt.state_ship_interval_s,
+            storage_options=dict(cfg.output.storage_options) or None,
+        )
+    outbox = Outbox(
+        writer if writer is not None else build_writer(cfg, shard_id, clock),
+        store,
+        clock,
+        interval_s=cfg.output.outbox_interval_s,
+        run_blocking=run_blocking,
+        on_flush=checkpointer.tick if checkpointer is not None else None,
+        fence=fence.ok if fence is not None else None,
+    )
+    router = LinkRouter(seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s, clock=clock)
+    shard = ShardScheduler(
+        shard_id,
+        SchedulerSettings(cfg.fetch.max_in_flight, cfg.fetch.attempts, pol.respect_robots),
+        frontier=frontier,
+        politeness=politeness,
+        robots=robots,
+        pipeline=pipeline,
+        host_budget=host_budget,
+        budget=budget,
+        fetcher=fetcher if fetcher is not None else build_fetcher(cfg, clock),
+        outbox=outbox,
+        router=router,
+        clock=clock,
+        store=store,
+        checkpointer=checkpointer,
+    )
+    router.before_flush = shard.commit_claims  # claims are durable before links are marked seen
+    if fence is not None:
+        shard.gate = fence.ok
+    if store is not None and checkpointer is not None:
+        shard.resumed = resume_queue(store, frontier)
+        if checkpointer.restore() or shard.resumed:
+            # No request before one interval: a host contacted just before the stop is
+            # not contacted again too soon.
+            shard.hold(max(pol.interval_s, 0.05))
+    return shard

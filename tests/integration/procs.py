@@ -1,0 +1,71 @@
+"""Processes and request logs shared by the crash and lease tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+# A page fetched again after a crash must have been "in flight": requested, or answered
+# but its row not yet durable. Rows are flushed every output.row_flush_interval_s (0.2 s
+# here) by an output loop that ticks every 0.25 s; allow that plus scheduling slack.
+UNACKED_WINDOW_S = 0.2 + 0.25 + 0.5
+
+
+def _refetched_outside_window(server, kill_times):
+    """Pages requested twice whose first answer was durable long before every crash."""
+    web = server.web
+    failing = set(web.failure_urls())
+    first: dict[str, tuple[float, float]] = {}
+    counts: Counter = Counter()
+    for r in sorted(server.requests(), key=lambda r: r.start):
+        u = web.url(r.host, r.path_qs)
+        counts[u] += 1
+        first.setdefault(u, (r.start, r.end))
+    bad = []
+    for u, n in counts.items():
+        if n < 2 or u in failing or u not in web.must_fetch():
+            continue
+        start, end = first[u]
+        # start <= k (+ slack: the server thread may log a request sent before the kill
+        # a moment later).
+        if not any(start <= k + 0.5 and end >= k - UNACKED_WINDOW_S for k in kill_times):
+            bad.append((u, [round(start - k, 2) for k in kill_times], [round(end - k, 2) for k in kill_times]))
+    return sorted(bad)
+
+
+def _wait_requests(server, n, timeout=120):
+    deadline = time.monotonic() + timeout
+    while len(server.requests()) < n:
+        assert time.monotonic() < deadline, "crawl made no progress"
+        time.sleep(0.05)
+
+
+def _spawn(cfgfile, ray_tmp):
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=ray_tmp, PYTHONUNBUFFERED="1")
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "run", str(cfgfile), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+    )
+
+
+def _kill_leftovers(marker):
+    """SIGKILL whatever of that Ray is still alive (we started it; nothing else is touched)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if marker.encode() in cmd or marker.encode() in env:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
