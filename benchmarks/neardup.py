@@ -268,7 +268,7 @@ _TRENDING = [
 
 def corpus_dir(arg: str | None) -> Path | None:
     """The corpus folder: --corpus, $CRAWLER_CORPUS, or <repo>/../shared/corpus."""
-    for cand in (arg, os.environ.get("CRAWLER_CORPUS"), str(ROOT.parent / "shared" / "corpus"), "/work/shared/corpus"):
+    for cand in (arg, os.environ.get("CRAWLER_CORPUS"), str(ROOT.parent / "shared" / "corpus")):
         if cand and (Path(cand) / "manifest.jsonl").is_file():
             return Path(cand)
     return None

@@ -56,11 +56,11 @@ COMPONENTS = (
     ("checkpoint (JSON state)", ("ShardEngine.checkpoint",)),
     ("output: blobs (gzip, fsync, files)", ("BlobStore.", "gzip.py")),
     ("output: Parquet rows", ("crawler/output/", "pyarrow/")),
-    ("parse (lexbor, links, text)", ("crawler/parse.py", "selectolax/")),
+    ("parse (lexbor, links, text)", ("crawler/parse/", "selectolax/")),
     ("fingerprints (SHA-256, SimHash, content index)", ("crawler/dedup.py",)),
     ("frontier store (SQLite journal)", ("crawler/journal.py",)),
     ("seen set (Bloom + store)", ("crawler/seen/", "pybloom_live/")),
-    ("link policy (normalize, scope, traps)", ("crawler/urls.py", "crawler/links.py", "crawler/traps.py")),
+    ("link policy (normalize, scope, traps)", ("crawler/urls/", "crawler/links.py", "crawler/traps.py")),
     ("robots", ("crawler/robots.py", "protego")),
     ("fetch (aiohttp, DNS)", ("crawler/fetch.py", "crawler/dns.py", "aiohttp/", "aiohappyeyeballs/", "yarl/", "multidict/")),
     ("frontier + politeness", ("crawler/frontier.py", "crawler/politeness.py")),
@@ -132,7 +132,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _short(frame: str) -> str:
-    # "parse_page (crawler/parse.py:640)" -> "parse_page (crawler/parse.py)"; line numbers
+    # "parse_page (crawler/parse/html.py:640)" -> "parse_page (crawler/parse/html.py)"; line numbers
     # split one function into many rows.
     name, _, loc = frame.partition(" (")
     path = loc.rstrip(")").rsplit(":", 1)[0]

@@ -28,7 +28,7 @@ content type); where neither declares one, Chromium guesses (see docs/browser-ag
 
 Usage (Debian: ``apt-get install chromium``; not needed to run the tests)::
 
-    python tools/browser_links.py [--corpus /work/shared/corpus] [--out FIXTURE] [--jobs 4]
+    python tools/browser_links.py [--corpus DIR] [--out FIXTURE] [--jobs 4]
     python tools/browser_links.py --report    # compare the fixture with the crawler
 
 Fixture format (gzip JSON): ``{"chromium": VERSION, "generated": ISO-8601, "pages":
@@ -59,7 +59,9 @@ from typing import Any
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CORPUS = Path(os.environ.get("CRAWLER_CORPUS", "/work/shared/corpus"))
+# The real-page corpus is not in the repository: $CRAWLER_CORPUS, else the project's shared
+# folder beside the checkout (the rule tests/corpus.py follows).
+DEFAULT_CORPUS = Path(os.environ.get("CRAWLER_CORPUS") or ROOT.parent / "shared" / "corpus")
 DEFAULT_OUT = ROOT / "tests" / "fixtures" / "browser_links.json.gz"
 
 CHROMIUM_FLAGS = [
@@ -684,7 +686,8 @@ def encodings(args: argparse.Namespace) -> int:
     """Print, per encoding, how many code points the crawler encodes differently from
     Chromium in a link query, and how many byte sequences it decodes differently."""
     sys.path.insert(0, str(ROOT))
-    from crawler.parse import _decode, lookup_charset, parse_page
+    from crawler.parse import lookup_charset, parse_page
+    from crawler.parse.charset import decode
 
     chromium = args.chromium or shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
@@ -708,7 +711,7 @@ def encodings(args: argparse.Namespace) -> int:
         if label in tables["decoded"]:
             codec = lookup_charset(label) or "utf-8"
             for seq, text in zip(*tables["decoded"][label]):
-                if _decode(seq, codec) != text:
+                if decode(seq, codec) != text:
                     if "\ufffd" in text:
                         malformed += 1
                     else:
@@ -719,7 +722,12 @@ def encodings(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="corpus folder with manifest.jsonl")
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        default=DEFAULT_CORPUS,
+        help="corpus folder with manifest.jsonl (default: $CRAWLER_CORPUS, else ../shared/corpus beside the checkout)",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="fixture path (gzip JSON)")
     p.add_argument("--chromium", help="Chromium binary (default: chromium on PATH)")
     p.add_argument("--jobs", type=int, default=4, help="pages loaded in parallel (browser tabs)")
@@ -732,6 +740,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.encodings:
         return encodings(args)
+    if not (args.corpus / "manifest.jsonl").is_file():
+        print(
+            f"error: no manifest.jsonl in {args.corpus}; set CRAWLER_CORPUS or --corpus to the corpus "
+            "folder, or place the shared folder beside the checkout (../shared/corpus)",
+            file=sys.stderr,
+        )
+        return 2
     return report(args) if args.report else generate(args)
 
 

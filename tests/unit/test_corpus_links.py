@@ -13,15 +13,16 @@ the documented deliberate classes, each recognised by a small classifier below. 
 whose scheme is not http(s) (``mailto:``, ``javascript:``...) are counted but not
 asserted: the crawler only needs to reject them, which the normalizer does.
 
-The corpus pages are read from ``$CRAWLER_CORPUS``, ``tests/corpus``, ``corpus`` or
-``../shared/corpus`` beside the checkout; without one, the corpus tests skip and the synthetic ones run.
+The corpus pages are read from ``$CRAWLER_CORPUS``, else ``../shared/corpus`` beside the
+checkout (tests/corpus.py). Without one the synthetic tests still run and the corpus tests
+skip, one skip per test (not per page) saying how to get it; under CI (``CI=true``)
+test_corpus_is_available fails instead.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,12 +34,11 @@ import pytest
 from crawler.parse import ParsedPage, lookup_charset, parse_page
 from crawler.urls import normalize
 from jobs.cli import main as crawl_main
+from tests.corpus import corpus_dir, in_ci, missing_reason, require_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "browser_links.json.gz"
-# ../shared/corpus is where the project's shared folder sits beside a checkout (and CI's clone).
-_CORPUS_CANDIDATES = [ROOT / "tests" / "corpus", ROOT / "corpus", ROOT.parent / "shared" / "corpus", Path("/work/shared/corpus")]
-# parse.py reads a late charset <meta> only within this many bytes (Chromium: whole head).
+# crawler/parse/charset.py reads a late charset <meta> only within this many bytes (Chromium: whole head).
 LATE_META_WINDOW = 32768
 
 
@@ -47,20 +47,8 @@ def fixture() -> dict:
     return json.loads(gzip.decompress(FIXTURE.read_bytes()).decode("utf-8", "surrogatepass"))
 
 
-@cache
-def corpus_dir() -> Path | None:
-    env = os.environ.get("CRAWLER_CORPUS")
-    for path in [Path(env)] if env else _CORPUS_CANDIDATES:
-        if (path / "manifest.jsonl").is_file():
-            return path
-    return None
-
-
 def corpus_body(page: dict) -> bytes:
-    root = corpus_dir()
-    if root is None:
-        pytest.skip("corpus not found (set CRAWLER_CORPUS to the folder with manifest.jsonl)")
-    data = (root / page["file"]).read_bytes()
+    data = (require_corpus() / page["file"]).read_bytes()
     return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
@@ -191,6 +179,25 @@ def _corpus_id(page: dict) -> str:
     return Path(page["file"]).name.split(".html")[0][:48]
 
 
+def _corpus_pages() -> list:
+    """One parameter per corpus page; without the corpus, a single skipped placeholder
+    (one line in the report saying how to get it, not one skip per page)."""
+    if corpus_dir() is None:
+        return [pytest.param(None, id="no-corpus", marks=pytest.mark.skip(reason=missing_reason()))]
+    return [pytest.param(i, id=_corpus_id(p)) for i, p in enumerate(fixture()["pages"])]
+
+
+def test_corpus_is_available() -> None:
+    # Under CI a missing corpus fails here, once, rather than skipping every real-page check.
+    if corpus_dir() is None:
+        if in_ci():
+            pytest.fail(f"CI=true but {missing_reason()}", pytrace=False)
+        pytest.skip(missing_reason())
+    root = corpus_dir()
+    missing = [p["file"] for p in fixture()["pages"] if not (root / p["file"]).is_file()]
+    assert not missing, f"{len(missing)} corpus pages missing under {root}, e.g. {missing[:3]}"
+
+
 def test_fixture_covers_the_corpus() -> None:
     fx = fixture()
     assert fx["chromium"].startswith(("Chrome/", "HeadlessChrome/"))
@@ -202,7 +209,7 @@ def test_fixture_covers_the_corpus() -> None:
         assert [(m["file"], m["url"]) for m in manifest] == [(p["file"], p["url"]) for p in fx["pages"]]
 
 
-@pytest.mark.parametrize("index", range(len(fixture()["pages"])), ids=[_corpus_id(p) for p in fixture()["pages"]])
+@pytest.mark.parametrize("index", _corpus_pages())
 def test_corpus_page_links_match_the_browser(index: int) -> None:
     result = corpus_comparison(index)
     assert not result.failures, "\n".join(result.failures[:20])
@@ -227,8 +234,7 @@ def test_deliberate_classes_are_the_documented_ones() -> None:
 
 
 def test_corpus_agreement_rate(capsys: pytest.CaptureFixture[str]) -> None:
-    if corpus_dir() is None:
-        pytest.skip("corpus not found")
+    require_corpus()
     total = Comparison()
     for index in range(len(fixture()["pages"])):
         r = corpus_comparison(index)
@@ -267,10 +273,9 @@ def _cli_lines(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict]:
 
 
 def test_crawl_links_prints_one_json_object_per_link(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    if corpus_dir() is None:
-        pytest.skip("corpus not found")
+    root = require_corpus()
     page = next(p for p in fixture()["pages"] if p["file"].endswith(".html") and 20 <= len(p["hrefs"]) <= 200)
-    path = corpus_dir() / page["file"]
+    path = root / page["file"]
     lines = _cli_lines(capsys, str(path), "--url", page["url"])
     assert len(lines) == len(page["hrefs"])
     assert all(set(line) == _CLI_KEYS for line in lines)
@@ -286,9 +291,8 @@ def test_crawl_links_prints_one_json_object_per_link(capsys: pytest.CaptureFixtu
 
 
 def test_crawl_links_reads_a_gzipped_corpus_page(capsys: pytest.CaptureFixture[str]) -> None:
-    if corpus_dir() is None:
-        pytest.skip("corpus not found")
+    root = require_corpus()
     page = next(p for p in fixture()["pages"] if p["file"].endswith(".gz") and p["hrefs"])
-    lines = _cli_lines(capsys, str(corpus_dir() / page["file"]), "--url", page["url"])
+    lines = _cli_lines(capsys, str(root / page["file"]), "--url", page["url"])
     assert [line["raw"] for line in lines] == [link.raw for link in parse_page(corpus_body(page), page["url"], "text/html").links]
     assert len(lines) == len(page["hrefs"])

@@ -6,7 +6,6 @@ import gzip
 import json
 import re
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +14,7 @@ from multidict import CIMultiDict
 
 from crawler.errors import ConfigError
 from crawler.parse import Link, ParsedPage, detect_charset, is_html, lookup_charset, parse_page
+from tests.corpus import require_corpus
 
 URL = "http://ex.com/dir/page.html?p=1#top"
 TOKEN = "RayCrawl"
@@ -254,7 +254,7 @@ def test_lookup_charset_follows_whatwg_labels(label: str, codec: str | None) -> 
 def test_every_mapped_codec_exists_in_python() -> None:
     import codecs
 
-    from crawler.parse import _WHATWG_LABELS
+    from crawler.encodings import WHATWG_LABELS as _WHATWG_LABELS
 
     for codec in set(_WHATWG_LABELS.values()) - {"replacement"}:
         assert codecs.lookup(codec).name == codec
@@ -613,24 +613,17 @@ def test_random_htmlish_never_raises(html: str, codec: str, ct: str | None) -> N
 
 # ----------------------------------------------------------------------------- real pages
 
-CORPUS = Path("/work/shared/corpus")
 _CORPUS_LINK = re.compile(rb"<(?:a|area)\s[^>]*?\bhref\s*=", re.IGNORECASE)
 _SCHEME = re.compile(r"[\x00-\x20]*([A-Za-z][A-Za-z0-9+.-]*):")
 _CORPUS_SKIP = re.compile(rb"<script\b.*?</script\s*>|<!--.*?-->|<template\b.*?</template\s*>", re.I | re.S)
 
 
-def _corpus() -> list[dict]:
-    manifest = CORPUS / "manifest.jsonl"
-    if not manifest.exists():
-        pytest.skip("shared corpus not available")
-    return [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
-
-
 def test_every_corpus_page_parses_with_a_plausible_link_count() -> None:
-    entries = _corpus()
+    corpus = require_corpus()
+    entries = [json.loads(line) for line in (corpus / "manifest.jsonl").read_text().splitlines() if line.strip()]
     assert len(entries) > 100
     for entry in entries:
-        body = (CORPUS / entry["file"]).read_bytes()
+        body = (corpus / entry["file"]).read_bytes()
         if entry["file"].endswith(".gz"):
             body = gzip.decompress(body)
         page = parse_page(body, entry["url"], None, user_agent_token=TOKEN)

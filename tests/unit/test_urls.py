@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crawler import urls
 from crawler.errors import ConfigError, SeedError
 from crawler.urls import (
     DEFAULT_TRACKING_PARAMS,
@@ -23,6 +22,7 @@ from crawler.urls import (
     registered_domain,
     validate_seed,
 )
+from crawler.urls import hosts
 
 # --- normalization --------------------------------------------------------------------
 
@@ -340,6 +340,32 @@ def test_join_url_absolute_href_query_also_uses_document_encoding() -> None:
 
 
 @pytest.mark.parametrize(
+    ("label", "href", "expected"),
+    [
+        # WHATWG labels Python has no alias for still name their encoding, as in a browser
+        ("x-cp1251", "?q=тест", "http://h.test/x?q=%F2%E5%F1%F2"),
+        ("koi8-ru", "?q=тў", "http://h.test/x?q=%D4%AE"),  # KOI8-U with the Belarusian ў
+        ("iso88592", "?q=łź", "http://h.test/x?q=%B3%BC"),
+        ("mac", "?q=é", "http://h.test/x?q=%8E"),
+    ],
+)
+def test_join_url_query_knows_every_whatwg_label(label: str, href: str, expected: str) -> None:
+    assert join_url("http://h.test/x", href, label) == expected
+
+
+def test_join_url_reads_a_label_as_the_page_decoder_does() -> None:
+    # One label table (crawler.encodings) decodes a page and encodes its links' queries,
+    # so a label and the codec parse_page decoded with give the same link; UTF-16 and
+    # replacement documents send UTF-8 (WHATWG URL, "encoding").
+    from crawler.encodings import REPLACEMENT, UTF16, WHATWG_LABELS
+
+    href = "?q=é€жł中ﾃ¥"
+    for label, codec in WHATWG_LABELS.items():
+        url_codec = "utf-8" if codec in (*UTF16, REPLACEMENT) else codec
+        assert join_url("http://h.test/x", href, label) == join_url("http://h.test/x", href, url_codec), label
+
+
+@pytest.mark.parametrize(
     ("base", "href", "expected"),
     [
         ("about:blank", "g", None),  # relative href needs an http(s) base
@@ -425,7 +451,7 @@ def test_registered_domain_never_touches_the_network(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
-    urls._tld_extractor.cache_clear()
+    hosts._tld_extractor.cache_clear()
     registered_domain.cache_clear()
     try:
         assert registered_domain("news.bbc.co.uk") == "bbc.co.uk"

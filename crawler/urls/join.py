@@ -1,0 +1,160 @@
+"""Resolve a link found in a page against the page's base URL, as a browser does.
+
+:func:`join_url` follows the WHATWG URL Standard ("basic URL parser" with a base) where
+it differs from RFC 3986 section 5, so its output is the URL a browser would request for
+the same ``href`` (tests/unit/test_corpus_links.py checks it against Chromium on real
+pages). It does not canonicalize: the host is left as written for
+:class:`~crawler.urls.canonical.UrlNormalizer`, which the caller applies next. It runs
+once per link of every page; the base is parsed once per page (cached).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from crawler.urls.query_encoding import encode_query
+from crawler.urls.syntax import (
+    BYTE_PCT,
+    C0_SET,
+    HTTP_SCHEMES,
+    backslashes_to_slashes,
+    clean,
+    match_scheme,
+    percent_encode,
+    remove_dot_segments,
+    split_after_scheme,
+)
+
+__all__ = ["join_url"]
+
+# WHATWG percent-encode sets for the path and the fragment (the query has its own
+# encoder, which uses the document encoding).
+_WHATWG_PATH_TABLE = {ord(c): BYTE_PCT[ord(c)] for c in C0_SET + ' "#<>?`{}'}
+_WHATWG_FRAGMENT_TABLE = {ord(c): BYTE_PCT[ord(c)] for c in C0_SET + ' "<>`'}
+
+
+def _has_host(authority: str) -> bool:
+    hostport = authority[authority.rfind("@") + 1 :]
+    if hostport[:1] == "[":
+        return True  # validated by the normalizer
+    return bool(hostport.partition(":")[0])
+
+
+def _serialize(
+    scheme: str, authority: str, path: str, query: str | None, fragment: str | None, encoding: str
+) -> str:
+    url = scheme + "://" + authority + percent_encode(path, _WHATWG_PATH_TABLE)
+    if query is not None:
+        url += "?" + encode_query(query, encoding)
+    if fragment is not None:
+        url += "#" + percent_encode(fragment, _WHATWG_FRAGMENT_TABLE)
+    return url
+
+
+def _absolute(scheme: str, rest: str, encoding: str) -> str | None:
+    """``rest`` is everything after ``scheme:`` and its slashes: authority onwards."""
+    authority, path, query, fragment = split_after_scheme(rest)
+    if not _has_host(authority):
+        return None  # WHATWG: a special URL with an empty host is a failure
+    path = remove_dot_segments(path or "/")
+    return _serialize(scheme, authority, path, query, fragment, encoding)
+
+
+_MAX_CACHED_BASE = 4096
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_base(base: str) -> tuple[str, str, str, str | None] | None:
+    """(scheme, authority, path, query) of an http(s) base URL. Cached: every link on
+    a page is joined against the same base."""
+    base = clean(base)
+    match = match_scheme(base)
+    if match is None:
+        return None
+    scheme = match.group(1).lower()
+    if scheme not in HTTP_SCHEMES:
+        return None
+    rest = backslashes_to_slashes(base[match.end() :]).lstrip("/")
+    authority, path, query, _fragment = split_after_scheme(rest)
+    if not _has_host(authority):
+        return None
+    return scheme, authority, remove_dot_segments(path or "/"), query
+
+
+def _resolve(base: tuple[str, str, str, str | None], rel: str, encoding: str) -> str | None:
+    """RFC 3986 5.2.2 reference resolution with the WHATWG special-scheme leniencies."""
+    scheme, authority, base_path, base_query = base
+    if rel.startswith("//"):
+        return _absolute(scheme, rel.lstrip("/"), encoding)
+    fragment = query = None
+    i = rel.find("#")
+    if i >= 0:
+        fragment = rel[i + 1 :]
+        rel = rel[:i]
+    i = rel.find("?")
+    if i >= 0:
+        query = rel[i + 1 :]
+        rel = rel[:i]
+    if rel.startswith("/"):
+        path = rel
+    elif not rel:
+        path = base_path
+        if query is None:
+            query = base_query
+    else:
+        path = base_path[: base_path.rfind("/") + 1] + rel
+    return _serialize(scheme, authority, remove_dot_segments(path), query, fragment, encoding)
+
+
+def _join(base: object, href: str, encoding: str) -> str | None:
+    href = clean(href)
+    if not isinstance(base, str):
+        base_parts = None
+    elif len(base) <= _MAX_CACHED_BASE:
+        base_parts = _parse_base(base)
+    else:  # a huge <base href> from a hostile page must not be pinned in the cache
+        base_parts = _parse_base.__wrapped__(base)
+    match = match_scheme(href)
+    if match is not None:
+        scheme = match.group(1).lower()
+        rest = href[match.end() :]
+        if scheme not in HTTP_SCHEMES:
+            # mailto:, javascript:, data:, tel:, ftp:, ... are absolute; returned so the
+            # caller can count why the link is skipped (the normalizer rejects them).
+            return scheme + ":" + rest
+        rest = backslashes_to_slashes(rest)
+        if base_parts is not None and base_parts[0] == scheme:
+            # WHATWG "special relative or authority state": ``http:foo`` on an http page
+            # is a relative reference, ``http://x`` is not.
+            return _resolve(base_parts, rest, encoding)
+        return _absolute(scheme, rest.lstrip("/"), encoding)
+    if base_parts is None:
+        return None
+    return _resolve(base_parts, backslashes_to_slashes(href), encoding)
+
+
+def join_url(base: str, href: str, encoding: str = "utf-8") -> str | None:
+    """Resolve ``href`` found in a page whose base URL is ``base``, as a browser does.
+
+    Follows the WHATWG URL Standard where it differs from RFC 3986: C0 control or
+    space stripped from both ends, tab/LF/CR removed anywhere, ``\\`` is ``/`` before the
+    query, ``//host`` takes the base's scheme, any number of slashes may follow
+    ``http:``, ``..`` above the root is dropped, ``%2e`` counts as a dot segment.
+    Non-ASCII in the path is percent-encoded as UTF-8, in the query with the document
+    ``encoding`` (a WHATWG label such as ``windows-1251`` or ``shift_jis``; unknown
+    labels fall back to UTF-8), characters it cannot represent becoming
+    ``%26%23NNNN%3B``. The host is left for :class:`UrlNormalizer` (IDNA, case, port).
+
+    Returns the absolute URL (not normalized, fragment kept), the lowercased-scheme
+    href for non-http(s) schemes (``mailto:``, ``javascript:``, ``data:``...), or None
+    when the href cannot be resolved (no usable base for a relative href, empty host).
+    Never raises.
+    """
+    if not isinstance(href, str):
+        return None
+    try:
+        return _join(base, href, encoding)
+    except (ValueError, UnicodeError, LookupError):
+        # Defensive: _join is written not to raise, but a codec misbehaving on a hostile
+        # href must cost only that link (DESIGN.md invariant 7). The caller counts None.
+        return None
