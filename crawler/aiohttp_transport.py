@@ -13,7 +13,9 @@ Decisions:
   them within its size limit (:mod:`crawler.decoding`).
 * The fetcher enforces ``timeout_s`` on its own clock. ``backstop_s`` keeps aiohttp's
   total timeout as well, for a fetcher whose clock is not the event loop's (a test's
-  MockClock that nobody advances must not let a real connection hang forever).
+  MockClock that nobody advances must not let a real connection hang forever). Under
+  the system clock the fetcher's deadline already is a loop timer, and aiohttp's would
+  cost about as much CPU again per request (``benchmarks/fetch_cpu.py``), so it is off.
   ``connect_timeout_s`` bounds the TCP connect here (a socket concern).
 * IP-literal URLs skip the resolver in aiohttp, so :meth:`AiohttpTransport.send` checks
   them against the guard before sending (a literal is never "via override").

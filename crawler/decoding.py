@@ -15,7 +15,10 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-__all__ = ["DecodeError", "Inflater", "decoder_for"]
+__all__ = ["ACCEPT_ENCODING", "DecodeError", "Inflater", "decoder_for"]
+
+#: The codings :func:`decoder_for` can undo: the only ones the fetcher asks for.
+ACCEPT_ENCODING = "gzip, deflate"
 
 
 class DecodeError(Exception):

@@ -24,7 +24,6 @@ Decisions (see also the outcome table in :meth:`Fetcher._map_exception`):
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -37,7 +36,7 @@ from yarl import URL
 
 from crawler.aiohttp_transport import AiohttpTransport
 from crawler.clock import SYSTEM_CLOCK, Clock, SystemClock, Timeouts
-from crawler.decoding import DecodeError, Inflater, decoder_for
+from crawler.decoding import ACCEPT_ENCODING, DecodeError, Inflater, decoder_for
 from crawler.dns import AddressRefused, DnsLookupError
 from crawler.errors import ConfigError
 from crawler.robots import ROBOTS_MAX_BYTES
@@ -51,9 +50,6 @@ __all__ = ["FetchResult", "Fetcher", "classify", "ERROR_KINDS"]
 ERROR_KINDS = ("timeout", "connect", "dns", "reset", "protocol", "decode", "guard", "tls", "url", "internal")
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-
-#: The codings :mod:`crawler.decoding` can undo, so the only ones we ask for.
-ACCEPT_ENCODING = "gzip, deflate"
 
 
 @dataclass(slots=True)

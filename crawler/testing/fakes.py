@@ -119,7 +119,7 @@ class FakeTransport:
         clock: Clock,
         default: FakeResponse | None = FakeResponse(404),
     ) -> None:
-        self._script = script if script is not None else {}
+        self.script: Script = script if script is not None else {}  # may be changed between fetches
         self._clock = clock
         self.default = default
         self.requests: list[SentRequest] = []
@@ -131,7 +131,7 @@ class FakeTransport:
         return [r.url for r in self.requests]
 
     def _response_for(self, request: Request) -> FakeResponse | None:
-        script = self._script
+        script = self.script
         if callable(script):
             return script(request)
         entry = script.get(request.url)

@@ -231,3 +231,17 @@ async def test_fetch_after_close_never_reaches_the_transport():
     await f.close()
     r = await run(clock, f.fetch(URL))
     assert r.error == "fetcher is closed" and r.transient and fake.closed and fake.requests == []
+
+
+async def test_build_fetcher_takes_a_fake_transport():
+    # How the shard engine gets a socket-free fetcher on its own clock.
+    from crawler import config
+    from crawler.engine import build_fetcher
+
+    cfg = config.from_dict({"seeds": ["http://a.test/"]})
+    clock = MockClock(T0)
+    fake = FakeTransport({URL: FakeResponse(body=b"hi", headers_delay=0.25)}, clock=clock)
+    f = build_fetcher(cfg, clock, transport=fake)
+    r = await run(clock, f.fetch(URL))
+    assert r.body == b"hi" and r.headers_at == T0 + 0.25
+    assert fake.requests[0].headers["User-Agent"] == cfg.user_agent
