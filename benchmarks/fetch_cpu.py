@@ -7,7 +7,7 @@ Fetcher (keep-alive, ``--concurrency`` requests in flight) and reports its own C
 counted) per fetch, over ``--rounds`` rounds (min and median). Run it on two trees to
 compare a change:
 
-    PYTHONPATH=$PWD python -m benchmarks.fetch_cpu --fetches 2000 --rounds 7
+    PYTHONPATH=$PWD python -m benchmarks.fetch_cpu --fetches 2000 --rounds 7 --pin
 """
 
 from __future__ import annotations
@@ -81,13 +81,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--paths", default="/page,/gz")
+    ap.add_argument("--pin", action="store_true", help="pin this process to CPU 0 and the server to CPU 1")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.pin:
+        # Same cores every run: CPU time per fetch otherwise moves with where the
+        # scheduler puts the client relative to the server.
+        os.sched_setaffinity(0, {1} if args.serve else {0})
     if args.serve:
         serve(args.serve)
         return
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "benchmarks.fetch_cpu", "--serve", str(port)], env=os.environ.copy())
+    cmd = [sys.executable, "-m", "benchmarks.fetch_cpu", "--serve", str(port)] + (["--pin"] if args.pin else [])
+    server = subprocess.Popen(cmd, env=os.environ.copy())
     try:
         for _ in range(100):  # wait for the server to listen
             try:
@@ -108,7 +114,7 @@ def main() -> None:
                 "cpu_us_per_fetch_median": round(statistics.median(cpu) / args.fetches * 1e6, 1),
                 "wall_us_per_fetch_median": round(statistics.median(wall) / args.fetches * 1e6, 1),
             }
-        print(json.dumps({"fetches": args.fetches, "rounds": args.rounds, "page_bytes": len(PAGE), "results": out}))
+        print(json.dumps({"fetches": args.fetches, "rounds": args.rounds, "pinned": args.pin, "page_bytes": len(PAGE), "results": out}))
     finally:
         server.terminate()
         server.wait(timeout=10)

@@ -206,13 +206,27 @@ class Timeouts:
     releases its task at once, so the queue holds no results.
     """
 
-    __slots__ = ("clock", "seconds", "_queue", "_timer")
+    __slots__ = ("clock", "seconds", "_queue", "_timer", "_loop")
 
     def __init__(self, clock: Clock, seconds: float) -> None:
         self.clock = clock
         self.seconds = float(seconds)
         self._queue: deque[_Scope] = deque()
         self._timer: Timer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _current_task(self) -> asyncio.Task[Any]:
+        # asyncio.current_task() without a loop calls get_running_loop(), which on
+        # CPython 3.11 makes a getpid() system call each time; the loop of the last
+        # scope is almost always the loop of this one.
+        loop = self._loop
+        task = asyncio.current_task(loop) if loop is not None else None
+        if task is None:
+            loop = self._loop = asyncio.get_running_loop()
+            task = asyncio.current_task(loop)
+            if task is None:
+                raise RuntimeError("a Timeouts scope must be entered inside a task")
+        return task
 
     def scope(self) -> _Scope:
         """A context manager: the deadline starts when it is entered."""
@@ -250,10 +264,8 @@ class _Scope:
         self.expired = False  # the deadline cancelled the block
 
     def __enter__(self) -> _Scope:
-        task = asyncio.current_task()
-        if task is None:
-            raise RuntimeError("a Timeouts scope must be entered inside a task")
         owner = self._owner
+        task = owner._current_task()
         self._task: asyncio.Task[Any] | None = task
         self._cancelling = task.cancelling()
         self.deadline = owner.clock.now() + owner.seconds
