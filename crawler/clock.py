@@ -222,8 +222,14 @@ class Timeouts:
         loop = self._loop
         task = asyncio.current_task(loop) if loop is not None else None
         if task is None:
-            loop = self._loop = asyncio.get_running_loop()
-            task = asyncio.current_task(loop)
+            running = asyncio.get_running_loop()
+            if running is not loop:
+                # A new event loop (a second asyncio.run): the old loop's timer will
+                # never fire, and its scopes can never close.
+                self._loop = running
+                self._queue.clear()
+                self._timer = None
+            task = asyncio.current_task(running)
             if task is None:
                 raise RuntimeError("a Timeouts scope must be entered inside a task")
         return task

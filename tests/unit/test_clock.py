@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from crawler.clock import MockClock, Timeouts, wait_event, within
+from crawler.clock import SYSTEM_CLOCK, MockClock, Timeouts, wait_event, within
 
 
 def test_advance_fires_due_timers_in_order_at_their_times():
@@ -122,3 +122,21 @@ def test_timeouts_let_an_outside_cancellation_through():
         assert clock.next_deadline() is None and not timeouts._queue
 
     asyncio.run(scenario())
+
+
+@pytest.mark.timeout(10)  # a regression hangs instead of failing
+def test_timeouts_still_cut_after_moving_to_a_new_event_loop():
+    # A fetcher kept across two asyncio.run calls: the first loop's timer died with it.
+    timeouts = Timeouts(SYSTEM_CLOCK, 0.05)
+
+    async def stalled():
+        with timeouts.scope():
+            await asyncio.Event().wait()
+
+    async def quick():
+        with timeouts.scope():
+            await asyncio.sleep(0)
+
+    asyncio.run(quick())  # leaves the timer armed on a loop that is now closed
+    with pytest.raises(TimeoutError):
+        asyncio.run(stalled())
