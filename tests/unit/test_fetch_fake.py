@@ -20,7 +20,7 @@ from crawler.clock import MockClock
 from crawler.dns import AddressRefused, DnsLookupError
 from crawler.fetch import FetchResult, Fetcher, classify
 from crawler.testing.fakes import FakeResponse, FakeTransport
-from crawler.transport import ConnectError, ConnectionReset, ConnectTimeout, TLSError
+from crawler.transport import ConnectError, ConnectionReset, ConnectTimeout, ProtocolError, TLSError
 
 UA = "raycrawl-test/1.0 (+https://example.invalid/bot)"
 URL = "http://a.test/page"
@@ -245,3 +245,53 @@ async def test_build_fetcher_takes_a_fake_transport():
     r = await run(clock, f.fetch(URL))
     assert r.body == b"hi" and r.headers_at == T0 + 0.25
     assert fake.requests[0].headers["User-Agent"] == cfg.user_agent
+
+
+class _BrokenStream:
+    """A response whose connection holds an error read() did not raise (as aiohttp's can)."""
+
+    status, headers, peer = 200, [("Content-Length", "10")], None
+
+    def __init__(self, clock: MockClock, stall: bool, failure) -> None:
+        self.clock, self.stall, self._failure, self.sent = clock, stall, failure, False
+
+    async def read(self) -> bytes:
+        if not self.sent:
+            self.sent = True
+            return b"hello"
+        if self.stall:
+            await asyncio.get_running_loop().create_future()  # the parser gave up; nobody wakes us
+        return b""
+
+    def failure(self):
+        return self._failure
+
+    def close(self, reusable: bool) -> None:
+        self.reusable = reusable
+
+
+@pytest.mark.parametrize(
+    "stall, failure, kind, message, transient",
+    [
+        (True, ProtocolError("invalid chunked encoding"), "protocol", "invalid chunked encoding", False),
+        (False, ConnectionReset(), "reset", "connection reset", True),  # a reset that looked like EOF
+    ],
+)
+async def test_a_failure_the_transport_recorded_is_the_outcome(stall, failure, kind, message, transient):
+    clock = MockClock(T0)
+    stream = _BrokenStream(clock, stall, failure)
+
+    class Transport:
+        async def send(self, request):
+            return stream
+
+        async def close(self):
+            pass
+
+        def stats(self):
+            return {}
+
+    f = Fetcher(user_agent=UA, transport=Transport(), clock=clock, timeout_s=10.0)
+    r = await run(clock, f.fetch(URL))
+    assert (r.status, r.body, r.error_kind, r.error, r.transient) == (200, b"hello", kind, message, transient)
+    assert r.finished_at == (T0 + 10.0 if stall else T0) and stream.reusable is False
