@@ -16,6 +16,7 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections import deque
 from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -46,11 +47,10 @@ class Clock(Protocol):
 class SystemClock:
     """The real clock: ``time.monotonic``, ``time.time`` and the event loop's timers."""
 
-    def now(self) -> float:
-        return time.monotonic()
-
-    def wall(self) -> float:
-        return time.time()
+    # The C functions themselves, not Python methods calling them: ``now()`` is called
+    # several times per URL, and a Python frame costs more than the clock read.
+    now = staticmethod(time.monotonic)
+    wall = staticmethod(time.time)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
@@ -187,6 +187,119 @@ async def within(clock: Clock, aw: Awaitable[T], seconds: float) -> T:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     raise asyncio.TimeoutError(f"no result within {seconds}s")
+
+
+class Timeouts:
+    """Deadlines of one fixed length for many tasks, on a single timer of ``clock``.
+
+    ``with timeouts.scope():`` raises :class:`TimeoutError` if the block is still running
+    ``seconds`` of ``clock`` after it was entered (trio's ``fail_after``, Python's
+    ``asyncio.timeout``, on the injected clock): the block's task is cancelled at the
+    deadline and that cancellation becomes ``TimeoutError`` as it leaves the block. A
+    cancellation from elsewhere (shutdown) still propagates as ``CancelledError``.
+
+    Why one timer: every scope has the same length and the clock is monotonic, so
+    deadlines come due in the order the scopes were entered. A FIFO queue with one timer
+    armed for its head serves every open scope; entering and leaving a scope costs a few
+    attribute writes, not a ``call_later`` plus ``cancel`` (which cost as much as the rest
+    of a fetch's bookkeeping). A finished scope is dropped when it reaches the head and
+    releases its task at once, so the queue holds no results.
+    """
+
+    __slots__ = ("clock", "seconds", "_queue", "_timer", "_loop")
+
+    def __init__(self, clock: Clock, seconds: float) -> None:
+        self.clock = clock
+        self.seconds = float(seconds)
+        self._queue: deque[_Scope] = deque()
+        self._timer: Timer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _current_task(self) -> asyncio.Task[Any]:
+        # asyncio.current_task() without a loop calls get_running_loop(), which on
+        # CPython 3.11 makes a getpid() system call each time; the loop of the last
+        # scope is almost always the loop of this one.
+        loop = self._loop
+        task = asyncio.current_task(loop) if loop is not None else None
+        if task is None:
+            running = asyncio.get_running_loop()
+            if running is not loop:
+                # A new event loop (a second asyncio.run): the old loop's timer will
+                # never fire, and its scopes can never close.
+                self._loop = running
+                self._queue.clear()
+                self._timer = None
+            task = asyncio.current_task(running)
+            if task is None:
+                raise RuntimeError("a Timeouts scope must be entered inside a task")
+        return task
+
+    def scope(self) -> _Scope:
+        """A context manager: the deadline starts when it is entered."""
+        return _Scope(self)
+
+    def _arm(self) -> None:
+        self._timer = self.clock.call_later(self._queue[0].deadline - self.clock.now(), self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        now = self.clock.now()
+        queue = self._queue
+        while queue:
+            head = queue[0]
+            if head.state == _OPEN and head.deadline > now:
+                break
+            queue.popleft()
+            if head.state == _OPEN:
+                head.expire()
+        if queue:
+            self._arm()
+
+
+_OPEN, _EXPIRING, _DONE = 1, 2, 3
+
+
+class _Scope:
+    """One deadline of :class:`Timeouts` (a synchronous context manager)."""
+
+    __slots__ = ("_owner", "_task", "_cancelling", "deadline", "state", "expired")
+
+    def __init__(self, owner: Timeouts) -> None:
+        self._owner = owner
+        self.state = 0
+        self.expired = False  # the deadline cancelled the block
+
+    def __enter__(self) -> _Scope:
+        owner = self._owner
+        task = owner._current_task()
+        self._task: asyncio.Task[Any] | None = task
+        self._cancelling = task.cancelling()
+        self.deadline = owner.clock.now() + owner.seconds
+        self.state = _OPEN
+        owner._queue.append(self)
+        if owner._timer is None:
+            owner._arm()
+        return self
+
+    def expire(self) -> None:
+        """Called by the timer: cancel the task inside the block."""
+        self.state = _EXPIRING
+        self.expired = True
+        assert self._task is not None
+        self._task.cancel()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        task, self._task = self._task, None
+        expiring = self.state == _EXPIRING
+        self.state = _DONE
+        queue = self._owner._queue
+        while queue and queue[0].state == _DONE:  # finished scopes leave from the head
+            queue.popleft()
+        if expiring and task is not None:
+            # As asyncio.timeout does: only our own cancellation becomes a TimeoutError.
+            if task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+                raise TimeoutError(f"deadline of {self._owner.seconds}s passed") from exc
+        return None
 
 
 SYSTEM_CLOCK = SystemClock()

@@ -26,10 +26,11 @@ for every new connection the connector calls :meth:`DnsCache.resolve` and connec
 exactly the list it returns; that list has already been filtered by the guard. A later
 re-resolution (after the TTL) is filtered again. Pooled keep-alive connections stay on
 the peer that was checked when they were opened. IP-literal URLs skip the resolver in
-aiohttp, so the fetcher checks them itself before sending (a literal is never "via
-override"); the socket factory re-checks both paths. Redirects are not followed by the
-fetcher: each target is fetched anew through the same checks. ``localhost`` is just a
-name: it resolves to loopback and is refused unless a ``resolve`` override names it.
+aiohttp, so the transport (:mod:`crawler.aiohttp_transport`) checks them itself before
+sending (a literal is never "via override"); the socket factory re-checks both paths.
+Redirects are not followed by the fetcher: each target is fetched anew through the same
+checks. ``localhost`` is just a name: it resolves to loopback and is refused unless a
+``resolve`` override names it.
 """
 
 from __future__ import annotations
@@ -42,11 +43,11 @@ import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from crawler.clock import SYSTEM_CLOCK
+from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -74,13 +75,6 @@ _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _NUMERIC_FLAGS = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
 
 
-class Clock(Protocol):
-    """What this module needs from a clock (``crawler.clock.Clock`` satisfies it)."""
-
-    def now(self) -> float:
-        """Monotonic seconds."""
-
-
 class DnsLookupError(OSError):
     """A name did not resolve (raised fresh or from the negative cache).
 
@@ -100,7 +94,7 @@ class AddressRefused(OSError):
     """The address guard refused every address of a name, or a literal address.
 
     An ``OSError`` so it travels through aiohttp's connector (which wraps it in a
-    ``ClientConnectorError``); the fetcher recognises it and reports ``error_kind="guard"``.
+    ``ClientConnectorError``); the transport unwraps it and the fetcher reports ``error_kind="guard"``.
     """
 
     def __init__(self, ip: str, reason: str) -> None:
@@ -546,7 +540,7 @@ class GuardedSocketFactory:
     sees the address actually connected to whatever path produced it. Addresses that an
     override can answer with are treated as ``via_override``: names reach this point only
     through :class:`DnsCache`, which already refused non-override answers, and IP
-    literals are checked by the fetcher before sending.
+    literals are checked by the transport before sending.
     """
 
     __slots__ = ("guard", "override_ips", "refusals")

@@ -1,64 +1,46 @@
-"""The HTTP fetcher: one aiohttp session, bounded bodies, every failure turned into a result.
+"""The HTTP fetcher: one GET per call, bounded bodies, every failure turned into a result.
 
 :meth:`Fetcher.fetch` never raises (except ``asyncio.CancelledError``, which must reach
 the caller so shutdown works): a timeout, a reset, a lying server or a guard refusal
 becomes a :class:`FetchResult` with ``error`` / ``error_kind`` / ``transient`` set, and
 :func:`classify` turns a result into the crawler's outcome.
 
-Decisions (see also the mapping table in :func:`_map_exception`):
+The fetcher owns HTTP policy; the wire is a :class:`crawler.transport.Transport`
+(:class:`~crawler.aiohttp_transport.AiohttpTransport` unless one is injected; tests use
+:class:`crawler.testing.fakes.FakeTransport`, with no sockets and no real time).
+Decisions (see also the outcome table in :meth:`Fetcher._map_exception`):
 
-* Redirects are not followed (``allow_redirects=False``): the target goes through the
-  crawler's normal link path (normalize, scope, seen set, politeness, address guard).
-* Bodies are decompressed here, not by aiohttp (``auto_decompress=False``), with
-  ``zlib.decompressobj(...).decompress(data, max_length)`` so decoded bytes never exceed
-  ``max_body_bytes + 1``: a gzip bomb is cut after ``max_body_bytes`` with bounded memory
-  and CPU. Bytes read from the wire are capped at ``max_body_bytes`` too.
-* One total timeout (aiohttp's ``ClientTimeout.total``) covers DNS, connect, headers and
-  the whole body, so a server trickling one byte a second is cut at ``timeout_s``
-  (aiohttp rounds timeouts above 5 s up to the next whole second of loop time, so the
-  default 10 s ends within 10-11 s).
+* One deadline, ``timeout_s`` on the injected clock, covers DNS, connect, headers and the
+  whole body (:class:`crawler.clock.Timeouts`), so a server trickling one byte a second
+  is cut at ``timeout_s`` and a MockClock test sees the same cut without sleeping.
+* Bodies are decoded here (:mod:`crawler.decoding`) so decoded bytes never exceed
+  ``max_body_bytes``; bytes read from the wire are capped at ``max_body_bytes`` too.
 * A body cut short by a reset, a timeout or a content-length mismatch keeps the status,
   the headers and the bytes received so far (useful for diagnostics), with ``error`` set
   and ``transient=True``; :func:`classify` returns "transient" for it, so a partial page is
   never stored as fetched.
-* The SSRF guard (:mod:`crawler.dns`) refuses private, loopback, link-local, multicast...
-  destinations, for names (in the resolver) and IP-literal URLs (here, before sending),
-  unless a ``resolve`` override or ``allow_networks`` says otherwise.
-
-Known aiohttp limitation (3.14): an invalid chunk-size line arriving *after* the first
-body bytes leaves aiohttp's payload reader waiting; the fetch then ends at ``timeout_s``
-and is reported as "invalid chunked encoding" (the parser's error is read back from the
-connection's protocol), not as a timeout.
+* Redirects are never followed: the target goes through the crawler's link path.
 """
 
 from __future__ import annotations
 
-import asyncio
 import errno
-import ipaddress
 import logging
-import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import aiohttp
-from aiohttp import client_exceptions as cexc
-from aiohttp import http_exceptions as hexc
 from yarl import URL
 
-from crawler.dns import (
-    AddressGuard,
-    AddressRefused,
-    Clock,
-    DnsCache,
-    DnsLookupError,
-    GuardedSocketFactory,
-)
-from crawler.clock import SYSTEM_CLOCK
-from crawler.robots import ROBOTS_MAX_BYTES
+from crawler.aiohttp_transport import AiohttpTransport
+from crawler.clock import SYSTEM_CLOCK, Clock, SystemClock, Timeouts
+from crawler.decoding import ACCEPT_ENCODING, DecodeError, Inflater, decoder_for
+from crawler.dns import AddressRefused, DnsLookupError
 from crawler.errors import ConfigError
+from crawler.robots import ROBOTS_MAX_BYTES
+from crawler.transport import Request, Response, Transport, TransportError, describe_os_error
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +50,6 @@ __all__ = ["FetchResult", "Fetcher", "classify", "ERROR_KINDS"]
 ERROR_KINDS = ("timeout", "connect", "dns", "reset", "protocol", "decode", "guard", "tls", "url", "internal")
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-_READ_CHUNK = 65536
 
 
 @dataclass(slots=True)
@@ -123,171 +104,70 @@ def classify(result: FetchResult) -> str:
     return "permanent"
 
 
-# ------------------------------------------------------------------------ decoding
+class _Attempt:
+    """One fetch while it runs: what has arrived so far survives a timeout or a reset."""
+
+    __slots__ = (
+        "url", "started", "cap", "response", "status", "headers", "headers_at", "peer",
+        "parts", "size", "wire", "truncated", "clean", "error", "kind", "transient",
+    )  # fmt: skip
+
+    def __init__(self, url: str, started: float, cap: int) -> None:
+        self.url = url
+        self.started = started
+        self.cap = cap
+        self.response: Response | None = None
+        self.status: int | None = None
+        self.headers: dict[str, str] = {}
+        self.headers_at: float | None = None
+        self.peer: str | None = None
+        self.parts: list[bytes] = []
+        self.size = 0  # body bytes kept (decoded)
+        self.wire = 0  # body bytes read (as sent)
+        self.truncated = False
+        self.clean = False  # body read to its end: the connection may go back to the pool
+        self.error: str | None = None
+        self.kind: str | None = None
+        self.transient = False
 
 
-class _DecodeError(Exception):
-    """The compressed body is corrupt; the message is the user-facing reason.
-
-    ``partial`` holds what the failing chunk decoded before the damage.
-    """
-
-    def __init__(self, message: str, partial: bytes = b"") -> None:
-        super().__init__(message)
-        self.partial = partial
-
-
-class _Inflater:
-    """Incremental gzip/deflate decoder whose output never exceeds the caller's budget."""
-
-    __slots__ = ("name", "_gzip", "_d", "_head", "_done", "_fed")
-
-    def __init__(self, name: str) -> None:
-        self.name = name  # "gzip" or "deflate"
-        self._gzip = name == "gzip"
-        self._d: Any = None  # created when the first bytes arrive
-        self._head = b""  # a too-short prefix kept until the next chunk
-        self._done = False  # stream ended; trailing bytes are ignored (as browsers do)
-        self._fed = False
-
-    def _start(self, data: bytes) -> bool:
-        """Open a decompressor for ``data``'s stream; False if ``data`` starts none."""
-        if self._gzip:
-            if not data.startswith(b"\x1f\x8b"):
-                return False
-            self._d = zlib.decompressobj(31)  # 16 + MAX_WBITS: gzip header and trailer
-        else:
-            # RFC 9110 8.4.1.2: "deflate" is zlib-wrapped (RFC 1950), but many servers send
-            # raw RFC 1951 data; the zlib header (CM=8, FCHECK) tells them apart.
-            cmf, flg = data[0], data[1]
-            wrapped = (cmf & 0x0F) == 8 and ((cmf << 8) | flg) % 31 == 0
-            self._d = zlib.decompressobj(15 if wrapped else -15)
-        return True
-
-    def feed(self, data: bytes, budget: int) -> bytes:
-        """Decode ``data``; return at most ``budget`` bytes (``budget >= 1``).
-
-        Raises _DecodeError on corrupt input. Input left over when the budget is reached
-        is dropped: the caller truncates the body there.
-        """
-        out = b""
-        if data:
-            self._fed = True
-        if self._head:
-            data = self._head + data
-            self._head = b""
-        while data and not self._done:
-            d = self._d
-            if d is None or d.eof:
-                if d is not None and not self._gzip:
-                    self._done = True  # one deflate stream per body
-                    break
-                if len(data) < 2:
-                    self._head = data
-                    break
-                if not self._start(data):
-                    if d is None:
-                        raise _DecodeError(f"broken {self.name} stream (not gzip data)")
-                    self._done = True  # garbage after the last member
-                    break
-                d = self._d
-            backup = d.copy()  # ~0.2 us; lets a failure keep what decoded before the damage
-            try:
-                chunk = d.decompress(data, budget - len(out))
-            except zlib.error as exc:
-                raise _DecodeError(
-                    f"broken {self.name} stream ({exc})", out + _salvage(backup, data, budget - len(out))
-                ) from None
-            out = chunk if not out else out + chunk
-            if len(out) >= budget:
-                break
-            # Concatenated gzip members (RFC 1952 2.2) form one body: go on with the rest.
-            data = d.unused_data if d.eof else b""
-        return out
-
-    def finished(self) -> bool:
-        """True if the compressed stream ended properly (or there was no body at all)."""
-        if not self._fed:
-            return True  # e.g. a 304 or HEAD that carries Content-Encoding but no body
-        return self._done or (self._d is not None and self._d.eof and not self._head)
-
-
-def _salvage(d: Any, data: bytes, budget: int) -> bytes:
-    """Decode ``data`` with ``d`` up to the damage; return the output before it.
-
-    Error path only: steps of 512 bytes, narrowed down to single bytes around the error
-    (each attempt on a copy of the decompressor, since a failed call spoils it).
-    """
-    parts: list[bytes] = []
-    got = 0
-    pos = 0
-    step = 512
-    view = memoryview(data)
-    while pos < len(data) and got < budget and not d.eof:
-        saved = d.copy()
-        try:
-            piece = d.decompress(view[pos : pos + step], budget - got)
-        except zlib.error:
-            if step == 1:
-                break
-            d = saved
-            step = max(1, step // 8)
-            continue
-        parts.append(piece)
-        got += len(piece)
-        pos += step
-    return b"".join(parts)
-
-
-def _decoder_for(content_encoding: str | None) -> tuple[_Inflater | None, str | None]:
-    """(decoder, note): no decoder for identity; a note for codings we do not decode."""
-    if not content_encoding:
-        return None, None
-    codings = [c.strip().lower() for c in content_encoding.split(",")]
-    codings = [c for c in codings if c and c != "identity"]
-    if not codings:
-        return None, None
-    if len(codings) == 1:
-        coding = codings[0]
-        if coding in ("gzip", "x-gzip"):
-            return _Inflater("gzip"), None
-        if coding == "deflate":
-            return _Inflater("deflate"), None
-    # We only ask for gzip/deflate; keep what the server sent rather than guess.
-    return None, f"unsupported content-encoding {content_encoding!r}: body kept encoded"
-
-
-# ------------------------------------------------------------------------- fetcher
-
-
-def _is_ip_literal(host: str) -> bool:
-    """True if ``host`` is an IPv4/IPv6 literal (aiohttp will not resolve it)."""
-    if ":" not in host and not host[-1:].isdigit():
-        return False  # fast path for ordinary names
+def _parse_url(url: str) -> URL | str:
+    """The URL to send, or why it cannot be sent (an http(s) URL with a host)."""
     try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False  # e.g. "127.1": aiohttp rejects such legacy forms itself
-    return True
+        if url.isascii() and url.isprintable() and " " not in url:
+            u = URL(url, encoded=True)  # normalized URLs are already percent-encoded
+        else:
+            u = URL(url)
+        scheme, host = u.scheme, u.host
+    except (ValueError, TypeError, AttributeError) as exc:
+        return f"invalid url: {exc}"
+    if scheme not in ("http", "https") or not host:
+        return f"invalid url: not an http(s) URL with a host: {url!r}"
+    return u
+
+
+def _header_dict(items: Collection[tuple[str, str]]) -> dict[str, str]:
+    """Lowercased names; a repeated header's values joined with ", " (RFC 9110 5.3)."""
+    out = {k.lower(): v for k, v in items}
+    if len(out) == len(items):
+        return out  # no name repeated: the common case, in one pass
+    out = {}
+    for k, v in items:
+        lk = k.lower()
+        prev = out.get(lk)
+        out[lk] = v if prev is None else f"{prev}, {v}"
+    return out
 
 
 class Fetcher:
-    """Fetches URLs with one pooled aiohttp session; see the module docstring.
+    """Fetches URLs through one transport; see the module docstring.
 
-    ``resolve`` maps host names (``*.suffix`` wildcards allowed) to IP literals, like
-    ``curl --resolve``; such names skip DNS and may reach private/loopback addresses.
-    ``ssrf_guard=False`` disables the address guard entirely; ``allow_networks`` lets
-    chosen networks through it. ``base_resolver`` replaces aiohttp's threaded
-    ``getaddrinfo`` resolver (tests inject a fake). ``connector_factory`` is called with
-    the keyword arguments the fetcher would give ``aiohttp.TCPConnector`` and must
-    return an ``aiohttp.BaseConnector``: tests use it to install a socket factory that
-    records the address it was asked to reach and refuses, so no packet is sent.
-
-    The session is created lazily inside the running loop; use one Fetcher per loop.
-    ``keepalive_s`` bounds how long an idle connection is kept: with one request per
-    host per second, a short keep-alive still reuses the connection for the next
-    request to the same host, while bounding idle sockets to about
-    ``pages/s * keepalive_s`` (file descriptors are the limiting resource).
+    ``transport`` is the wire (:class:`crawler.transport.Transport`). Without one, an
+    :class:`~crawler.aiohttp_transport.AiohttpTransport` is built from the network
+    options (``connect_timeout_s``, ``resolve``, ``dns_ttl_s``, ``dns_negative_ttl_s``,
+    ``ssrf_guard``, ``allow_networks``, ``max_connections``, ``base_resolver``,
+    ``connector_factory``, ``keepalive_s``; documented there); with one, those options
+    are not used (so ``build_fetcher(cfg, clock, transport=fake)`` works unchanged).
     """
 
     def __init__(
@@ -307,6 +187,7 @@ class Fetcher:
         base_resolver: aiohttp.abc.AbstractResolver | None = None,
         connector_factory: Callable[..., aiohttp.BaseConnector] | None = None,
         keepalive_s: float = 5.0,
+        transport: Transport | None = None,
     ) -> None:
         if not isinstance(user_agent, str) or not user_agent.strip():
             raise ConfigError("fetch.user_agent must be a non-empty string naming the crawler")
@@ -316,73 +197,39 @@ class Fetcher:
             raise ConfigError(f"fetch timeouts must be > 0 (timeout_s={timeout_s}, connect_timeout_s={connect_timeout_s})")
         if max_body_bytes < 1:
             raise ConfigError(f"fetch.max_body_bytes must be >= 1 (got {max_body_bytes})")
-        if max_connections < 1:
-            raise ConfigError(f"fetch.max_connections must be >= 1 (got {max_connections})")
-        self._ua = user_agent
         self._timeout_s = float(timeout_s)
-        self._connect_timeout_s = float(connect_timeout_s)
         self._max_body = int(max_body_bytes)
-        self._max_connections = int(max_connections)
-        self._keepalive_s = float(keepalive_s)
         self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
-        self._connector_factory = connector_factory
-        self.guard = AddressGuard(ssrf_guard, allow_networks)
-        # Built now so a bad ``resolve`` entry fails at construction (ConfigError).
-        self.dns = DnsCache(
-            resolve,
-            ttl_s=dns_ttl_s,
-            negative_ttl_s=dns_negative_ttl_s,
-            clock=self._clock,
-            base=base_resolver,
-            guard=self.guard,
-        )
-        self._session: aiohttp.ClientSession | None = None
+        self._headers = {"User-Agent": user_agent, "Accept-Encoding": ACCEPT_ENCODING}
+        self._deadlines = Timeouts(self._clock, self._timeout_s)
+        if transport is None:
+            transport = AiohttpTransport(
+                session_headers=self._headers,
+                connect_timeout_s=connect_timeout_s,
+                # Our deadline runs on the event loop when the clock is the system one;
+                # any other clock gets aiohttp's timer as a backstop for real sockets.
+                backstop_s=None if isinstance(self._clock, SystemClock) else self._timeout_s + 1.0,
+                resolve=resolve,
+                dns_ttl_s=dns_ttl_s,
+                dns_negative_ttl_s=dns_negative_ttl_s,
+                ssrf_guard=ssrf_guard,
+                allow_networks=allow_networks,
+                max_connections=max_connections,
+                keepalive_s=keepalive_s,
+                clock=self._clock,
+                base_resolver=base_resolver,
+                connector_factory=connector_factory,
+            )
+        self.transport: Transport = transport
         self._closed = False
-        self._count: dict[str, int] = {
-            "fetches": 0,
-            "responses": 0,
-            "body_bytes": 0,
-            "wire_bytes": 0,
-            "truncated": 0,
-        }
+        self._count: dict[str, int] = {"fetches": 0, "responses": 0, "body_bytes": 0, "wire_bytes": 0, "truncated": 0}
         self._kinds: dict[str, int] = {}
-        self._status_classes: dict[str, int] = {}
-
-    # -- session ----------------------------------------------------------------------
-
-    def _open_session(self) -> aiohttp.ClientSession:
-        socket_factory = GuardedSocketFactory(self.guard, self.dns.override_addresses())
-        kwargs: dict[str, Any] = {
-            "limit": self._max_connections,
-            "limit_per_host": 0,  # the frontier already keeps one request in flight per host
-            "resolver": self.dns,
-            "use_dns_cache": False,  # DnsCache caches; a second cache would hide re-checks
-            "keepalive_timeout": self._keepalive_s,
-            "socket_factory": socket_factory,
-        }
-        factory = self._connector_factory or aiohttp.TCPConnector
-        connector = factory(**kwargs)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(total=self._timeout_s, sock_connect=self._connect_timeout_s),
-            auto_decompress=False,
-            # Cookies would leak across the web and grow without bound.
-            cookie_jar=aiohttp.DummyCookieJar(),
-            headers={"User-Agent": self._ua, "Accept-Encoding": "gzip, deflate"},
-            trust_env=False,  # never route through proxies from the environment
-            raise_for_status=False,
-            max_line_size=16384,
-            max_field_size=32768,
-        )
-        return self._session
+        self._status_classes: dict[int, int] = {}  # responses by status // 100
 
     async def close(self) -> None:
-        """Close the session, its connections and the DNS cache. Idempotent."""
+        """Close the transport (connections, DNS cache). Idempotent."""
         self._closed = True
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
-        await self.dns.close()
+        await self.transport.close()
 
     # -- fetch ------------------------------------------------------------------------
 
@@ -397,80 +244,73 @@ class Fetcher:
         ``ROBOTS_MAX_BYTES`` (500 KiB, what RFC 9309 2.5 says to parse) and any other URL
         at the configured ``max_body_bytes``.
         """
-        clock = self._clock
-        started = clock.now()
+        started = self._clock.now()
         self._count["fetches"] += 1
-        # -- URL and literal-address checks (aiohttp skips the resolver for literals)
-        try:
-            if url.isascii() and url.isprintable() and " " not in url:
-                u = URL(url, encoded=True)  # normalized URLs are already percent-encoded
-            else:
-                u = URL(url)
-            scheme = u.scheme
-            host = u.host
-        except (ValueError, TypeError, AttributeError) as exc:
-            return self._failed(url, started, "url", f"invalid url: {exc}", False)
-        if scheme not in ("http", "https") or not host:
-            return self._failed(url, started, "url", f"invalid url: not an http(s) URL with a host: {url!r}", False)
-        if self.guard.enabled and _is_ip_literal(host):
-            reason = self.guard.check(host, False)  # a literal is never "via override"
-            if reason is not None:
-                return self._failed(url, started, "guard", f"refused by address guard: {reason}", False, host)
-
+        target = _parse_url(url)
+        if isinstance(target, str):
+            return self._failed(url, started, "url", target, False)
         if self._closed:
             # A fetch racing shutdown: report it as retryable so the URL is not lost.
             return self._failed(url, started, "internal", "fetcher is closed", True)
-        resp: aiohttp.ClientResponse | None = None
-        proto: Any = None
-        headers_at: float | None = None
-        status: int | None = None
-        hdrs: dict[str, str] = {}
-        parts: list[bytes] = []
-        size = 0
-        truncated = False
-        peer: str | None = None
+        a = _Attempt(url, started, self._cap(target, max_body_bytes))
+        request = Request(url, target, self._headers if not headers else self._merged_headers(headers))
+        try:
+            with self._deadlines.scope():
+                response = a.response = await self.transport.send(request)
+                decoder = self._take_headers(a, response)
+                await self._read_body(a, response, decoder)
+            if not a.truncated:
+                self._check_end(a, response, decoder)
+        except DecodeError as exc:
+            self._keep_decoded_prefix(a, exc)
+        except Exception as exc:  # every failure becomes a result; CancelledError is not caught
+            a.kind, a.error, a.transient, ip = self._map_exception(exc, a)
+            if ip is not None:
+                a.peer = ip
+        finally:
+            if a.response is not None:
+                a.response.close(a.clean)
+        return self._result(a)
+
+    def _cap(self, target: URL, max_body_bytes: int | None) -> int:
         if max_body_bytes is not None:
-            cap = max(1, int(max_body_bytes))
-        elif u.raw_path == "/robots.txt":
+            return max(1, int(max_body_bytes))
+        if target.raw_path == "/robots.txt":
             # RFC 9309 2.5: robots.txt is parsed to 500 KiB (ROBOTS_MAX_BYTES), so read exactly
             # that much whatever the page limit: all the parser needs when pages are capped
             # lower, and no 10 MB download when they are capped higher.
-            cap = ROBOTS_MAX_BYTES
-        else:
-            cap = self._max_body
-        error: str | None = None
-        kind: str | None = None
-        transient = False
-        clean = False  # body read to its end: the connection may go back to the pool
-        wire = 0
+            return ROBOTS_MAX_BYTES
+        return self._max_body
+
+    def _merged_headers(self, extra: Mapping[str, str]) -> dict[str, str]:
+        # A caller's header replaces ours of the same name, whatever its case.
+        names = {k.lower() for k in extra}
+        merged = {k: v for k, v in self._headers.items() if k.lower() not in names}
+        merged.update(extra)
+        return merged
+
+    def _take_headers(self, a: _Attempt, response: Response) -> Inflater | None:
+        """Record status, headers and peer; the decoder the Content-Encoding asks for."""
+        a.headers_at = self._clock.now()
+        a.status = response.status
+        a.headers = _header_dict(response.headers)
+        a.peer = response.peer
+        decoder, note = decoder_for(a.headers.get("content-encoding"))
+        if note is not None:
+            a.error, a.kind = note, "decode"
+        return decoder
+
+    @staticmethod
+    async def _read_body(a: _Attempt, response: Response, decoder: Inflater | None) -> None:
+        """Read until the end or the cap (decoded bytes, and wire bytes for bombs)."""
+        cap = a.cap
+        parts = a.parts
+        size = wire = 0
         try:
-            session = self._session or self._open_session()
-            resp = await session.get(u, headers=headers, allow_redirects=False)
-            headers_at = clock.now()
-            status = resp.status
-            for k, v in resp.headers.items():
-                lk = k.lower()
-                prev = hdrs.get(lk)
-                hdrs[lk] = v if prev is None else f"{prev}, {v}"
-            # A body that arrived with the headers is already at EOF and its connection
-            # released (resp.connection is None by now), so ask the protocol, which the
-            # response keeps; its transport is gone only if the connection was closed.
-            proto = getattr(resp, "_protocol", None)
-            if proto is None and resp.connection is not None:
-                proto = resp.connection.protocol
-            transport = getattr(proto, "transport", None)
-            if transport is not None:
-                pn = transport.get_extra_info("peername")
-                if pn:
-                    peer = str(pn[0])
-            decoder, note = _decoder_for(hdrs.get("content-encoding"))
-            if note is not None:
-                error, kind = note, "decode"
-            content = resp.content
             while True:
-                chunk = await content.readany()
+                chunk = await response.read()
                 if not chunk:
-                    break
+                    return
                 wire += len(chunk)
                 if decoder is not None:
                     chunk = decoder.feed(chunk, cap + 1 - size)
@@ -478,58 +318,58 @@ class Fetcher:
                 if size + n > cap:
                     parts.append(chunk[: cap - size])
                     size = cap
-                    truncated = True
-                    break
+                    a.truncated = True
+                    return
                 if n:
                     parts.append(chunk)
                     size += n
                 if wire > cap:  # compressed input that decodes to little: still bounded
-                    truncated = True
-                    break
-            if not truncated:
-                clean = True
-                if decoder is not None and not decoder.finished():
-                    error, kind = f"broken {decoder.name} stream (ended early)", "decode"
-                if proto is not None and kind is None:
-                    # A read-until-close body (no length, not chunked) cut by a reset looks
-                    # like a clean end to the parser; the protocol still holds the error.
-                    pexc = proto.exception()
-                    if isinstance(pexc, OSError) and pexc.errno == errno.ECONNRESET:
-                        error, kind, transient, clean = "connection reset", "reset", True, False
-        except _DecodeError as exc:
-            error, kind, transient = str(exc), "decode", False
-            if exc.partial and size < cap:
-                keep = exc.partial[: cap - size]
-                parts.append(keep)
-                size += len(keep)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # every failure becomes a result (table in _map_exception)
-            kind, error, transient, guard_ip = self._map_exception(exc, url, status, proto, started)
-            if guard_ip is not None:
-                peer = guard_ip
-        finally:
-            if resp is not None:
-                if clean:
-                    resp.release()
-                else:
-                    resp.close()  # unread or broken body: the connection cannot be reused
+                    a.truncated = True
+                    return
+        finally:  # also when a deadline or a reset ends the read: the partial body counts
+            a.size, a.wire = size, wire
+
+    def _check_end(self, a: _Attempt, response: Response, decoder: Inflater | None) -> None:
+        """The body ended: was it whole? (A decoder cut short; a reset that looked like EOF.)"""
+        a.clean = True
+        if decoder is not None and not decoder.finished():
+            a.error, a.kind = f"broken {decoder.name} stream (ended early)", "decode"
+        if a.kind is None:
+            failure = response.failure()
+            if failure is not None:
+                a.kind, a.error, a.transient, _ = self._map_exception(failure, a)
+                a.clean = False
+
+    @staticmethod
+    def _keep_decoded_prefix(a: _Attempt, exc: DecodeError) -> None:
+        a.error, a.kind, a.transient = str(exc), "decode", False
+        if exc.partial and a.size < a.cap:
+            keep = exc.partial[: a.cap - a.size]
+            a.parts.append(keep)
+            a.size += len(keep)
+
+    def _result(self, a: _Attempt) -> FetchResult:
+        """Count the attempt and freeze it into a FetchResult."""
+        parts = a.parts
         body = parts[0] if len(parts) == 1 else b"".join(parts)
-        self._count["wire_bytes"] += wire
+        count = self._count
+        count["wire_bytes"] += a.wire
+        count["body_bytes"] += a.size
+        status = a.status
         if status is not None:
-            self._count["responses"] += 1
-            sc = f"{status // 100}xx"
-            self._status_classes[sc] = self._status_classes.get(sc, 0) + 1
-            if not transient and (status == 429 or 500 <= status < 600):
-                transient = True
-        self._count["body_bytes"] += size
-        if truncated:
-            self._count["truncated"] += 1
-        if kind is not None:
-            self._kinds[kind] = self._kinds.get(kind, 0) + 1
+            count["responses"] += 1
+            classes = self._status_classes
+            classes[status // 100] = classes.get(status // 100, 0) + 1
+            if status == 429 or 500 <= status < 600:
+                a.transient = True
+        if a.truncated:
+            count["truncated"] += 1
+        if a.kind is not None:
+            self._kinds[a.kind] = self._kinds.get(a.kind, 0) + 1
         return FetchResult(
-            url, status, hdrs, body, truncated, error, kind, transient, started, headers_at, clock.now(), peer
-        )
+            a.url, status, a.headers, body, a.truncated, a.error, a.kind, a.transient,
+            a.started, a.headers_at, self._clock.now(), a.peer,
+        )  # fmt: skip
 
     def _failed(
         self, url: str, started: float, kind: str, error: str, transient: bool, ip: str | None = None
@@ -537,170 +377,56 @@ class Fetcher:
         self._kinds[kind] = self._kinds.get(kind, 0) + 1
         return FetchResult(url, None, {}, b"", False, error, kind, transient, started, None, self._clock.now(), ip)
 
-    def _map_exception(
-        self, exc: Exception, url: str, status: int | None, proto: Any, started: float
-    ) -> tuple[str, str, bool, str | None]:
-        """Map an exception to (error_kind, error, transient, refused_ip).
+    def _map_exception(self, exc: Exception, a: _Attempt) -> tuple[str, str, bool, str | None]:
+        """Map an exception to (error_kind, error, transient, ip).
 
-        ======================================================  ========  =========  ============================
-        exception (aiohttp 3.14)                                kind      transient  error
-        ======================================================  ========  =========  ============================
-        ClientConnectorError carrying AddressRefused             guard     False      refused by address guard: ..
-        (from DnsCache or GuardedSocketFactory), or an OSError
-        whose message says so (happy-eyeballs merges errors)
-        ClientConnectorDNSError / DnsLookupError                 dns       False      dns: name not resolved ...
-        ClientConnectorCertificateError, ClientSSLError,         tls       False      tls: ...
-        ssl.SSLError
-        ConnectionTimeoutError (sock_connect)                     timeout   True       connect timeout after Xs
-        asyncio.TimeoutError / ServerTimeoutError (total timer)   timeout   True       timeout after Xs (phase)
-          ... but the protocol holds a parse error (invalid       protocol  False      invalid chunked encoding
-          chunk mid-body: aiohttp never wakes the reader)
-        ClientConnectorError (refused, unreachable, ...)          connect   True       connect: <strerror>
-        ClientConnectionResetError, ClientOSError/OSError with    reset     True       connection reset
-        ECONNRESET/EPIPE, ClientPayloadError mentioning a reset
-        ServerDisconnectedError (closed before/while headers)     reset     True       server closed the connection
-        ClientPayloadError <- ContentLengthError                  protocol  True       content-length mismatch
-        ClientPayloadError <- TransferEncodingError               protocol  True       truncated chunked body
-          ("not enough data": server closed mid-chunk)
-        ClientPayloadError, protocol holds a chunk parse error    protocol  False      invalid chunked encoding
-        ClientPayloadError <- ContentEncodingError/other          protocol  False      incomplete body: ...
-        ClientResponseError <- LineTooLong / "Too many headers"   protocol  False      header too large
-        ClientResponseError <- BadStatusLine                      protocol  False      invalid status line
-        ClientResponseError mentioning "chunk"                    protocol  False      invalid chunked encoding
-        ClientResponseError / HttpProcessingError (other)         protocol  False      invalid response: ...
-        InvalidURL, NonHttpUrlClientError, ValueError             url       False      invalid url: ...
-        other ClientConnectionError / ClientOSError / OSError     connect   True       connection error: ...
-        other ClientError                                         protocol  False      http client error: ...
-        anything else (a bug): logged with traceback              internal  False      internal error: ...
-        asyncio.CancelledError                                    re-raised, never a result
-        ======================================================  ========  =========  ============================
+        ==========================================================  ========  =========  ===========================
+        exception                                                   kind      transient  error
+        ==========================================================  ========  =========  ===========================
+        TransportError (a transport's translation of its library:   its kind  its own    its message
+        ConnectError, ConnectTimeout, ConnectionReset,
+        ProtocolError, TLSError, NameNotResolved, GuardRefused,
+        InvalidURL; see crawler.aiohttp_transport._translate)
+        AddressRefused (DnsCache, socket factory, IP literal)       guard     False      refused by address guard: ..
+        DnsLookupError (DnsCache, fresh or negatively cached)       dns       False      dns: name not resolved: ..
+        TimeoutError: our deadline on the clock (or a backstop)     timeout   True       timeout after Xs (phase)
+          ... but the response reports why the body stalled          (that failure's kind, transient and message)
+        ConnectionResetError, BrokenPipeError, ECONNRESET/EPIPE     reset     True       connection reset
+        other OSError (e.g. ConnectionRefusedError)                 connect   True       connect: <strerror>
+        anything else (a bug): logged with traceback                internal  False      internal error: ...
+        asyncio.CancelledError                                      re-raised, never a result
+        ==========================================================  ========  =========  ===========================
 
-        5xx and 429 responses are marked transient by the caller regardless of the above.
+        5xx and 429 responses are marked transient by :meth:`_result` regardless.
         """
-        # guard ----------------------------------------------------------------------
-        os_error = getattr(exc, "os_error", None) if isinstance(exc, cexc.ClientConnectorError) else None
-        if isinstance(os_error, AddressRefused):
-            return "guard", str(os_error), False, os_error.ip
+        if isinstance(exc, TransportError):
+            return exc.kind, str(exc), exc.transient, exc.ip
         if isinstance(exc, AddressRefused):
             return "guard", str(exc), False, exc.ip
-        if isinstance(os_error, OSError) and "refused by address guard" in str(os_error):
-            return "guard", f"refused by address guard: {os_error}", False, None
-        # dns ------------------------------------------------------------------------
-        if isinstance(os_error, DnsLookupError):
-            return "dns", str(os_error), False, None
-        if isinstance(exc, cexc.ClientConnectorDNSError):
-            return "dns", f"dns: name not resolved ({os_error or exc})", False, None
-        # tls ------------------------------------------------------------------------
-        if isinstance(exc, (cexc.ClientSSLError, cexc.ClientConnectorCertificateError)):
-            return "tls", f"tls: {os_error or exc}", False, None
-        # timeouts ---------------------------------------------------------------------
-        if isinstance(exc, asyncio.TimeoutError):  # includes aiohttp's ServerTimeoutError
-            parse_error = _protocol_parse_error(proto)
-            if parse_error is not None:
-                return "protocol", parse_error, False, None
-            elapsed = self._clock.now() - started
-            if isinstance(exc, cexc.ConnectionTimeoutError) and elapsed < self._timeout_s * 0.95:
-                return "timeout", f"connect timeout after {self._connect_timeout_s}s", True, None
-            phase = "connecting or waiting for headers" if status is None else "reading body"
+        if isinstance(exc, DnsLookupError):
+            return "dns", str(exc), False, None
+        if isinstance(exc, TimeoutError):  # before OSError: TimeoutError is one
+            stalled = a.response.failure() if a.response is not None else None
+            if stalled is not None:
+                return stalled.kind, str(stalled), stalled.transient, None
+            phase = "connecting or waiting for headers" if a.status is None else "reading body"
             return "timeout", f"timeout after {self._timeout_s}s ({phase})", True, None
-        # connect ----------------------------------------------------------------------
-        if isinstance(exc, cexc.ClientConnectorError):
-            err = os_error if isinstance(os_error, OSError) else exc
-            if getattr(err, "errno", None) == errno.ECONNRESET:
-                return "reset", "connection reset", True, None
-            return "connect", f"connect: {_strerror(err)}", True, None
-        # body / response --------------------------------------------------------------
-        if isinstance(exc, cexc.ClientPayloadError):
-            text = str(exc)
-            if "ConnectionResetError" in text or "Connection reset" in text:
-                return "reset", "connection reset", True, None
-            parse_error = _protocol_parse_error(proto)
-            if parse_error is not None:
-                return "protocol", parse_error, False, None
-            cause = exc.__cause__
-            if isinstance(cause, hexc.ContentLengthError):
-                return "protocol", f"content-length mismatch ({cause.message})", True, None
-            if isinstance(cause, hexc.TransferEncodingError):
-                return "protocol", "truncated chunked body (server closed mid-chunk)", True, None
-            return "protocol", f"incomplete body: {cause or exc}", False, None
-        if isinstance(exc, cexc.ServerDisconnectedError):
-            return "reset", "server closed the connection without a complete response", True, None
-        if isinstance(exc, (cexc.ClientResponseError, hexc.HttpProcessingError)):
-            return "protocol", _describe_parse_error(exc), False, None
-        if isinstance(exc, (cexc.InvalidURL, cexc.NonHttpUrlClientError, ValueError)):
-            return "url", f"invalid url: {exc}", False, None
         if isinstance(exc, (ConnectionResetError, BrokenPipeError)) or (
             isinstance(exc, OSError) and exc.errno in (errno.ECONNRESET, errno.EPIPE)
         ):
             return "reset", "connection reset", True, None
-        if isinstance(exc, (cexc.ClientConnectionError, OSError)):
-            return "connect", f"connection error: {_strerror(exc)}", True, None
-        if isinstance(exc, cexc.ClientError):
-            return "protocol", f"http client error: {type(exc).__name__}: {exc}", False, None
-        log.error("fetch: unexpected error for %s", url, exc_info=exc)
+        if isinstance(exc, OSError):
+            return "connect", f"connect: {describe_os_error(exc)}", True, None
+        log.error("fetch: unexpected error for %s", a.url, exc_info=exc)
         return "internal", f"internal error: {type(exc).__name__}: {exc}", False, None
 
     # -- stats ------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """Counters: fetches, responses, bytes, truncated, errors by kind, statuses, dns, guard."""
+        """Counters: fetches, responses, bytes, truncated, errors by kind, statuses, and the
+        transport's (the real one: ``guard_refusals``, ``dns``)."""
         out: dict[str, Any] = dict(self._count)
         out["errors"] = dict(self._kinds)
-        out["status_classes"] = dict(self._status_classes)
-        out["guard_refusals"] = self.guard.refusals
-        out["dns"] = self.dns.stats()
+        out["status_classes"] = {f"{c}xx": n for c, n in self._status_classes.items()}
+        out.update(self.transport.stats())
         return out
-
-
-def _walk(exc: BaseException | None) -> Iterable[BaseException]:
-    seen = 0
-    while exc is not None and seen < 8:
-        yield exc
-        exc = exc.__cause__ or exc.__context__
-        seen += 1
-
-
-def _describe_parse_error(exc: BaseException) -> str:
-    for e in _walk(exc):
-        if isinstance(e, hexc.LineTooLong):
-            return "header too large"
-        if isinstance(e, hexc.BadStatusLine):
-            return "invalid status line"
-    text = str(getattr(exc, "message", "") or exc)
-    low = text.lower()
-    if "too many headers" in low or "got more than" in low:
-        return "header too large"
-    if "chunk" in low:
-        return "invalid chunked encoding"
-    if "status line" in low:
-        return "invalid status line"
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return f"invalid response: {first[:200]}"
-
-
-def _protocol_parse_error(proto: Any) -> str | None:
-    """The parse error aiohttp left on the connection's protocol, described, if any."""
-    if proto is None:
-        return None
-    try:
-        pexc = proto.exception()
-    except Exception:  # noqa: BLE001 - best effort on aiohttp internals
-        return None
-    if isinstance(pexc, hexc.HttpProcessingError):
-        return _describe_parse_error(pexc)
-    return None
-
-
-def _strerror(exc: BaseException) -> str:
-    code = getattr(exc, "errno", None)
-    if code == errno.ECONNREFUSED:
-        return "connection refused"
-    if code == errno.EHOSTUNREACH:
-        return "host unreachable"
-    if code == errno.ENETUNREACH:
-        return "network unreachable"
-    strerror = getattr(exc, "strerror", None)
-    if strerror:
-        return str(strerror).lower()
-    text = str(exc)
-    return text if text else type(exc).__name__

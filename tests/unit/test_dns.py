@@ -1,7 +1,7 @@
 """DnsCache, resolve overrides and the SSRF AddressGuard.
 
 No real DNS query is made here: every DnsCache gets a fake base resolver that answers
-from a table and raises OSError for unknown names, and time comes from a fake clock.
+from a table and raises OSError for unknown names, and time comes from a MockClock.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import socket
 
 import pytest
 
+from crawler.clock import MockClock
 from crawler.testing.fakes import FakeResolver
 from crawler.dns import (
     AddressGuard,
@@ -23,21 +24,8 @@ from crawler.dns import (
 from crawler.errors import ConfigError
 
 
-class FakeClock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
-
-    def advance(self, dt: float) -> None:
-        self.t += dt
-
-
-
-
 def make_cache(table=None, resolve=None, guard=True, **kw):
-    clock = kw.pop("clock", FakeClock())
+    clock = kw.pop("clock", MockClock(1000.0))
     base = FakeResolver(table)
     cache = DnsCache(
         resolve or {},
@@ -164,7 +152,7 @@ async def test_names_are_case_and_trailing_dot_insensitive_in_cache():
 async def test_concurrent_lookups_share_one_query_and_survive_a_cancelled_waiter():
     gate = asyncio.Event()
     base = FakeResolver({"example.com": ["93.184.216.34"]}, gate=gate)
-    cache = DnsCache({}, base=base, clock=FakeClock(), guard=AddressGuard())
+    cache = DnsCache({}, base=base, clock=MockClock(1000.0), guard=AddressGuard())
     tasks = [asyncio.ensure_future(cache.resolve("example.com", 80, socket.AF_UNSPEC)) for _ in range(10)]
     await asyncio.sleep(0)  # let them all reach the in-flight query
     tasks[0].cancel()  # one waiter times out: the others must still get the answer

@@ -14,7 +14,6 @@ import gzip
 import ipaddress
 import socket
 import struct
-import time
 import tracemalloc
 import zlib
 from collections.abc import Awaitable, Callable
@@ -24,6 +23,7 @@ import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver
 
+from crawler.clock import MockClock
 from crawler.testing.fakes import FakeResolver
 from crawler.dns import AddressRefused
 from crawler.errors import ConfigError
@@ -60,19 +60,6 @@ def _loopback_only(monkeypatch):
 
     monkeypatch.setattr(selector_events.BaseSelectorEventLoop, "sock_connect", sock_connect)
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-
-
-class FakeClock:
-    def __init__(self, t: float = 5000.0) -> None:
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
-
-    def advance(self, dt: float) -> None:
-        self.t += dt
-
-
 
 
 class RecordingConnector:
@@ -299,7 +286,7 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 
 async def test_200_body_headers_ip_timing_and_request_headers(site):
-    clock = FakeClock()
+    clock = MockClock(5000.0)
     f = make_fetcher(clock=clock)
     try:
         r = await f.fetch(f"http://site.test:{site.port}/ok", headers={"If-None-Match": '"x"', "If-Modified-Since": "Tue, 01 Oct 2024 00:00:00 GMT"})
@@ -311,7 +298,7 @@ async def test_200_body_headers_ip_timing_and_request_headers(site):
     assert r.headers["content-length"] == str(len(PAGE))
     assert r.content_type == "text/html"
     assert r.ip == "127.0.0.1"
-    assert r.started_at == r.headers_at == r.finished_at == clock.t  # all from the injected clock
+    assert r.started_at == r.headers_at == r.finished_at == clock.now() == 5000.0  # all from the injected clock
     assert classify(r) == "ok"
     host, path, sent = site.log[0]
     assert path == "/ok" and host == f"site.test:{site.port}"
@@ -333,13 +320,11 @@ async def test_compressed_bodies_are_decoded(fetcher, site, path):
     assert r.body == PAGE and not r.truncated
 
 
-async def test_gzip_bomb_is_cut_with_bounded_memory_and_time(site):
+async def test_gzip_bomb_is_cut_with_bounded_memory(site):
     f = make_fetcher(max_body_bytes=2_000_000)
     try:
         tracemalloc.start()
-        t0 = time.perf_counter()
         r = await f.fetch(f"http://site.test:{site.port}/bomb")
-        elapsed = time.perf_counter() - t0
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
     finally:
@@ -347,7 +332,6 @@ async def test_gzip_bomb_is_cut_with_bounded_memory_and_time(site):
     assert r.status == 200 and r.truncated and r.error is None
     assert len(r.body) == 2_000_000 and r.body.count(0) == 2_000_000
     assert peak < 40_000_000, f"peak {peak} bytes: the bomb was inflated, not cut"
-    assert elapsed < 2.0
     assert classify(r) == "ok"
     # The body was cut at the limit, not when the server had finished its 1 GiB.
     assert f.stats()["wire_bytes"] < len(BOMB_FIRST) + 1023 * len(BOMB_REPEAT)
@@ -436,19 +420,19 @@ async def test_slowloris_body_is_cut_at_total_timeout():
             await writer.drain()
             await asyncio.sleep(0.02)
 
+    # The real transport under the real clock: the deadline cuts a live socket. (When it
+    # fires, and what it does to a stalled body, is tested on a MockClock in
+    # test_fetch_fake.py.)
     async with RawServer(trickle) as srv:
         f = make_fetcher(timeout_s=0.5)
         try:
-            t0 = time.perf_counter()
             r = await f.fetch(srv.url)
-            elapsed = time.perf_counter() - t0
         finally:
             await f.close()
     assert r.status == 200 and r.error_kind == "timeout" and r.transient
     assert r.error == "timeout after 0.5s (reading body)"
     assert 0 < len(r.body) < 1000  # partial body kept for diagnostics...
     assert classify(r) == "transient"  # ...but never counted as a page
-    assert 0.4 < elapsed < 1.5
 
 
 async def test_trickled_headers_are_cut_at_total_timeout():
@@ -672,7 +656,7 @@ async def test_connection_refused_is_transient_connect_error():
 
 async def test_unresolvable_name_is_dns_error_and_negatively_cached():
     base = FakeResolver()
-    clock = FakeClock()
+    clock = MockClock(5000.0)
     f = make_fetcher(base_resolver=base, clock=clock, dns_negative_ttl_s=60)
     try:
         r1 = await f.fetch("http://nx.example/")
@@ -818,7 +802,7 @@ async def test_socket_factory_is_the_last_line_of_defence():
 async def test_dns_rebinding_after_ttl_is_refused():
     seam = RecordingConnector()
     base = FakeResolver({"rebind.example": ["93.184.216.34"]})
-    clock = FakeClock()
+    clock = MockClock(5000.0)
     f = make_fetcher(base_resolver=base, connector_factory=seam, clock=clock, dns_ttl_s=10)
     try:
         r1 = await f.fetch("http://rebind.example/")
