@@ -94,8 +94,8 @@ class PagePipeline:
         fp: int | None = None
         if is_html(ctype, body):
             parsed = parse_page(body, item.url, ctype, res.headers, user_agent_token=self._ua_token, max_links=self._max_links)
-            if parsed.text:
-                fp = text_fingerprint(parsed.text, self._min_tokens)
+            if parsed.main_text:
+                fp = text_fingerprint(parsed.main_text, self._min_tokens)
         dup_kind, dup_of = await self._content.submit((item.url, sha, fp))
         if dup_kind is not None:
             self.counters[f"dup_{dup_kind}"] += 1

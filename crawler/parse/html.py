@@ -22,6 +22,7 @@ from selectolax.lexbor import LexborHTMLParser
 
 from crawler.encodings import REPLACEMENT, UTF16
 from crawler.errors import ConfigError
+from crawler.maincontent import main_text
 from crawler.parse.charset import ASCII_WS, decode, decoding_codec, detect_encoding
 from crawler.urls import join_url
 
@@ -64,8 +65,12 @@ class ParsedPage:
     """Robots meta / X-Robots-Tag says nofollow (or none) for all crawlers or for ours."""
     meta_noindex: bool = False
     text: str = ""
-    """Visible body text for SimHash: no script/style/noscript/template/svg, whitespace
-    collapsed to single spaces."""
+    """Visible body text: no script/style/noscript/template/svg, whitespace collapsed to
+    single spaces."""
+    main_text: str = ""
+    """The main content's text (crawler.maincontent: no header, footer, nav, aside or
+    similar chrome), what the near-duplicate fingerprint is computed over, so chrome
+    that changes per request (render times, request ids) does not hide a copy."""
     title: str | None = None
     error: str | None = None
     """Set when the body could not be parsed at all (the caller records it)."""
@@ -419,12 +424,13 @@ def _parse_html(
         append(Link(raw, resolved, link_nofollow, node.tag or "a"))
     del nodes
 
-    text = ""
+    text = main = ""
     bodyn = tree.body
     if bodyn is not None:
         # After link extraction: stripping removes <noscript>/<svg> links too.
         tree.strip_tags(_STRIP_FOR_TEXT)
         text = " ".join(bodyn.text(separator=" ").split())
+        main = text if degraded else main_text(tree, text)
 
     return ParsedPage(
         url=url,
@@ -435,6 +441,7 @@ def _parse_html(
         meta_nofollow=nofollow,
         meta_noindex=noindex,
         text=text,
+        main_text=main,
         title=title,
         links_dropped=dropped,
         degraded=degraded,

@@ -118,6 +118,11 @@ def check_rows(server: WebServer, cfg: CrawlConfig) -> Any:
     for group in web.near_duplicate_groups():
         flagged = [u for u in group if by_url[u]["dup_kind"] in ("near", "exact")]
         assert len(flagged) == len(group) - 1, f"near duplicates: {len(flagged)} of {len(group)} flagged"
+    # Copies that differ only in chrome (footer timestamp, request id, nav, aside): the
+    # main-content fingerprint sees through it (crawler.maincontent).
+    for group in web.chrome_duplicate_groups():
+        flagged = [u for u in group if by_url[u]["dup_kind"] in ("near", "exact")]
+        assert len(flagged) == len(group) - 1, f"chrome-only copies: {len(flagged)} of {len(group)} flagged: {sorted(group)}"
     return table
 
 
