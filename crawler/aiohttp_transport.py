@@ -42,7 +42,8 @@ from aiohttp import client_exceptions as cexc
 from aiohttp import http_exceptions as hexc
 
 from crawler.clock import SYSTEM_CLOCK, Clock
-from crawler.dns import AddressGuard, AddressRefused, DnsCache, DnsLookupError, GuardedSocketFactory
+from crawler.addrguard import AddressGuard, AddressRefused, GuardedSocketFactory
+from crawler.dns import DnsCache, DnsLookupError
 from crawler.errors import ConfigError
 from crawler.transport import (
     ConnectError,

@@ -37,7 +37,8 @@ from yarl import URL
 from crawler.aiohttp_transport import AiohttpTransport
 from crawler.clock import SYSTEM_CLOCK, Clock, SystemClock, Timeouts
 from crawler.decoding import ACCEPT_ENCODING, DecodeError, Inflater, decoder_for
-from crawler.dns import AddressRefused, DnsLookupError
+from crawler.addrguard import AddressRefused
+from crawler.dns import DnsLookupError
 from crawler.errors import ConfigError
 from crawler.robots import ROBOTS_MAX_BYTES
 from crawler.transport import Request, Response, Transport, TransportError, describe_os_error

@@ -66,6 +66,28 @@ def save_record(cfg: CrawlConfig, rec: CrawlRecord) -> None:
     fs.mv(tmp, path)
 
 
+def _start_over(cfg: CrawlConfig) -> None:
+    """``--force``: remove the other crawl's rows, bodies, stats and state from OUT (and
+    its local state), keeping only the lease this run already holds."""
+    fs, root = open_fs(cfg.output.path, dict(cfg.output.storage_options) or None)
+    root = root.rstrip("/")
+    for name in ("pages", "blobs"):
+        if fs.exists(f"{root}/{name}"):
+            fs.rm(f"{root}/{name}", recursive=True)
+    if fs.exists(f"{root}/stats.json"):
+        fs.rm(f"{root}/stats.json")
+    if fs.exists(f"{root}/state"):
+        for path in fs.ls(f"{root}/state", detail=False):
+            if path.rsplit("/", 1)[-1] != "lease.json":
+                fs.rm(path, recursive=True)
+    local = crawl_state_dir(cfg)
+    if os.path.isdir(local):
+        for name in os.listdir(local):
+            if name != "lease.json":
+                target = os.path.join(local, name)
+                shutil.rmtree(target) if os.path.isdir(target) else os.remove(target)
+
+
 def prepare(cfg: CrawlConfig, shards: int, seen_shards: int, *, force: bool = False) -> tuple[CrawlRecord, str]:
     """Decide new / resume / finished / refuse for this output. Returns (record, mode).
 
@@ -80,9 +102,7 @@ def prepare(cfg: CrawlConfig, shards: int, seen_shards: int, *, force: bool = Fa
                 f"{cfg.output.path} holds a crawl made with a different config (fingerprint {rec.fingerprint}, "
                 f"this config {fp}); use another --out, or --force to start over in it"
             )
-        old = crawl_state_dir(cfg)
-        if os.path.isdir(old):
-            shutil.rmtree(old)
+        _start_over(cfg)
         rec = None
     if rec is None:
         rec = CrawlRecord(fp, shards, seen_shards)

@@ -499,10 +499,12 @@ class RobotsClient:
         self._host_of = host_of
         self._pacer = pacer
         self._clock = clock
-        self.requests = 0
 
-    async def refresh(self, origin: str, host: str, fetch: Callable[[str, str], Awaitable[Any]]) -> RobotsRules:
-        """Fetch, cache and return ``origin``'s rules; ``host`` is the origin's politeness key.
+    async def refresh(
+        self, origin: str, host: str, fetch: Callable[[str, str], Awaitable[Any]]
+    ) -> tuple[RobotsRules, int]:
+        """Fetch and cache ``origin``'s rules; ``host`` is the origin's politeness key.
+        Returns the rules and the number of requests it took.
 
         ``await fetch(host, url)`` makes one request, paced like any other, and returns a
         response with ``status``, ``headers``, ``body``, ``truncated`` and ``error``.
@@ -515,18 +517,17 @@ class RobotsClient:
         for hop in range(MAX_ROBOTS_REDIRECTS + 1):
             target = self._host_of(url)
             if target != host and self._pacer.in_flight(target):
-                return self.cache.from_response(origin, None, None, error="robots.txt redirect target busy")
+                return self.cache.from_response(origin, None, None, error="robots.txt redirect target busy"), hop
             if hop > 0 and target == host:
                 # Same host: the next hop waits for the host's allowance like any request.
                 await self._clock.sleep(max(0.0, self._pacer.next_allowed(host) - self._clock.now()))
             res = await fetch(target, url)
-            self.requests += 1
             if self._classify(res) != "redirect":
                 body = res.body if res.status else None
-                return self.cache.from_response(origin, res.status, body, truncated=res.truncated, error=res.error)
+                return self.cache.from_response(origin, res.status, body, truncated=res.truncated, error=res.error), hop + 1
             joined = self._join(url, res.headers.get("location", ""))
             nxt = self._normalize(joined) if joined else None
             if nxt is None:  # a redirect to nowhere: the file is unavailable
-                return self.cache.from_response(origin, 404, b"")
+                return self.cache.from_response(origin, 404, b""), hop + 1
             url = nxt
-        return self.cache.from_redirect_overflow(origin)
+        return self.cache.from_redirect_overflow(origin), MAX_ROBOTS_REDIRECTS + 1

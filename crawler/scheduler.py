@@ -280,9 +280,8 @@ class ShardScheduler:
             self.counters["requests"] += 1
 
     async def _refresh_robots(self, org: str, host: str) -> None:
-        before = self.robots.requests
-        rules = await self.robots.refresh(org, host, self._fetch)
-        self.counters["robots_requests"] += self.robots.requests - before
+        rules, requests = await self.robots.refresh(org, host, self._fetch)
+        self.counters["robots_requests"] += requests
         self.politeness.set_crawl_delay(host, rules.crawl_delay)
         # URLs queued before the rules were known: refuse the disallowed ones now.
         for blocked in self.frontier.remove_where(host, lambda it: not rules.allowed(it.url)):

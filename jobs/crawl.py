@@ -64,13 +64,21 @@ async def _run(session: CrawlSession, stopped_by: list[int]) -> dict[str, Any]:
         print("\nstopping: flushing what was fetched (Ctrl-C again to abort)...", file=sys.stderr)
         session.request_stop()
 
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, on_signal, sig)
-            installed.append(sig)
-        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
-            pass
+    installed: set[int] = set()
+
+    def install(_session: CrawlSession | None = None) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, on_signal, sig)
+                installed.add(sig)
+            except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
+                pass
+
+    # Again once the runtime is up: ray.init installs its own SIGTERM handler, which
+    # would end the driver without a clean stop.
+    announce = session.on_start
+    session.on_start = lambda s: (announce(s) if announce else None, install())
+    install()
     try:
         return await session.run()
     finally:

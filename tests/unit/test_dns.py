@@ -13,14 +13,8 @@ import pytest
 
 from crawler.clock import MockClock
 from crawler.testing.fakes import FakeResolver
-from crawler.dns import (
-    AddressGuard,
-    AddressRefused,
-    DnsCache,
-    DnsLookupError,
-    GuardedSocketFactory,
-    parse_resolve,
-)
+from crawler.addrguard import AddressGuard, AddressRefused, GuardedSocketFactory
+from crawler.dns import DnsCache, DnsLookupError, parse_resolve
 from crawler.errors import ConfigError
 
 

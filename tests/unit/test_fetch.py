@@ -25,7 +25,7 @@ from aiohttp.abc import AbstractResolver
 
 from crawler.clock import MockClock
 from crawler.testing.fakes import FakeResolver
-from crawler.dns import AddressRefused
+from crawler.addrguard import AddressRefused
 from crawler.errors import ConfigError
 from crawler.fetch import FetchResult, Fetcher, classify
 

@@ -17,7 +17,8 @@ from typing import TypeVar
 import pytest
 
 from crawler.clock import MockClock
-from crawler.dns import AddressRefused, DnsLookupError
+from crawler.addrguard import AddressRefused
+from crawler.dns import DnsLookupError
 from crawler.fetch import FetchResult, Fetcher, classify
 from crawler.testing.fakes import FakeResponse, FakeTransport
 from crawler.transport import ConnectError, ConnectionReset, ConnectTimeout, ProtocolError, TLSError

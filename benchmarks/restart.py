@@ -1,0 +1,139 @@
+"""Kill -9 and restart at once, and traps as the last work: measured at the server.
+
+Two scenarios from issue "Never wrong under pressure", run against any checkout of this
+project (``--repo``, default: this one) so a before/after pair is measured in the same run:
+
+* ``kill``: a crawl of the synthetic web (``demo`` profile, Ray, 2 shards) is SIGKILLed
+  (its whole process group, not its Ray workers) once it has made ``--kill-at`` requests,
+  and the same command starts again at once on the same output. Reported: pages
+  requested twice (retries of failing URLs aside), and how many of them were not in
+  flight at the kill.
+* ``traps``: the same web crawled once (``--local``); reported: seconds from the last
+  request to a non-trap host to the end of the crawl, and requests to trap hosts.
+
+    python -m benchmarks.restart [--repo PATH] [--out benchmarks/results/restart.json]
+
+Results are appended to the JSON file under the label ``--label``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+from crawler.testing.fixtures import crawl_config_for, running_web
+
+HERE = Path(__file__).resolve().parent
+
+
+def _spawn(repo: str, cfgfile: Path, ray_tmp: str, *extra: str) -> subprocess.Popen:
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=ray_tmp, PYTHONPATH=repo)
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "run", str(cfgfile), "--no-progress", *extra],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+    )
+
+
+def _kill_tree(marker: str) -> None:
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if marker.encode() in f.read():
+                        os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def kill_restart(repo: str, kill_at: int) -> dict:
+    with running_web(seed=0, profile="demo") as server, tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        cfgfile = tmp_path / "c.yaml"
+        cfg = crawl_config_for(server, runtime={"shards": 2, "seen_shards": 1}, output={"path": str(tmp_path / "out")})
+        cfg["politeness"]["interval_s"] = 0.05
+        cfgfile.write_text(yaml.safe_dump(cfg))
+        old_tmp, new_tmp = tempfile.mkdtemp(prefix="rayb-"), tempfile.mkdtemp(prefix="rayb-")
+        old = _spawn(repo, cfgfile, old_tmp)
+        try:
+            while len(server.requests()) < kill_at:
+                if old.poll() is not None:
+                    raise RuntimeError(old.stderr.read()[-2000:])
+                time.sleep(0.02)
+            os.killpg(old.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            new = _spawn(repo, cfgfile, new_tmp)
+            _, err = new.communicate(timeout=600)
+        finally:
+            _kill_tree(old_tmp)
+            _kill_tree(new_tmp)
+        log = sorted(server.requests(), key=lambda r: r.start)
+        pages = [r for r in log if not r.path_qs.endswith("robots.txt")]
+        counts = Counter(server.web.url(r.host, r.path_qs) for r in pages)
+        failing = set(server.web.failure_urls())
+        twice = sorted(u for u, n in counts.items() if n > 1 and u not in failing)
+        in_flight = {server.web.url(r.host, r.path_qs) for r in pages if r.start <= killed <= r.end}
+        return {
+            "requests": len(pages),
+            "pages": len(counts),
+            "requested_twice": len(twice),
+            "requested_twice_not_in_flight": len(set(twice) - in_flight),
+            "new_run_exit": new.returncode,
+            "new_run_error": err.strip().splitlines()[-1] if new.returncode else None,
+        }
+
+
+def traps_last(repo: str) -> dict:
+    with running_web(seed=0, profile="demo") as server, tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        cfgfile = tmp_path / "c.yaml"
+        cfgfile.write_text(yaml.safe_dump(crawl_config_for(server, output={"path": str(tmp_path / "out")})))
+        t0 = time.monotonic()
+        proc = _spawn(repo, cfgfile, tempfile.mkdtemp(prefix="rayb-"), "--local")
+        _, err = proc.communicate(timeout=1800)
+        end = time.monotonic()
+        traps = set(server.web.trap_hosts())
+        log = sorted(server.requests(), key=lambda r: r.start)
+        normal_end = max(r.end for r in log if r.host not in traps)
+        return {
+            "exit": proc.returncode,
+            "crawl_s": round(end - t0, 1),
+            "after_last_normal_host_s": round(end - normal_end, 1),
+            "trap_requests": sum(1 for r in log if r.host in traps),
+            "trap_hosts": len(traps),
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--repo", default=str(HERE.parent), help="checkout whose crawler is measured")
+    p.add_argument("--label", default="this checkout")
+    p.add_argument("--kill-at", type=int, default=800, help="requests before the kill")
+    p.add_argument("--only", choices=("kill", "traps"))
+    p.add_argument("--out", default=str(HERE / "results" / "restart.json"))
+    a = p.parse_args(argv)
+    result: dict = {"label": a.label, "repo_commit": subprocess.run(
+        ["git", "-C", a.repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()}
+    if a.only in (None, "kill"):
+        result["kill_restart"] = kill_restart(a.repo, a.kill_at)
+    if a.only in (None, "traps"):
+        result["traps_last"] = traps_last(a.repo)
+    path = Path(a.out)
+    runs = json.loads(path.read_text()) if path.exists() else []
+    runs.append(result)
+    path.write_text(json.dumps(runs, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
