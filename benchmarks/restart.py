@@ -8,8 +8,9 @@ project (``--repo``, default: this one) so a before/after pair is measured in th
   and the same command starts again at once on the same output. Reported: pages
   requested twice (retries of failing URLs aside), and how many of them were not in
   flight at the kill.
-* ``traps``: the same web crawled once (``--local``); reported: seconds from the last
-  request to a non-trap host to the end of the crawl, and requests to trap hosts.
+* ``traps``: the same web crawled once (``--local``) with ``max_pages_per_host`` 1,000,
+  so its trap hosts are the last work; reported: seconds from the last request to a
+  non-trap host to the end of the crawl, and requests to trap hosts.
 
     python -m benchmarks.restart [--repo PATH] [--out benchmarks/results/restart.json]
 
@@ -34,6 +35,7 @@ import yaml
 from crawler.testing.fixtures import crawl_config_for, running_web
 
 HERE = Path(__file__).resolve().parent
+TRAP_BUDGET = 1000  # limits.max_pages_per_host in the traps scenario
 
 
 def _spawn(repo: str, cfgfile: Path, ray_tmp: str, *extra: str) -> subprocess.Popen:
@@ -96,11 +98,16 @@ def traps_last(repo: str) -> dict:
     with running_web(seed=0, profile="demo") as server, tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         cfgfile = tmp_path / "c.yaml"
-        cfgfile.write_text(yaml.safe_dump(crawl_config_for(server, output={"path": str(tmp_path / "out")})))
+        cfg = crawl_config_for(server, output={"path": str(tmp_path / "out")})
+        # Trap hosts with room to grow (the synthetic web caps them near its largest host).
+        cfg["limits"]["max_pages_per_host"] = TRAP_BUDGET
+        cfgfile.write_text(yaml.safe_dump(cfg))
         t0 = time.monotonic()
         proc = _spawn(repo, cfgfile, tempfile.mkdtemp(prefix="rayb-"), "--local")
         _, err = proc.communicate(timeout=1800)
         end = time.monotonic()
+        if proc.returncode != 0:
+            raise RuntimeError(f"the crawl failed: {err[-2000:]}")
         traps = set(server.web.trap_hosts())
         log = sorted(server.requests(), key=lambda r: r.start)
         normal_end = max(r.end for r in log if r.host not in traps)

@@ -58,6 +58,7 @@ class UrlItem:
     priority: float = 0.0
     due_at: float = 0.0
     attempts: int = 0
+    fetch_seq: int = 1  # which fetch of this URL this is (1: discovery; more: recrawls)
     sid: int = 0  # row id in the shard's durable store (acceptance order); 0 = not stored
     replay: bool = False  # fetched before a crash: its links bypass the seen filter
 

@@ -42,6 +42,7 @@ from typing import Iterable, Sequence
 from crawler.errors import StorageError
 from crawler.frontier import UrlItem
 from crawler.seen import url_hash64
+from crawler.urls import url_hash
 
 
 def _key(url: str) -> int:
@@ -241,7 +242,10 @@ class FrontierStore:
             row = self._db.execute("SELECT url, host, depth, referrer, state FROM urls WHERE h=?", (_key(url),)).fetchone()
         if row is None or row[0] != url:
             return None
-        return {"url": row[0], "host": row[1], "depth": row[2], "referrer": row[3], "status": STATE_NAMES[row[4]]}
+        return {
+            "url": row[0], "url_hash": url_hash(row[0]), "host": row[1], "depth": row[2], "referrer": row[3],
+            "status": STATE_NAMES[row[4]],
+        }
 
     def pending_hosts(self) -> list[tuple[str, int]]:
         """(host, queued URLs) for every host with queued work."""

@@ -26,7 +26,7 @@ from crawler.frontier import UrlItem
 from crawler.links import LinkPolicy
 from crawler.output import BlobStore, OutcomeRow
 from crawler.parse import ParsedPage, is_html, parse_page
-from crawler.urls import join_url
+from crawler.urls import join_url, url_hash
 
 class ContentCheck(Protocol):
     """The duplicate-content service, one page per call (crawler.batching.MicroBatcher
@@ -180,5 +180,7 @@ class PagePipeline:
             truncated=bool(res.truncated) if res is not None else False,
             shard=self.shard_id,
             referrer=item.referrer,
+            url_hash=url_hash(item.url),
+            fetch_seq=item.fetch_seq,
         )
 

@@ -25,7 +25,7 @@ from crawler.output.schema import DUP_KINDS, OUTCOMES, PAGES_SCHEMA, encode_part
 
 __all__ = ["compact_pages", "dedupe_pages", "list_parts", "read_pages", "summarize"]
 
-_DEDUPE_COLS = ("url", "content_sha256", "outcome", "fetched_at")
+_DEDUPE_COLS = ("url", "fetch_seq", "content_sha256", "outcome", "fetched_at")
 
 
 def list_parts(fs: fsspec.AbstractFileSystem, root: str) -> list[str]:
@@ -37,7 +37,8 @@ def list_parts(fs: fsspec.AbstractFileSystem, root: str) -> list[str]:
 def dedupe_pages(table: pa.Table) -> pa.Table:
     """Keep the earliest row (by fetched_at, then file order) per idempotence key.
 
-    The key is (url, content_sha256), or (url, outcome) when the hash is null.
+    The key is (url, fetch_seq, content_sha256), or (url, fetch_seq, outcome) when the
+    hash is null: one row per fetch, whatever a crash repeated.
     The result is ordered by ``fetched_at``; ``table`` needs the columns of the key.
     """
     n = table.num_rows
@@ -50,12 +51,13 @@ def dedupe_pages(table: pa.Table) -> pa.Table:
     keys = pa.table(
         {
             "u": table["url"],
+            "q": table["fetch_seq"],
             "s": sha,
             "o": pc.if_else(no_sha, table["outcome"], pa.scalar(None, pa.string())),
             "i": pa.array(np.arange(n, dtype=np.int64)),
         }
     )
-    first = keys.group_by(["u", "s", "o"], use_threads=False).aggregate([("i", "min")])
+    first = keys.group_by(["u", "q", "s", "o"], use_threads=False).aggregate([("i", "min")])
     keep = np.sort(first["i_min"].to_numpy())
     if len(keep) == n:
         return table

@@ -35,6 +35,7 @@ I_URL = COLUMNS.index("url")
 I_SHA = COLUMNS.index("content_sha256")
 I_BLOB = COLUMNS.index("blob_key")
 _I_OUTCOME = COLUMNS.index("outcome")
+_I_SEQ = COLUMNS.index("fetch_seq")
 _I_DUPKIND = COLUMNS.index("dup_kind")
 
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
@@ -159,12 +160,13 @@ def to_values(row: OutcomeRow) -> list[Any]:
 
 
 def row_key(vals: list[Any]) -> int:
-    """Idempotence key: (url, sha), or (url, outcome) when there is no body hash."""
+    """Idempotence key: (url, fetch_seq, sha), or (url, fetch_seq, outcome) when there is
+    no body hash: a fetch written twice (across a crash) is one row; a recrawl is another."""
     sha = vals[I_SHA]
     if sha is not None:
-        text = f"{vals[I_URL]}\x00{sha}"
+        text = f"{vals[I_URL]}\x00{vals[_I_SEQ]}\x00{sha}"
     else:
-        text = f"{vals[I_URL]}\x00\x01{vals[_I_OUTCOME]}"
+        text = f"{vals[I_URL]}\x00{vals[_I_SEQ]}\x00\x01{vals[_I_OUTCOME]}"
     # 128-bit digest: a collision (which would drop a real row) is out of reach in practice.
     return xxhash.xxh3_128_intdigest(text.encode("utf-8"))
 

@@ -101,6 +101,14 @@ class OutcomeRow:
     """The shard that recorded the row."""
     referrer: str | None = field(default=None, metadata=_arrow(_STR))
     """The page the link was found on."""
+    url_hash: str | None = field(default=None, metadata=_arrow(_STR))
+    """First 8 bytes of SHA-1 of ``url``, hex: the URL's public id (crawler.urls.url_hash)."""
+    fetch_seq: int | None = field(default=None, metadata=_arrow(_I32))
+    """Which fetch of this URL in the crawl the row records: 1 for the first, then one
+    more per recrawl. (url, fetch_seq) identifies a row."""
+    changed: bool | None = field(default=None, metadata=_arrow(_BOOL))
+    """For a refetch: did the page's main content change since the previous fetch (None
+    for a first fetch or when there is nothing to compare)."""
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(OutcomeRow))

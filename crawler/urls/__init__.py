@@ -31,7 +31,7 @@ Modules, each importing only those above it:
 
 from __future__ import annotations
 
-from crawler.urls.canonical import DEFAULT_TRACKING_PARAMS, UrlNormalizer, normalize
+from crawler.urls.canonical import DEFAULT_TRACKING_PARAMS, UrlNormalizer, normalize, url_hash
 from crawler.urls.hosts import host_key, origin, registered_domain
 from crawler.urls.join import join_url
 from crawler.urls.scope import Scope, validate_seed
@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_TRACKING_PARAMS",
     "UrlNormalizer",
     "normalize",
+    "url_hash",
     "join_url",
     "host_key",
     "origin",

@@ -10,6 +10,8 @@ case (an already-canonical URL) takes a fast path that only checks.
 
 from __future__ import annotations
 
+import hashlib
+
 import functools
 import re
 from collections.abc import Iterable
@@ -321,3 +323,9 @@ def normalize(url: str, tracking_params: Iterable[str] = DEFAULT_TRACKING_PARAMS
     if tracking_params is DEFAULT_TRACKING_PARAMS:
         return DEFAULT_NORMALIZER(url)
     return _normalizer_for(tuple(tracking_params))(url)
+
+
+def url_hash(url: str) -> str:
+    """The public id of a normalized URL: the first 8 bytes of its SHA-1, in hex (16
+    characters). Rows, per-URL status, events and the control API name URLs by it."""
+    return hashlib.sha1(url.encode("utf-8", "surrogatepass")).hexdigest()[:16]

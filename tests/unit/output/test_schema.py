@@ -25,6 +25,7 @@ PUBLISHED = [
     ("dup_of", pa.string()), ("blob_key", pa.string()), ("etag", pa.string()),
     ("last_modified", pa.string()), ("redirect_to", pa.string()), ("truncated", pa.bool_()),
     ("shard", pa.string()), ("referrer", pa.string()),
+    ("url_hash", pa.string()), ("fetch_seq", pa.int32()), ("changed", pa.bool_()),
 ]
 
 
