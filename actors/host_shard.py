@@ -154,8 +154,8 @@ class HostShard:
     async def set_host_policy(self, host: str, interval_s: float | None, paused: bool | None) -> None:
         self.shard.set_host_policy(host, interval_s, paused)
 
-    async def url_status(self, url: str) -> dict[str, Any] | None:
-        return self.shard.store.url_status(url) if self.shard.store is not None else None
+    async def url_status(self, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
+        return self.shard.store.url_status(url, url_hash=url_hash) if self.shard.store is not None else None
 
     async def status(self) -> dict[str, Any]:
         self._last_contact = time.monotonic()

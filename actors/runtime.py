@@ -156,8 +156,12 @@ class RayRuntime:
     async def set_host_policy(self, shard_id: str, host: str, interval_s: float | None, paused: bool | None) -> None:
         await self.shards[shard_id].set_host_policy.remote(host, interval_s, paused)
 
-    async def url_status(self, shard_id: str, url: str) -> dict[str, Any] | None:
-        return await self.shards[shard_id].url_status.remote(url)
+    async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
+        shards = [self.shards[shard_id]] if shard_id is not None else list(self.shards.values())
+        for found in await asyncio.gather(*(s.url_status.remote(url, url_hash) for s in shards)):
+            if found is not None:
+                return found
+        return None
 
     async def stop(self) -> list[dict[str, Any]]:
         finals = await asyncio.wait_for(

@@ -99,6 +99,30 @@ class DedupConfig:
 
 
 @dataclass(frozen=True)
+class RecrawlConfig:
+    """Continuous crawling: refresh each page as often as it changes (crawler.recrawl)."""
+
+    enabled: bool = False
+    min_interval_s: float = 3600.0
+    max_interval_s: float = 2_592_000.0
+    initial_interval_s: float = 86_400.0
+    grow_factor: float = 1.5
+    shrink_factor: float = 0.5
+    refresh_share: float = 0.2
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class SitemapsConfig:
+    """Sitemap discovery (crawler.sitemaps): from robots.txt ``Sitemap:`` lines and /sitemap.xml."""
+
+    enabled: bool = True
+    max_files_per_host: int = 20
+    max_urls_per_file: int = 50_000
+    max_bytes_per_file: int = 52_428_800
+
+
+@dataclass(frozen=True)
 class RuntimeConfig:
     """How the crawl is spread over processes (Ray) and how batches move."""
 
@@ -147,6 +171,8 @@ class CrawlConfig:
     politeness: PolitenessConfig = field(default_factory=PolitenessConfig)
     fetch: FetchConfig = field(default_factory=FetchConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
+    recrawl: RecrawlConfig = field(default_factory=RecrawlConfig)
+    sitemaps: SitemapsConfig = field(default_factory=SitemapsConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
 
@@ -186,12 +212,12 @@ class CrawlConfig:
     def fingerprint(self) -> str:
         """A stable hash of the settings that change what a crawl fetches.
 
-        Output and runtime settings are left out: moving the output or changing the
-        shard count does not make a different crawl.
+        Output, runtime and recrawl settings are left out: moving the output, changing the
+        shard count or tuning (or starting) recrawl continues the same crawl.
         """
         d = to_dict(self)
-        d.pop("runtime", None)
-        d.pop("output", None)
+        for section in ("runtime", "output", "recrawl"):
+            d.pop(section, None)
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -346,6 +372,18 @@ def _validate(obj: Any, prefix: str) -> None:
         if not 0.0 < obj.seen_error_rate < 1.0:
             raise ConfigError(f"{prefix}seen_error_rate: must be in (0, 1), got {obj.seen_error_rate}")
         _positive(obj, prefix, "seen_capacity", "novelty_window")
+    elif isinstance(obj, RecrawlConfig):
+        _positive(obj, prefix, "min_interval_s", "initial_interval_s", "max_interval_s", "grow_factor", "shrink_factor")
+        if not obj.min_interval_s <= obj.initial_interval_s <= obj.max_interval_s:
+            raise ConfigError(f"{prefix.rstrip('.')}: need min_interval_s <= initial_interval_s <= max_interval_s")
+        if obj.grow_factor < 1.0 or obj.shrink_factor > 1.0:
+            raise ConfigError(f"{prefix.rstrip('.')}: grow_factor must be >= 1 and shrink_factor <= 1")
+        if not 0.0 <= obj.refresh_share <= 1.0:
+            raise ConfigError(f"{prefix}refresh_share: must be between 0 and 1, got {obj.refresh_share}")
+        if obj.duration_s is not None:
+            _positive(obj, prefix, "duration_s")
+    elif isinstance(obj, SitemapsConfig):
+        _positive(obj, prefix, "max_files_per_host", "max_urls_per_file", "max_bytes_per_file")
     elif isinstance(obj, RuntimeConfig):
         for n in ("shards", "seen_shards"):
             v = getattr(obj, n)

@@ -1,19 +1,20 @@
 """The two-tier URL frontier of one shard (Mercator-style).
 
-Tier 1 orders work by priority: each host's back queue is a heap keyed by the pluggable
-priority function (default: breadth-first by depth), and URLs that must wait (a retry
-after backoff, a recrawl not yet due) sit in a per-host *delayed* heap keyed by their
-due time until it passes.
+Back queues: one per host (crawler.backqueue.HostQueue) with its discovery URLs in
+priority order, its retries waiting out their backoff and its refreshes waiting for
+their due time; the host's politeness allowance is shared between discovery and refresh.
 
-Tier 2 enforces politeness: a heap of hosts keyed by the time the host may next be
-contacted (the politeness object's ``next_allowed``, or the due time of the host's first
-delayed URL). A host leaves the heap while one of its URLs is being fetched, so there is
-never more than one request in flight per host (DESIGN.md invariant 2); it re-enters when
-the fetch is released. Demoted hosts (low novelty, crawler.traps) wait in a second heap
-that is served only when no host of the first is due: they yield to other work, but are
-not slowed when they are the only work left.
+Host selection: a heap of hosts keyed by the time the host may next be contacted (the
+politeness object's ``next_allowed``, or the due time of the host's first waiting URL). A
+host leaves the heaps while one of its URLs is being fetched, so there is never more than
+one request in flight per host (DESIGN.md invariant 2); it re-enters when released.
+Hosts whose time has come move to a *due* heap ordered across hosts by the pluggable
+priority of what each would send next (front queues by priority): demoted hosts (low
+novelty, crawler.traps) after all others, then by rank (depth for discovery, how overdue
+for refresh, seed priority). So a demoted host yields to other due hosts but is not
+slowed when it is the only work left.
 
-The frontier does not know about robots, budgets or the seen set: the engine applies
+The frontier does not know about robots, budgets or the seen set: the scheduler applies
 those before :meth:`Frontier.push` and after :meth:`Frontier.pop_ready`. It answers
 "nothing ready now" (:attr:`FrontierState.WAITING` with a wake-up time) differently from
 "nothing at all" (:attr:`FrontierState.EMPTY`).
@@ -24,15 +25,16 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
-import math
 import logging
+import math
 import random
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Iterable, Protocol
 
-from crawler.urls import host_key
+from crawler.backqueue import HostQueue, Priority, UrlItem, default_priority
 
 log = logging.getLogger(__name__)
+
+__all__ = ["Frontier", "FrontierState", "UrlItem", "default_priority"]
 
 
 class FrontierState(enum.Enum):
@@ -44,29 +46,6 @@ class FrontierState(enum.Enum):
     EMPTY = "empty"  # no queued URL at all
 
 
-@dataclass(slots=True)
-class UrlItem:
-    """One unit of frontier work: a normalized URL and what we know about it.
-
-    ``due_at`` is clock time before which it must not be fetched (a retry's backoff).
-    """
-
-    url: str
-    depth: int = 0
-    referrer: str | None = None
-    host: str = ""
-    priority: float = 0.0
-    due_at: float = 0.0
-    attempts: int = 0
-    fetch_seq: int = 1  # which fetch of this URL this is (1: discovery; more: recrawls)
-    sid: int = 0  # row id in the shard's durable store (acceptance order); 0 = not stored
-    replay: bool = False  # fetched before a crash: its links bypass the seen filter
-
-    def __post_init__(self) -> None:
-        if not self.host:
-            self.host = host_key(self.url)
-
-
 class HostPacer(Protocol):
     """What the frontier needs from the politeness policy."""
 
@@ -74,7 +53,7 @@ class HostPacer(Protocol):
 
 
 class SpillStore(Protocol):
-    """Where a host's URLs beyond the in-memory window wait (crawler.journal.FrontierStore).
+    """Where a host's discovery URLs beyond the in-memory window wait (crawler.journal).
 
     Its queued rows of a host with ids above the frontier's cursor are exactly that
     host's spilled URLs; :meth:`count_queued` lets the frontier recount them.
@@ -87,34 +66,18 @@ class SpillStore(Protocol):
     def drop_newest(self, host: str, after_id: int, limit: int) -> list[str]: ...
 
 
-def bfs_priority(item: UrlItem) -> float:
-    """Default priority: breadth-first (shallow pages first, FIFO among equals)."""
-    return float(item.depth)
-
-
-@dataclass
-class _HostQueue:
-    ready: list[tuple[float, int, UrlItem]] = field(default_factory=list)  # (priority, seq, item)
-    delayed: list[tuple[float, int, UrlItem]] = field(default_factory=list)  # (due_at, seq, item)
-    in_flight: bool = False
-    scheduled_at: float | None = None  # the key of this host's live entry in a host heap
-    tier: int = 0  # which heap holds that entry: 0 normal, 1 demoted
-    spilled: int = 0  # queued URLs left in the durable store, not in memory
-    cursor: int = 0  # store id of the last URL of this host brought into memory
-
-    def __len__(self) -> int:
-        return len(self.ready) + len(self.delayed) + self.spilled
-
-
 class Frontier:
-    """Per-host back queues behind a next-allowed-time heap of hosts.
+    """Per-host back queues behind host heaps (see the module docstring).
 
     Args:
         pacer: gives each host's next allowed request time (crawler.politeness.Politeness).
         clock: injected clock (``now()``).
         rng: random source for retry jitter.
-        priority: maps a UrlItem to a sort key (lower first).
+        priority: ``priority(item, now)``, lower first (crawler.backqueue.default_priority).
         backoff_s / max_backoff_s: exponential retry backoff base and cap.
+        window / spill: keep at most ``window`` discovery URLs per host in memory, the
+            rest in ``spill`` (the shard's durable store).
+        refresh_share: share of each host's allowance for due refreshes.
     """
 
     def __init__(
@@ -123,11 +86,12 @@ class Frontier:
         clock,
         rng: random.Random | None = None,
         *,
-        priority: Callable[[UrlItem], float] = bfs_priority,
+        priority: Priority = default_priority,
         backoff_s: float = 2.0,
         max_backoff_s: float = 600.0,
         window: int | None = None,
         spill: SpillStore | None = None,
+        refresh_share: float = 0.2,
     ) -> None:
         if (window is None) != (spill is None):
             raise ValueError("window and spill go together")
@@ -137,9 +101,10 @@ class Frontier:
         self._priority = priority
         self._backoff_s = backoff_s
         self._max_backoff_s = max_backoff_s
-        self._queues: dict[str, _HostQueue] = {}
-        self._heap: list[tuple[float, int, str]] = []
-        self._low: list[tuple[float, int, str]] = []  # demoted hosts: served after due others
+        self._share = refresh_share
+        self._queues: dict[str, HostQueue] = {}
+        self._heaps: tuple[list, list] = ([], [])  # (at, seq, host) per tier: 0 normal, 1 demoted
+        self._due: list[tuple] = []  # (tier, rank, at, seq, host): hosts whose time has come
         self._demoted: set[str] = set()
         self._seq = itertools.count()
         self._size = 0
@@ -147,12 +112,14 @@ class Frontier:
         self._window = window
         self._spill = spill
         self._parked: set[str] = set()  # hosts with queued work that may never be contacted (paused)
+        self._refreshes = 0  # refresh items held in memory
+        self._due_count: tuple[float, int] = (float("-inf"), 0)  # (computed at, refreshes due then)
         self.recounts = 0  # spill counts corrected from the store (each one is a bug: logged)
 
     # -- queries --------------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Number of queued URLs (ready and delayed), excluding those being fetched."""
+        """Number of queued URLs (in memory or spilled), excluding those being fetched."""
         return self._size
 
     @property
@@ -173,9 +140,24 @@ class Frontier:
         not start until an operator unpauses the host."""
         return len(self._parked), sum(self.queued_for(h) for h in self._parked)
 
+    def refreshes(self) -> tuple[int, int]:
+        """(refreshes held in memory, of which due now). The second is recounted at most
+        every 5 s: it walks the hosts, and progress asks several times a second."""
+        now = self._clock.now()
+        if now - self._due_count[0] >= 5.0:
+            due = sum(1 for q in self._queues.values() for at, _, _ in q.refresh if at <= now)
+            self._due_count = (now, due)
+        return self._refreshes, min(self._due_count[1], self._refreshes)
+
     def next_wakeup(self) -> float | None:
         """Earliest clock time at which some queued host may become ready; None if none."""
-        tops = [h[0][0] for tier, h in enumerate((self._heap, self._low)) if self._drop_stale(h, tier)]
+        tops = []
+        while self._due:
+            if self._live_due(self._due[0]):
+                tops.append(self._due[0][2])
+                break
+            heapq.heappop(self._due)
+        tops += [h[0][0] for tier, h in enumerate(self._heaps) if self._drop_stale(h, tier)]
         return min(tops) if tops else None
 
     def state(self) -> FrontierState:
@@ -192,10 +174,11 @@ class Frontier:
     def push(self, items: Iterable[UrlItem], *, in_memory: bool = False) -> int:
         """Enqueue URLs (already seen-checked, robots-checked if known). Returns the count.
 
-        With a spill window, a host keeps at most ``window`` URLs in memory; the rest
-        stay in the durable store (where :meth:`FrontierStore.add` already put them) and
-        are loaded back in acceptance order as the host's queue drains. ``in_memory``
-        forces a URL into memory (one taken out and put back, e.g. after a robots fetch).
+        With a spill window, a host keeps at most ``window`` discovery URLs in memory;
+        the rest stay in the durable store (where it already put them) and are loaded
+        back in acceptance order as the host's queue drains. ``in_memory`` forces a URL
+        into memory (one taken out and put back, e.g. after a robots fetch). Refreshes
+        are always in memory (the store hands out only those due soon).
         """
         n = 0
         touched: set[str] = set()
@@ -204,19 +187,16 @@ class Frontier:
         for item in items:
             q = self._queues.get(item.host)
             if q is None:
-                q = self._queues[item.host] = _HostQueue()
-            if window is not None and not in_memory and item.due_at <= now:
+                q = self._queues[item.host] = HostQueue()
+            if window is not None and not in_memory and item.kind == "discover" and item.due_at <= now:
                 if q.spilled or len(q.ready) >= window:
                     q.spilled += 1
                     touched.add(item.host)
                     n += 1
                     continue
                 q.cursor = max(q.cursor, item.sid)
-            if item.due_at > now:
-                heapq.heappush(q.delayed, (item.due_at, next(self._seq), item))
-            else:
-                item.priority = self._priority(item)
-                heapq.heappush(q.ready, (item.priority, next(self._seq), item))
+            q.add(item, self._priority, now)
+            self._refreshes += item.kind == "refresh"
             touched.add(item.host)
             n += 1
         self._size += n
@@ -233,8 +213,8 @@ class Frontier:
 
         ``item.attempts`` must already count the failed attempt. ``delay`` overrides the
         backoff (e.g. a Retry-After). Returns the due time. Nobody sleeps: the URL waits
-        in its host's delayed heap (the "full jitter" variant keeps retries of many URLs
-        of one failing host from arriving in lockstep).
+        in its host's queue (the "full jitter" variant keeps retries of many URLs of one
+        failing host from arriving in lockstep).
         """
         if delay is None:
             cap = min(self._max_backoff_s, self._backoff_s * (2 ** max(0, item.attempts - 1)))
@@ -246,33 +226,31 @@ class Frontier:
     # -- taking work ----------------------------------------------------------------
 
     def pop_ready(self, limit: int) -> list[UrlItem]:
-        """Hand out up to ``limit`` URLs, at most one per host, from hosts that are due;
-        demoted hosts only once no other host is due.
+        """Hand out up to ``limit`` URLs, at most one per host, from hosts that are due,
+        best rank first (demoted hosts last).
 
         Each returned URL's host is marked in flight until :meth:`release`.
         """
         out: list[UrlItem] = []
         now = self._clock.now()
-        for tier, heap in enumerate((self._heap, self._low)):
-            while heap and len(out) < limit:
-                at, _, host = heap[0]
-                q = self._queues.get(host)
-                if q is None or q.scheduled_at != at or q.tier != tier or q.in_flight:
-                    heapq.heappop(heap)  # stale entry
-                    continue
-                if at > now:
-                    break
-                heapq.heappop(heap)
-                q.scheduled_at = None
-                self._promote(q, now, host)
-                if not q.ready:  # politeness moved on, or only delayed items remain
-                    self._schedule(host)
-                    continue
-                _, _, item = heapq.heappop(q.ready)
-                self._size -= 1
-                q.in_flight = True
-                self._in_flight += 1
-                out.append(item)
+        self._collect_due(now)
+        while self._due and len(out) < limit:
+            entry = heapq.heappop(self._due)
+            if not self._live_due(entry):
+                continue
+            host = entry[4]
+            q = self._queues[host]
+            q.due_key = q.scheduled_at = None
+            self._load(q, now, host)
+            item = q.take(now, self._share)
+            if item is None:  # politeness moved on, or only waiting URLs remain
+                self._schedule(host)
+                continue
+            self._size -= 1
+            self._refreshes -= item.kind == "refresh"
+            q.in_flight = True
+            self._in_flight += 1
+            out.append(item)
         return out
 
     def demote(self, host: str, demoted: bool) -> None:
@@ -283,11 +261,13 @@ class Frontier:
             self._demoted.add(host)
         else:
             self._demoted.discard(host)
-        if host in self._queues:
-            self._schedule(host)  # moves its live entry to the other heap
+        q = self._queues.get(host)
+        if q is not None:
+            q.scheduled_at = q.due_key = None  # its entries are now stale
+            self._schedule(host)
 
     def trim(self, host: str, drop: int) -> list[str]:
-        """Remove ``drop`` of the host's queued URLs (a budget cut); returns their URLs.
+        """Remove ``drop`` of the host's queued discovery URLs (a budget cut); returns them.
 
         The spilled ones go first (the newest, from the durable store), then the
         lowest-priority ones in memory. The caller records them as dropped.
@@ -303,7 +283,8 @@ class Frontier:
             self._size -= len(urls)
         left = drop - len(removed)
         if left > 0:
-            entries = [(p, s, it) for p, s, it in q.ready] + [(self._priority(it), s, it) for _, s, it in q.delayed]
+            now = self._clock.now()
+            entries = [(p, s, it) for p, s, it in q.ready] + [(self._priority(it, now), s, it) for _, s, it in q.delayed]
             entries.sort(key=lambda e: (e[0], e[1]))
             doomed = {id(it) for _, _, it in entries[-left:]}
             for name in ("ready", "delayed"):
@@ -314,9 +295,7 @@ class Frontier:
                     heapq.heapify(keep)
                     setattr(q, name, keep)
             self._size -= min(left, len(doomed))
-        if len(q) == 0 and not q.in_flight:
-            del self._queues[host]
-            self._parked.discard(host)
+        self._forget_if_empty(host, q)
         return removed
 
     def release(self, host: str) -> None:
@@ -326,37 +305,33 @@ class Frontier:
             raise RuntimeError(f"release of host {host!r} that has nothing in flight")
         q.in_flight = False
         self._in_flight -= 1
-        if len(q) == 0:
-            del self._queues[host]
-            self._parked.discard(host)
-        else:
+        if not self._forget_if_empty(host, q):
             self._schedule(host)
 
     def reschedule(self, host: str) -> None:
-        """Recompute a host's place after its politeness changed (override, pause, penalty)."""
-        if host in self._queues:
+        """Recompute a host's place after its politeness changed (override, pause)."""
+        q = self._queues.get(host)
+        if q is not None:
+            q.scheduled_at = q.due_key = None
             self._schedule(host)
 
-    def remove_where(self, host: str, predicate: Callable[[UrlItem], bool]) -> list[UrlItem]:
-        """Remove and return the host's queued URLs matching ``predicate`` (robots purge)."""
+    def remove_where(self, host: str, predicate) -> list[UrlItem]:
+        """Remove and return the host's in-memory URLs matching ``predicate`` (robots purge)."""
         q = self._queues.get(host)
         if q is None:
             return []
         removed: list[UrlItem] = []
-        for name in ("ready", "delayed"):
+        for name in ("ready", "delayed", "refresh"):
             heap = getattr(q, name)
-            keep = []
-            for entry in heap:
-                (removed if predicate(entry[2]) else keep).append(entry)
+            keep = [e for e in heap if not predicate(e[2])]
             if len(keep) != len(heap):
+                removed.extend(e[2] for e in heap if predicate(e[2]))
                 heapq.heapify(keep)
                 setattr(q, name, keep)
-        removed_items = [e[2] for e in removed]
-        self._size -= len(removed_items)
-        if len(q) == 0 and not q.in_flight:
-            del self._queues[host]
-            self._parked.discard(host)
-        return removed_items
+        self._size -= len(removed)
+        self._refreshes -= sum(1 for it in removed if it.kind == "refresh")
+        self._forget_if_empty(host, q)
+        return removed
 
     def restore_spilled(self, host: str, count: int) -> None:
         """After a restart: ``count`` queued URLs of ``host`` wait in the durable store."""
@@ -364,38 +339,39 @@ class Frontier:
             return
         q = self._queues.get(host)
         if q is None:
-            q = self._queues[host] = _HostQueue()
+            q = self._queues[host] = HostQueue()
         q.spilled += count
         self._size += count
         self._schedule(host)
 
     def in_memory(self) -> int:
         """URLs held in memory (the rest of :meth:`__len__` is spilled to the store)."""
-        return sum(len(q.ready) + len(q.delayed) for q in self._queues.values())
+        return sum(len(q) - q.spilled for q in self._queues.values())
 
     def drain(self) -> list[UrlItem]:
-        """Remove and return every queued URL (shutdown, snapshot)."""
-        items = [e[2] for q in self._queues.values() for e in (*q.ready, *q.delayed)]
+        """Remove and return every queued URL held in memory (shutdown, snapshot)."""
+        items = [it for q in self._queues.values() for it in q.items()]
         for q in self._queues.values():
             q.ready.clear()
             q.delayed.clear()
-            q.scheduled_at = None
+            q.refresh.clear()
+            q.scheduled_at = q.due_key = None
         self._queues = {h: q for h, q in self._queues.items() if q.in_flight}
         self._parked.clear()
-        self._heap.clear()
-        self._low.clear()
-        self._size = 0
+        for heap in (*self._heaps, self._due):
+            heap.clear()
+        self._size = self._refreshes = 0
         return items
 
     # -- internals ------------------------------------------------------------------
 
-    def _promote(self, q: _HostQueue, now: float, host: str = "") -> None:
+    def _load(self, q: HostQueue, now: float, host: str) -> None:
+        """Bring spilled discovery URLs into memory when the host's ready queue is empty."""
         if not q.ready and q.spilled and self._spill is not None:
             loaded = self._spill.load(host, q.cursor, self._window or 1)
             for item in loaded:
                 q.cursor = max(q.cursor, item.sid)
-                item.priority = self._priority(item)
-                heapq.heappush(q.ready, (item.priority, next(self._seq), item))
+                q.add(item, self._priority, now)
             q.spilled -= len(loaded)
             if q.spilled < 0 or not loaded:
                 # The store disagrees with our count: it is the truth. Recount rather than
@@ -405,10 +381,7 @@ class Frontier:
                 self._size += actual - q.spilled
                 q.spilled = actual
                 self.recounts += 1
-        while q.delayed and q.delayed[0][0] <= now:
-            _, _, item = heapq.heappop(q.delayed)
-            item.priority = self._priority(item)
-            heapq.heappush(q.ready, (item.priority, next(self._seq), item))
+        q.promote(now, self._priority)
 
     def _schedule(self, host: str) -> None:
         q = self._queues[host]
@@ -416,24 +389,49 @@ class Frontier:
         if q.in_flight or len(q) == 0:
             return
         at = self._pacer.next_allowed(host)
-        if not q.ready and not q.spilled and q.delayed:
-            at = max(at, q.delayed[0][0])
+        if not q.ready and not q.spilled:
+            wait = q.earliest_wait()
+            if wait is not None:
+                at = max(at, wait)
         if math.isinf(at):  # paused host: stays queued, never scheduled until reschedule()
-            q.scheduled_at = None
+            q.scheduled_at = q.due_key = None
             self._parked.add(host)
             return
         tier = 1 if host in self._demoted else 0
         if q.scheduled_at == at and q.tier == tier:
             return
-        q.scheduled_at, q.tier = at, tier
-        heapq.heappush(self._low if tier else self._heap, (at, next(self._seq), host))
+        q.scheduled_at, q.tier, q.due_key = at, tier, None
+        heapq.heappush(self._heaps[tier], (at, next(self._seq), host))
+
+    def _collect_due(self, now: float) -> None:
+        """Move hosts whose time has come from the time heaps to the due heap, ranked."""
+        for tier, heap in enumerate(self._heaps):
+            while heap and heap[0][0] <= now:
+                at, _, host = heapq.heappop(heap)
+                q = self._queues.get(host)
+                if q is None or q.scheduled_at != at or q.tier != tier or q.in_flight or q.due_key is not None:
+                    continue
+                key = (tier, q.head_priority(now, self._priority), at, next(self._seq), host)
+                q.due_key = key
+                heapq.heappush(self._due, key)
+
+    def _live_due(self, entry: tuple) -> bool:
+        q = self._queues.get(entry[4])
+        return q is not None and q.due_key == entry and not q.in_flight
 
     def _drop_stale(self, heap: list[tuple[float, int, str]], tier: int) -> bool:
         """Pop stale entries off ``heap``'s top; True if a live entry remains."""
         while heap:
             at, _, host = heap[0]
             q = self._queues.get(host)
-            if q is not None and q.scheduled_at == at and q.tier == tier and not q.in_flight:
+            if q is not None and q.scheduled_at == at and q.tier == tier and not q.in_flight and q.due_key is None:
                 return True
             heapq.heappop(heap)
+        return False
+
+    def _forget_if_empty(self, host: str, q: HostQueue) -> bool:
+        if len(q) == 0 and not q.in_flight:
+            del self._queues[host]
+            self._parked.discard(host)
+            return True
         return False

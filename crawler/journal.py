@@ -27,6 +27,12 @@ The ordering that makes the crawl lose nothing (DESIGN.md invariant 6):
 The table is also the spill area of the in-memory frontier: only the heads of each host's
 queue live in memory, the rest is read back with :meth:`load` in acceptance order.
 
+And it is the per-URL state that recrawl schedules from and ``url_status`` answers
+from (bounded RAM: on disk, with SQLite's page cache hot): when each URL was last
+fetched and is next due, its interval, validators (ETag, Last-Modified), content hash
+and main-content fingerprint, fetch and change counts, last outcome. :meth:`record`
+writes it in the same commit as the ack; :meth:`due` hands out the refreshes coming due.
+
 ``synchronous=NORMAL`` with WAL makes every commit durable against a crash of the
 process (the log write is in the operating system before commit returns); a power loss
 may lose the last commits. ``durable=False`` turns syncing off (benchmarks only).
@@ -34,15 +40,18 @@ may lose the last commits. ``durable=False`` turns syncing off (benchmarks only)
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import sqlite3
 import threading
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from crawler.errors import StorageError
 from crawler.frontier import UrlItem
+from crawler.output import OutcomeRow
+from crawler.recrawl import Previous, Schedule
 from crawler.seen import url_hash64
-from crawler.urls import url_hash
+from crawler.urls import url_hash as _url_hash
 
 
 def _key(url: str) -> int:
@@ -70,6 +79,45 @@ CREATE INDEX IF NOT EXISTS urls_host_state ON urls(host, state, id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
+# Per-URL state (added to stores of earlier versions in place, see _migrate). Times are
+# wall-clock seconds: they survive a restart on another machine.
+_STATE_COLUMNS = (
+    ("uh", "INTEGER"),  # the public url_hash (first 8 bytes of SHA-1) as a signed integer
+    ("boost", "INTEGER NOT NULL DEFAULT 0"),
+    ("last_crawled_at", "REAL"),
+    ("next_crawl_at", "REAL"),
+    ("interval_s", "REAL"),
+    ("etag", "TEXT"),
+    ("last_modified", "TEXT"),
+    ("content_sha", "TEXT"),
+    ("fingerprint", "INTEGER"),
+    ("fetches", "INTEGER NOT NULL DEFAULT 0"),
+    ("changes", "INTEGER NOT NULL DEFAULT 0"),
+    ("last_outcome", "TEXT"),
+    ("last_status", "INTEGER"),
+)
+_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS urls_due ON urls(next_crawl_at, id) WHERE next_crawl_at IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS urls_uh ON urls(uh)",
+)
+
+
+def _uh(url_hash_hex: str) -> int:
+    v = int(url_hash_hex, 16)
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+#: ``url_status()["status"]`` by last outcome (pending while queued or in flight).
+_STATUS_BY_OUTCOME = {
+    "fetched": "fetched", "redirect": "fetched", "not_modified": "not_modified",
+    "http_error": "failed", "failed": "failed", "robots_blocked": "blocked",
+}
+
+
+def _wall(value: Any) -> float | None:
+    if value is None:
+        return None
+    return value.timestamp() if isinstance(value, dt.datetime) else float(value)
+
 _CHUNK = 500  # SQLite's default limit on bound parameters is 999 (older builds)
 
 
@@ -94,12 +142,21 @@ class FrontierStore:
             # instead of every 4 MB: they block the shard's loop while they run.
             self._db.execute("PRAGMA wal_autocheckpoint=4000")
             self._db.executescript(_SCHEMA)
+            self._migrate()
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open the frontier store {path!r}: {exc}") from exc
         self._lock = threading.Lock()
         self._in_tx = False
         # One writer per store, so ids can be handed out here (no per-row round trip).
         self._next_id = (self._db.execute("SELECT coalesce(max(id), 0) FROM urls").fetchone()[0] or 0) + 1
+
+    def _migrate(self) -> None:
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(urls)")}
+        for name, decl in _STATE_COLUMNS:
+            if name not in have:
+                self._db.execute(f"ALTER TABLE urls ADD COLUMN {name} {decl}")
+        for index in _INDEXES:
+            self._db.execute(index)
 
     # -- writes -----------------------------------------------------------------------
 
@@ -135,8 +192,10 @@ class FrontierStore:
                 it.sid = self._next_id
                 self._next_id += 1
                 fresh.append(it)
-                rows.append((it.sid, k, it.url, it.host, it.depth, it.referrer))
-            self._db.executemany("INSERT INTO urls(id, h, url, host, depth, referrer) VALUES (?, ?, ?, ?, ?, ?)", rows)
+                rows.append((it.sid, k, it.url, it.host, it.depth, it.referrer, it.boost, _uh(_url_hash(it.url))))
+            self._db.executemany(
+                "INSERT INTO urls(id, h, url, host, depth, referrer, boost, uh) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows
+            )
             self._db.execute("COMMIT")
             self._in_tx = False
         return fresh
@@ -153,6 +212,69 @@ class FrontierStore:
             self._db.executemany("UPDATE urls SET state=1 WHERE h=? AND state=0", [(_key(u),) for u in urls])
             self._db.execute("COMMIT")
             self._in_tx = False
+
+    def record(self, fetched: Sequence[tuple[OutcomeRow, Schedule | None]]) -> None:
+        """Ack rows that are durable: each URL done, with its per-URL state (last fetch,
+        next due time, validators, hashes, counts). One commit.
+
+        Validators and hashes a response did not carry (a 304, a failure) keep their
+        stored values: they still describe the copy we have.
+        """
+        if not fetched:
+            return
+        params = []
+        for row, sched in fetched:
+            params.append((
+                _wall(row.fetched_at), sched.next_crawl_at if sched else None, sched.interval_s if sched else None,
+                row.etag, row.last_modified, row.content_sha256, row.simhash, 1 if row.changed else 0,
+                row.outcome, row.status, _key(row.url),
+            ))
+        with self._lock:
+            self._begin()
+            self._db.executemany(
+                "UPDATE urls SET state=2, last_crawled_at=?, next_crawl_at=?, interval_s=coalesce(?, interval_s),"
+                " etag=coalesce(?, etag), last_modified=coalesce(?, last_modified),"
+                " content_sha=coalesce(?, content_sha), fingerprint=coalesce(?, fingerprint),"
+                " fetches=fetches+1, changes=changes+?, last_outcome=?, last_status=? WHERE h=?",
+                params,
+            )
+            self._db.execute("COMMIT")
+            self._in_tx = False
+
+    def due(self, until: float, after: tuple[float, int], limit: int) -> list[tuple[UrlItem, float, tuple[float, int]]]:
+        """Fetched URLs due for a refresh by ``until`` (wall), after the cursor ``after``
+        ((next_crawl_at, id)), oldest due first: (item, due wall time, cursor) each."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, url, host, depth, next_crawl_at, interval_s, etag, last_modified, content_sha,"
+                " fingerprint, fetches FROM urls WHERE next_crawl_at IS NOT NULL AND state=2"
+                " AND next_crawl_at <= ? AND (next_crawl_at > ? OR (next_crawl_at = ? AND id > ?))"
+                " ORDER BY next_crawl_at, id LIMIT ?",
+                (until, after[0], after[0], after[1], limit),
+            ).fetchall()
+        out = []
+        for sid, url, host, depth, due_at, interval, etag, lm, sha, fp, fetches in rows:
+            prev = Previous(fetches, interval, sha, fp, etag, lm)
+            item = UrlItem(url, depth, host=host, kind="refresh", fetch_seq=fetches + 1, prev=prev)
+            item.sid = sid
+            out.append((item, due_at, (due_at, sid)))
+        return out
+
+    def schedule_of(self, url: str) -> tuple[float, float, float] | None:
+        """(last_crawled_at, interval_s, next_crawl_at) of a fetched URL with a schedule."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT last_crawled_at, interval_s, next_crawl_at FROM urls WHERE h=? AND next_crawl_at IS NOT NULL",
+                (_key(url),),
+            ).fetchone()
+        return None if row is None or None in row else (row[0], row[1], row[2])
+
+    def bring_forward(self, url: str, next_crawl_at: float) -> None:
+        """Make a URL due earlier (a sitemap's ``<lastmod>``: crawler.recrawl). Committed."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE urls SET next_crawl_at=? WHERE h=? AND next_crawl_at > ?", (next_crawl_at, _key(url), next_crawl_at)
+            )
 
     def done(self, urls: Sequence[str]) -> None:
         """Mark URLs finished: their outcome rows are durable. Committed."""
@@ -177,12 +299,12 @@ class FrontierStore:
         """The next queued URLs of ``host`` in acceptance order, after ``after_id``."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, url, depth, referrer, replay FROM urls WHERE host=? AND state=0 AND id>? ORDER BY id LIMIT ?",
+                "SELECT id, url, depth, referrer, replay, boost FROM urls WHERE host=? AND state=0 AND id>? ORDER BY id LIMIT ?",
                 (host, after_id, limit),
             ).fetchall()
         out = []
-        for sid, url, depth, referrer, replay in rows:
-            it = UrlItem(url, depth, referrer, host=host)
+        for sid, url, depth, referrer, replay, boost in rows:
+            it = UrlItem(url, depth, referrer, host=host, boost=boost)
             it.sid = sid
             it.replay = bool(replay)
             out.append(it)
@@ -236,15 +358,35 @@ class FrontierStore:
             self._in_tx = False
         return changed
 
-    def url_status(self, url: str) -> dict[str, object] | None:
-        """What the store knows of ``url``: its state, depth and referrer; None if never accepted."""
+    def url_status(self, url: str | None = None, *, url_hash: str | None = None) -> dict[str, object] | None:
+        """What the store knows of a URL, by URL or by its public ``url_hash`` (None if it
+        was never accepted): status (pending, fetched, not_modified, failed, blocked,
+        dropped), last/next crawl times (wall), interval, validators, content hash,
+        fingerprint, fetch and change counts."""
+        cols = (
+            "SELECT url, host, depth, referrer, state, last_crawled_at, next_crawl_at, interval_s, etag,"
+            " last_modified, content_sha, fingerprint, fetches, changes, last_outcome, last_status FROM urls"
+        )
         with self._lock:
-            row = self._db.execute("SELECT url, host, depth, referrer, state FROM urls WHERE h=?", (_key(url),)).fetchone()
-        if row is None or row[0] != url:
+            if url is not None:
+                row = self._db.execute(cols + " WHERE h=?", (_key(url),)).fetchone()
+            else:
+                row = self._db.execute(cols + " WHERE uh=?", (_uh(url_hash or "0"),)).fetchone()
+        if row is None or (url is not None and row[0] != url):
             return None
+        (found, host, depth, referrer, state, last, nxt, interval, etag, lm, sha, fp, fetches, changes, outcome, status) = row
+        if state in (QUEUED, CLAIMED):
+            label = "pending"
+        elif state == DROPPED:
+            label = "dropped"
+        else:
+            label = _STATUS_BY_OUTCOME.get(outcome or "", "fetched")
         return {
-            "url": row[0], "url_hash": url_hash(row[0]), "host": row[1], "depth": row[2], "referrer": row[3],
-            "status": STATE_NAMES[row[4]],
+            "url": found, "url_hash": _url_hash(found), "host": host, "depth": depth, "referrer": referrer,
+            "status": label, "in_flight": state == CLAIMED, "last_crawled_at": last, "next_crawl_at": nxt,
+            "interval_s": interval, "etag": etag, "last_modified": lm, "content_hash": sha, "fingerprint": fp,
+            "fetches": fetches, "changes": changes, "change_rate": (changes / (fetches - 1)) if fetches > 1 else None,
+            "last_outcome": outcome, "last_status": status,
         }
 
     def pending_hosts(self) -> list[tuple[str, int]]:

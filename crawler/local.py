@@ -155,9 +155,13 @@ class LocalRuntime:
     async def set_host_policy(self, shard_id: str, host: str, interval_s: float | None, paused: bool | None) -> None:
         self.shards[shard_id].set_host_policy(host, interval_s, paused)
 
-    async def url_status(self, shard_id: str, url: str) -> dict[str, Any] | None:
-        store = self.shards[shard_id].store
-        return store.url_status(url) if store is not None else None
+    async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
+        shards = [self.shards[shard_id]] if shard_id is not None else list(self.shards.values())
+        for shard in shards:
+            found = shard.store.url_status(url, url_hash=url_hash) if shard.store is not None else None
+            if found is not None:
+                return found
+        return None
 
     async def stop(self) -> list[dict[str, Any]]:
         for s in self.shards.values():

@@ -6,7 +6,8 @@ DESIGN.md invariant 6 (nothing acked is lost) is kept by one ordering:
 2. :meth:`Outbox.flush` hands the buffer to the writer *synchronously* (``add`` only
    validates and buffers), so from that instant the writer holds every row; then the
    writer's flush runs off the event loop (``run_blocking``) and makes them durable;
-3. only after that flush returns are the rows' URLs marked done in the durable store.
+3. only after that flush returns are the rows' URLs marked done in the durable store,
+   with their per-URL state (last fetch, next due time, validators: crawler.journal).
 
 A flush that is interrupted (the shard stops) never loses rows: they are already in the
 writer, whose own flushes serialize, and the final flush writes and acks them. The timer
@@ -23,6 +24,7 @@ from typing import Any, Awaitable, Callable, Protocol, Sequence
 from crawler.clock import Clock, wait_event
 from crawler.errors import FencedError
 from crawler.output import OutcomeRow
+from crawler.recrawl import Schedule
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +44,9 @@ class RowWriter(Protocol):
 
 
 class Acks(Protocol):
-    """Where durable URLs are acked (crawler.journal.FrontierStore.done)."""
+    """Where durable rows are acked (crawler.journal.FrontierStore.record)."""
 
-    def done(self, urls: Sequence[str]) -> None: ...
+    def record(self, fetched: Sequence[tuple[OutcomeRow, Schedule | None]]) -> None: ...
 
 
 class Outbox:
@@ -81,7 +83,8 @@ class Outbox:
         self._fence = fence
         self._rows: list[OutcomeRow] = []
         self._bodies: dict[str, bytes] = {}
-        self._handed: list[str] = []  # URLs whose rows the writer holds, not yet durable
+        self._handed: list[tuple[OutcomeRow, Schedule | None]] = []  # rows the writer holds, not yet durable
+        self._schedules: list[Schedule | None] = []  # parallel to _rows
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self.rows_acked = 0
@@ -90,9 +93,10 @@ class Outbox:
         if self._fence is not None and not self._fence(fresh=True):
             raise FencedError("another run holds the output's lease: nothing more is written or acked")
 
-    def put(self, row: OutcomeRow, body: bytes | None = None) -> None:
-        """Queue one row (and its body under its content hash)."""
+    def put(self, row: OutcomeRow, body: bytes | None = None, schedule: Schedule | None = None) -> None:
+        """Queue one row (and its body under its content hash, and its URL's next refresh)."""
         self._rows.append(row)
+        self._schedules.append(schedule)
         if body is not None and row.content_sha256 is not None:
             self._bodies[row.content_sha256] = body
 
@@ -118,10 +122,10 @@ class Outbox:
         """Steps 2 and 3 of the module docstring; ``final`` flushes whatever is buffered."""
         async with self._lock:
             if self._rows or self._bodies:
-                rows, bodies = self._rows, self._bodies
-                self._rows, self._bodies = [], {}
+                rows, bodies, schedules = self._rows, self._bodies, self._schedules
+                self._rows, self._bodies, self._schedules = [], {}, []
                 self.writer.add(rows, bodies)  # in the loop: from here on the writer holds them
-                self._handed.extend(r.url for r in rows)
+                self._handed.extend(zip(rows, schedules))
             self._check_fence()
             if final:
                 await self._run_blocking(self.writer.flush)
@@ -132,7 +136,7 @@ class Outbox:
                 self._check_fence()
                 handed, self._handed = self._handed, []
                 if self._acks is not None:
-                    self._acks.done(handed)
+                    self._acks.record(handed)
                 self.rows_acked += len(handed)
             if self._on_flush is not None:
                 await self._on_flush(final)

@@ -4,7 +4,9 @@ For a page (``200``): content hash, parse, fingerprint, the duplicate-content ch
 followable links and the outcome row. For a redirect: the target as a link, or a row
 saying why it cannot be followed. For everything else: the row alone. Every row of the
 crawl is built here, by :meth:`PagePipeline.row`, so a row always has the same fields
-(DESIGN.md invariant 5: every URL ends as exactly one row).
+(DESIGN.md invariant 5: every URL ends as exactly one row per fetch). With each row
+comes the URL's next refresh (crawler.recrawl): whether the page changed since its last
+fetch, its new interval and due time.
 
 The pipeline does no I/O of its own except the batched duplicate-content call, and
 knows nothing about politeness, the frontier or the output buffer: the scheduler routes
@@ -26,6 +28,7 @@ from crawler.frontier import UrlItem
 from crawler.links import LinkPolicy
 from crawler.output import BlobStore, OutcomeRow
 from crawler.parse import ParsedPage, is_html, parse_page
+from crawler.recrawl import Previous, RecrawlPolicy, Schedule
 from crawler.urls import join_url, url_hash
 
 class ContentCheck(Protocol):
@@ -40,12 +43,14 @@ class ContentCheck(Protocol):
 
 @dataclass(slots=True)
 class Outcome:
-    """What one response produced: the row, the links to route first, the body to store."""
+    """What one response produced: the row, the links to route first, the body to store,
+    and when to fetch the URL again (None: never, e.g. robots said no)."""
 
     row: OutcomeRow
     links: list[UrlItem] = field(default_factory=list)
     body: bytes | None = None
     duplicate: bool = False
+    schedule: Schedule | None = None
 
 
 class PagePipeline:
@@ -58,6 +63,7 @@ class PagePipeline:
         clock: stamps ``fetched_at`` with ``clock.wall()``.
         user_agent_token: for ``<meta name="...">`` robots directives addressed to us.
         max_links_per_page, min_text_tokens, max_body_bytes, store_bodies: from the config.
+        recrawl: the interval policy (every outcome gets its URL's next due time).
     """
 
     def __init__(
@@ -72,6 +78,7 @@ class PagePipeline:
         min_text_tokens: int,
         max_body_bytes: int,
         store_bodies: bool,
+        recrawl: RecrawlPolicy,
     ) -> None:
         self.shard_id = shard_id
         self.links = links
@@ -82,6 +89,7 @@ class PagePipeline:
         self._min_tokens = min_text_tokens
         self._max_body = max_body_bytes
         self._store_bodies = store_bodies
+        self._recrawl = recrawl
         self.counters: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()  # links not followed, by reason
 
@@ -113,7 +121,20 @@ class PagePipeline:
         row = self.row(
             item, "fetched", res, sha=sha, simhash=fp, dup_kind=dup_kind, dup_of=dup_of, error="; ".join(errors) or None
         )
-        return Outcome(row, links, body if self._store_bodies else None, duplicate=dup_kind is not None)
+        body_kept = body if self._store_bodies else None
+        return Outcome(row, links, body_kept, duplicate=dup_kind is not None, schedule=self.schedule(item, row))
+
+    def outcome(self, item: UrlItem, outcome: str, res: FetchResult | None = None, *, error: str | None = None) -> Outcome:
+        """An outcome with no page to process (not_modified, an error, robots refusal)."""
+        row = self.row(item, outcome, res, error=error)
+        return Outcome(row, schedule=self.schedule(item, row))
+
+    def schedule(self, item: UrlItem, row: OutcomeRow) -> Schedule | None:
+        """When ``item`` is due again after ``row`` (None: robots refused it, never)."""
+        if row.outcome == "robots_blocked":
+            return None
+        prev = item.prev or Previous()
+        return self._recrawl.after_fetch(prev, self._clock.wall(), row.status, row.content_sha256, row.simhash)
 
     def links_from(self, url: str, depth: int, content_type: str | None, body: bytes) -> list[UrlItem]:
         """The followable links of a stored page (resuming from OUT: crawler.state)."""
@@ -133,7 +154,7 @@ class PagePipeline:
         resolved = join_url(item.url, loc) if loc else None
         target = self.links.normalizer(resolved) if resolved else None
         if target is None:
-            return Outcome(self.row(item, "redirect", res, error=f"unusable Location header: {loc[:200]!r}"))
+            return self.outcome(item, "redirect", res, error=f"unusable Location header: {loc[:200]!r}")
         depth = item.depth + 1
         reason = "scope" if not self.links.scope.allows(target) else self.links.traps.check(target, depth)
         links: list[UrlItem] = []
@@ -141,7 +162,8 @@ class PagePipeline:
             self.dropped[reason] += 1
         else:
             links = [UrlItem(target, depth, item.url)]
-        return Outcome(self.row(item, "redirect", res, redirect_to=target), links)
+        row = self.row(item, "redirect", res, redirect_to=target)
+        return Outcome(row, links, schedule=self.schedule(item, row))
 
     def row(
         self,
@@ -158,6 +180,9 @@ class PagePipeline:
     ) -> OutcomeRow:
         """The outcome row of ``item`` (the one place a row is put together)."""
         headers = res.headers if res is not None else {}
+        changed = None
+        if item.prev is not None and res is not None:
+            changed = self._recrawl.changed(item.prev, res.status, sha, to_int64(simhash) if simhash is not None else None)
         return OutcomeRow(
             url=item.url,
             host=item.host,
@@ -182,5 +207,6 @@ class PagePipeline:
             referrer=item.referrer,
             url_hash=url_hash(item.url),
             fetch_seq=item.fetch_seq,
+            changed=changed,
         )
 

@@ -6,7 +6,7 @@
 * a record of an unfinished crawl with the same config fingerprint: resume it (the
   shards reopen their durable stores under the state folder, with the shard count the
   crawl started with, since hosts are owned by shard);
-* a finished crawl: say so and exit 0;
+* a finished crawl: say so and exit 0 (with ``recrawl.enabled``: continue it, refreshing);
 * a different config: refuse, unless ``--force`` (then the old state is set aside).
 """
 
@@ -108,8 +108,11 @@ def prepare(cfg: CrawlConfig, shards: int, seen_shards: int, *, force: bool = Fa
         rec = CrawlRecord(fp, shards, seen_shards)
         save_record(cfg, rec)
         return rec, "new"
-    if rec.finished:
+    if rec.finished and not cfg.recrawl.enabled:
         return rec, "finished"
+    # An unfinished crawl resumes; with recrawl on, a finished one continues: its pages
+    # come due for refresh (a continuous crawl is never "done").
+    rec.finished = False
     rec.runs += 1
     save_record(cfg, rec)
     return rec, "resume"

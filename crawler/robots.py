@@ -142,6 +142,11 @@ class RobotsRules:
         """The robots.txt text the rules were parsed from (None unless kind is parsed)."""
         return self._text
 
+    @property
+    def sitemaps(self) -> list[str]:
+        """The ``Sitemap:`` lines of the file, as written (crawler.sitemaps resolves them)."""
+        return list(self._parser.sitemaps) if self._parser is not None else []
+
 
 def _select_group(parser: Protego, token: str) -> tuple[str, bool]:
     """Pick the group for ``token`` (RFC 9309 2.2.1). Returns (agent for protego, always allowed).

@@ -34,6 +34,8 @@ from crawler.journal import FrontierStore
 from crawler.outbox import Outbox
 from crawler.pipeline import Outcome, PagePipeline
 from crawler.politeness import Politeness
+from crawler.refresh import RefreshFeed
+from crawler.sitemaps import SitemapReader
 from crawler.robots import RobotsClient
 from crawler.routing import LinkRouter
 from crawler.traps import HostBudget
@@ -66,6 +68,20 @@ class SchedulerSettings:
     respect_robots: bool
 
 
+def conditional_headers(item: UrlItem) -> dict[str, str] | None:
+    """A refetch asks only for a changed page: If-None-Match with the stored ETag,
+    If-Modified-Since with the stored Last-Modified (RFC 9110 13.1); a 304 sends no body."""
+    prev = item.prev
+    if prev is None:
+        return None
+    headers = {}
+    if prev.etag:
+        headers["If-None-Match"] = prev.etag
+    if prev.last_modified:
+        headers["If-Modified-Since"] = prev.last_modified
+    return headers or None
+
+
 class ShardScheduler:
     """Runs one shard: see the module docstring for the order of the steps."""
 
@@ -86,13 +102,16 @@ class ShardScheduler:
         clock: Clock,
         store: FrontierStore | None = None,
         checkpointer: Checkpointer | None = None,
+        feed: RefreshFeed | None = None,
+        sitemaps: SitemapReader | None = None,
     ) -> None:
         self.shard_id = shard_id
         self.settings = settings
         self.frontier, self.politeness, self.robots = frontier, politeness, robots
         self.pipeline, self.host_budget, self.budget = pipeline, host_budget, budget
         self.fetcher, self.outbox, self.router = fetcher, outbox, router
-        self.clock, self.store, self.checkpointer = clock, store, checkpointer
+        self.clock, self.store, self.checkpointer, self.feed = clock, store, checkpointer, feed
+        self.sitemaps = sitemaps
         self.counters: Counter[str] = pipeline.counters
         self.dropped: Counter[str] = pipeline.dropped
         self.batches_received = 0
@@ -219,6 +238,8 @@ class ShardScheduler:
     def _dispatch(self) -> None:
         if self._stopping or self._budget_spent or self.clock.now() < self._hold_until or not self.gate():
             return
+        if self.feed is not None:
+            self.feed.tick()
         free = self.settings.max_in_flight - len(self._tasks)
         if free <= 0:
             return
@@ -238,6 +259,9 @@ class ShardScheduler:
     async def _process(self, item: UrlItem) -> None:
         host = item.host
         try:
+            if item.kind == "sitemap":
+                await self._read_sitemap(item)
+                return
             if self.settings.respect_robots:
                 org = origin(item.url)
                 allowed = self.robots.cache.allowed(item.url, org)
@@ -254,21 +278,22 @@ class ShardScheduler:
                 self._budget_spent = True
                 self.frontier.requeue(item)
                 return
-            await self._handle(item, await self._fetch(host, item.url))
+            await self._handle(item, await self._fetch(host, item.url, conditional_headers(item)))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug costs one URL, recorded, not the shard
             log.exception("internal error processing %s", item.url)
             self.counters["internal_errors"] += 1
-            self._record(Outcome(self.pipeline.row(item, "failed", error=f"internal error: {exc!r}")))
+            if item.kind != "sitemap":  # a sitemap is not an admitted URL: no row
+                self._record(item, self.pipeline.outcome(item, "failed", error=f"internal error: {exc!r}"))
         finally:
             self.frontier.release(host)  # whatever happened (DESIGN.md invariant 4)
 
-    async def _fetch(self, host: str, url: str) -> FetchResult:
+    async def _fetch(self, host: str, url: str, headers: dict[str, str] | None = None, **kw: Any) -> FetchResult:
         self.politeness.on_start(host)
         result: FetchResult | None = None
         try:
-            result = await self.fetcher.fetch(url)
+            result = await self.fetcher.fetch(url, headers, **kw)
             return result
         finally:
             if result is None:  # cancelled mid-request: keep the host's pacing honest
@@ -283,9 +308,20 @@ class ShardScheduler:
         rules, requests = await self.robots.refresh(org, host, self._fetch)
         self.counters["robots_requests"] += requests
         self.politeness.set_crawl_delay(host, rules.crawl_delay)
+        if self.sitemaps is not None:
+            self.frontier.push(self.sitemaps.plan(org, host, rules.sitemaps, rules.allowed))
         # URLs queued before the rules were known: refuse the disallowed ones now.
         for blocked in self.frontier.remove_where(host, lambda it: not rules.allowed(it.url)):
             self._refused(blocked)
+
+    async def _read_sitemap(self, item: UrlItem) -> None:
+        """A sitemap of one of our hosts: its URLs go out as discovered links (no row)."""
+        assert self.sitemaps is not None
+        res = await self._fetch(item.host, item.url, max_body_bytes=self.sitemaps.max_bytes)
+        links, more = self.sitemaps.yields(item, res.status, res.body, self.clock.wall())
+        self.frontier.push(more)
+        if links and not await self.router.submit(links):
+            raise RuntimeError(f"{len(links)} sitemap URLs could not be delivered to their shards")
 
     async def _handle(self, item: UrlItem, res: FetchResult) -> None:
         kind = classify(res)
@@ -303,16 +339,16 @@ class ShardScheduler:
         elif kind == "redirect":
             outcome = self.pipeline.redirect(item, res)
         elif kind == "not_modified":
-            outcome = Outcome(self.pipeline.row(item, "not_modified", res))
+            outcome = self.pipeline.outcome(item, "not_modified", res)
         else:
             final = "http_error" if res.status is not None and res.status >= 400 else "failed"
             error = res.error or (f"HTTP {res.status}" if res.status is not None else "no response")
-            outcome = Outcome(self.pipeline.row(item, final, res, error=error))
+            outcome = self.pipeline.outcome(item, final, res, error=error)
         if outcome.links:
             # Acked (row written) only once its links reached their owners.
             if not await self.router.submit(outcome.links, bypass_seen=item.replay):
                 raise RuntimeError(f"{len(outcome.links)} links could not be delivered to their shards")
-        self._record(outcome)
+        self._record(item, outcome)
 
     def _trim(self, host: str, drop: int) -> None:
         """A budget cut: the host's queue shrinks to its new budget (counted, no rows)."""
@@ -326,14 +362,20 @@ class ShardScheduler:
         when robots.txt got no response at all (the site said nothing, the network failed)."""
         cause = self.robots.cache.unreachable_reason(origin(item.url))
         if cause is None:
-            self._record(Outcome(self.pipeline.row(item, "robots_blocked", error="disallowed by robots.txt")))
+            self._record(item, self.pipeline.outcome(item, "robots_blocked", error="disallowed by robots.txt"))
         else:
-            self._record(Outcome(self.pipeline.row(item, "failed", error=f"robots.txt unreachable: {cause}")))
+            self._record(item, self.pipeline.outcome(item, "failed", error=f"robots.txt unreachable: {cause}"))
 
-    def _record(self, outcome: Outcome) -> None:
-        """Every URL ends as exactly one row (DESIGN.md invariant 5)."""
-        self.counters[outcome.row.outcome] += 1
-        self.outbox.put(outcome.row, outcome.body)
+    def _record(self, item: UrlItem, outcome: Outcome) -> None:
+        """Every fetch of a URL ends as exactly one row (DESIGN.md invariant 5)."""
+        row = outcome.row
+        self.counters[row.outcome] += 1
+        if item.kind == "refresh":
+            self.counters["refresh_fetches"] += 1
+            self.counters["changes_found"] += bool(row.changed)
+        self.outbox.put(row, outcome.body, outcome.schedule)
+        if self.feed is not None:
+            self.feed.after_record(item, row, outcome.schedule)
 
     # -- status ---------------------------------------------------------------------
 
@@ -355,6 +397,7 @@ class ShardScheduler:
         transit = self.router.pending() + self.pipeline.pending()
         could_work = queued > 0 and not self._budget_spent and self.frontier.next_wakeup() is not None
         paused_hosts, paused_urls = self.frontier.parked() if not self._budget_spent else (0, 0)
+        refresh_waiting, refresh_due = self.frontier.refreshes()
         rs = self.router.stats()
         return {
             "shard": self.shard_id,
@@ -373,5 +416,7 @@ class ShardScheduler:
             "router": rs,
             "rows_pending": self.outbox.pending(),
             "frontier_recounts": self.frontier.recounts,
+            "refresh_waiting": refresh_waiting,
+            "refresh_due": refresh_due,
             "resumed": self.resumed,
         }

@@ -16,6 +16,8 @@ Order of a run (:meth:`CrawlSession.run`):
 2. start the runtime: each shard reopens its durable store and resumes from it;
 3. seed (seeds already seen are dropped, so re-seeding a resumed crawl is harmless);
 4. poll every shard until termination is proven (crawler.termination) or a stop is asked;
+   with ``recrawl.enabled`` there is no "done": nothing due now is not done, and the
+   crawl runs until ``recrawl.duration_s`` passes or it is stopped;
 5. stop the shards (rows flushed and acked), write ``stats.json`` with the URL ledger
    (crawler.ledger), compact, mark the crawl finished if it is, and release the lease.
 
@@ -42,7 +44,7 @@ from crawler.state import is_remote
 from crawler.output import OUTCOMES, compact_pages, open_fs
 from crawler.resume import CrawlRecord, crawl_state_dir, mark_finished, prepare
 from crawler.termination import TerminationDetector
-from crawler.urls import host_key, validate_seed
+from crawler.urls import host_key, normalize, validate_seed
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +91,8 @@ class Runtime(Protocol):
 
     async def set_host_policy(self, shard_id: str, host: str, interval_s: float | None, paused: bool | None) -> None: ...
 
-    async def url_status(self, shard_id: str, url: str) -> dict[str, Any] | None: ...
+    async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
+        """One shard's per-URL state (``shard_id`` None with a ``url_hash``: ask every shard)."""
 
     async def stop(self) -> list[dict[str, Any]]:
         """Stop every shard (rows flushed and acked); their final statuses, with ``store_counts``."""
@@ -103,7 +106,7 @@ class Runtime(Protocol):
 
 def merge_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Sum per-shard statuses into crawl-wide totals (for progress and stats.json)."""
-    keys = ("queued", "in_flight", "in_transit", "hosts", "paused_hosts", "paused_urls")
+    keys = ("queued", "in_flight", "in_transit", "hosts", "paused_hosts", "paused_urls", "refresh_waiting", "refresh_due")
     total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}}
     for s in statuses:
         for k in keys:
@@ -185,6 +188,7 @@ class CrawlSession:
         self._stop_requested = False
         self._started = False
         self.lease: Lease | None = None
+        self.ended = "stopped"  # why wait() returned: finished, duration or stopped
         self.fenced: str | None = None
         self._heartbeat_task: asyncio.Future[None] | None = None
 
@@ -246,10 +250,18 @@ class CrawlSession:
     async def wait(self, timeout_s: float | None = None) -> dict[str, Any]:
         """Poll until termination is proven, a stop is requested, or ``timeout_s`` passes."""
         deadline = None if timeout_s is None else self.clock.now() + timeout_s
+        duration = self.cfg.recrawl.duration_s if self.cfg.recrawl.enabled else None
+        ends_at = None if duration is None else (self.started_at or self.clock.now()) + duration
         finished = False
+        self.ended = "stopped"
         while not self._stop_requested:
-            if await self.poll():
+            done = await self.poll()
+            if done and not self.cfg.recrawl.enabled:
                 finished = True
+                self.ended = "finished"
+                break
+            if ends_at is not None and self.clock.now() >= ends_at:
+                self.ended = "duration"
                 break
             if deadline is not None and self.clock.now() > deadline:
                 break
@@ -340,15 +352,16 @@ class CrawlSession:
 
     # -- steering -------------------------------------------------------------------
 
-    async def add_seeds(self, urls: Sequence[str]) -> dict[str, int]:
+    async def add_seeds(self, urls: Sequence[str], *, priority: int = 0) -> dict[str, int]:
         """Add seeds to a running crawl (validated; the scope widens to include them).
 
+        ``priority`` > 0 serves them before other work of the same depth (crawler.backqueue).
         Returns ``{"accepted": new URLs queued, "already_seen": ...}``. A malformed URL
         raises SeedError before anything is changed.
         """
         clean = [validate_seed(u) for u in urls]
         await self.runtime.widen_scope(clean)
-        new = await self._seed(clean)
+        new = await self._seed(clean, priority)
         return {"accepted": new, "already_seen": len(clean) - new}
 
     async def set_host_policy(self, host: str, *, max_rps: float | None = None, paused: bool | None = None) -> None:
@@ -357,8 +370,13 @@ class CrawlSession:
         interval = None if max_rps is None else (float("inf") if max_rps <= 0 else 1.0 / max_rps)
         await self.runtime.set_host_policy(self._owner(host), host, interval, paused)
 
-    async def url_status(self, url: str) -> dict[str, Any] | None:
-        """What the owning shard's durable store knows of ``url`` (None if never admitted)."""
+    async def url_status(self, url_or_hash: str) -> dict[str, Any] | None:
+        """The per-URL state (crawler.journal) of a URL, or of a 16-hex-digit ``url_hash``
+        (None if never admitted): status, last and next crawl, interval, validators,
+        content hash, fetches and changes."""
+        if len(url_or_hash) == 16 and all(c in "0123456789abcdef" for c in url_or_hash):
+            return await self.runtime.url_status(None, None, url_or_hash)
+        url = normalize(url_or_hash) or url_or_hash
         return await self.runtime.url_status(self._owner(host_key(url)), url)
 
     async def stats(self) -> dict[str, Any]:
@@ -373,13 +391,13 @@ class CrawlSession:
         assert self.ring is not None, "the session is not started"
         return self.ring.node_for(host)
 
-    async def _seed(self, urls: Sequence[str]) -> int:
+    async def _seed(self, urls: Sequence[str], priority: int = 0) -> int:
         """Seen-check URLs and deliver the new ones (depth 0) to their owners, in batches."""
         verdicts = await self.runtime.seen_check(list(urls))
         by_owner: dict[str, list[UrlItem]] = {}
         for url, new in zip(urls, verdicts):
             if new:
-                item = UrlItem(url, 0)
+                item = UrlItem(url, 0, boost=priority)
                 by_owner.setdefault(self._owner(item.host), []).append(item)
         for owner, batch in by_owner.items():
             await self.runtime.deliver(owner, batch)
@@ -389,8 +407,10 @@ class CrawlSession:
     def _stats(self, finals: list[dict[str, Any]], services: dict[str, Any], elapsed: float, finished: bool) -> dict[str, Any]:
         total = merge_status(finals)
         c = total["counters"]
+        refresh = c.get("refresh_fetches", 0)
         return {
             "finished": finished,
+            "ended": self.ended if not finished else "finished",
             "elapsed_s": round(elapsed, 3),
             "pages_per_s": round(c.get("fetched", 0) / elapsed, 2) if elapsed > 0 else None,
             "outcomes": {k: c.get(k, 0) for k in OUTCOMES},
@@ -401,6 +421,14 @@ class CrawlSession:
             "duplicates": {"exact": c.get("dup_exact", 0), "near": c.get("dup_near", 0)},
             "dropped": total["dropped"],
             "queued_unfetched": total["queued"],
+            "refresh": {
+                "fetches": refresh,
+                "not_modified": c.get("not_modified", 0),
+                "not_modified_share": round(c.get("not_modified", 0) / refresh, 4) if refresh else None,
+                "changes_found": c.get("changes_found", 0),
+                "due_now": total["refresh_due"],
+                "waiting": total["refresh_waiting"],
+            },
             "paused": {"hosts": total["paused_hosts"], "urls": total["paused_urls"]},
             "shards": total["shards"],
             "seen_shards": self.record.seen_shards if self.record is not None else None,

@@ -28,6 +28,9 @@ from crawler.outbox import Outbox
 from crawler.output import ResultWriter
 from crawler.pipeline import PagePipeline
 from crawler.politeness import Politeness
+from crawler.recrawl import RecrawlPolicy
+from crawler.refresh import RefreshFeed
+from crawler.sitemaps import SitemapReader
 from crawler.robots import RobotsCache, RobotsClient
 from crawler.routing import LinkRouter, SeenService
 from crawler.scheduler import PageBudget, SchedulerSettings, ShardScheduler
@@ -141,6 +144,12 @@ def build_shard(
         max_backoff_s=cfg.fetch.max_backoff_s,
         window=rt.frontier_window if store is not None else None,
         spill=store,
+        refresh_share=cfg.recrawl.refresh_share,
+    )
+    rc = cfg.recrawl
+    recrawl = RecrawlPolicy(
+        min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s, initial_interval_s=rc.initial_interval_s,
+        grow_factor=rc.grow_factor, shrink_factor=rc.shrink_factor, fingerprint_distance=cfg.dedup.simhash_distance,
     )
     links = build_link_policy(cfg, seeds)
     robots = RobotsClient(
@@ -162,6 +171,7 @@ def build_shard(
         min_text_tokens=cfg.dedup.min_text_tokens,
         max_body_bytes=cfg.limits.max_body_bytes,
         store_bodies=cfg.output.store_bodies,
+        recrawl=recrawl,
     )
     checkpointer = None
     out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
@@ -193,6 +203,21 @@ def build_shard(
         on_flush=checkpointer.tick if checkpointer is not None else None,
         fence=fence.ok if fence is not None else None,
     )
+    sitemaps = None
+    if cfg.sitemaps.enabled:
+        sm = cfg.sitemaps
+
+        def nudge(url: str, lastmod: float) -> None:
+            known = store.schedule_of(url) if store is not None else None
+            if known is not None:
+                earlier = recrawl.nudge(*known, lastmod, clock.wall())
+                if earlier < known[2]:
+                    store.bring_forward(url, earlier)
+
+        sitemaps = SitemapReader(
+            max_files=sm.max_files_per_host, max_urls=sm.max_urls_per_file, max_bytes=sm.max_bytes_per_file,
+            links=links, counters=pipeline.counters, nudge=nudge,
+        )
     router = LinkRouter(seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s, clock=clock)
     shard = ShardScheduler(
         shard_id,
@@ -209,6 +234,8 @@ def build_shard(
         clock=clock,
         store=store,
         checkpointer=checkpointer,
+        feed=RefreshFeed(store, frontier, clock) if rc.enabled and store is not None else None,
+        sitemaps=sitemaps,
     )
     router.before_flush = shard.commit_claims  # claims are durable before links are marked seen
     if fence is not None:

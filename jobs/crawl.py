@@ -110,7 +110,9 @@ def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = No
         prog.close()
     if stats.get("already_finished"):
         return stats, 0
-    code = 0 if stats.get("finished") else EXIT_BY_SIGNAL.get(signal.Signals(stopped_by[0]), 1) if stopped_by else 1
+    if stats.get("finished") or (stats.get("ended") == "duration" and not stopped_by):
+        return stats, 0
+    code = EXIT_BY_SIGNAL.get(signal.Signals(stopped_by[0]), 1) if stopped_by else 1
     return stats, code
 
 
@@ -128,7 +130,7 @@ def print_summary(stats: dict[str, Any], out: str, stream=None) -> None:
     """The end-of-crawl summary (what the demo prints)."""
     stream = stream or sys.stdout
     o = stats["outcomes"]
-    state = "finished" if stats.get("finished") else "stopped"
+    state = "finished" if stats.get("finished") else ("ran its duration" if stats.get("ended") == "duration" else "stopped")
     print(f"crawl {state} in {stats['elapsed_s']:.1f}s: {o['fetched']} pages fetched ({stats['pages_per_s']} pages/s)", file=stream)
     print("outcomes: " + ", ".join(f"{k} {v}" for k, v in o.items()), file=stream)
     print(
@@ -137,6 +139,13 @@ def print_summary(stats: dict[str, Any], out: str, stream=None) -> None:
         f"queued unfetched {stats['queued_unfetched']}, shards {stats['shards']}",
         file=stream,
     )
+    r = stats.get("refresh") or {}
+    if r.get("fetches"):
+        print(
+            f"refresh: {r['fetches']} refetches, {r['not_modified']} not modified ({100 * (r['not_modified_share'] or 0):.0f}%), "
+            f"{r['changes_found']} changes found, {r['due_now']} due now",
+            file=stream,
+        )
     if stats.get("dropped"):
         print("links not followed: " + ", ".join(f"{k} {v}" for k, v in sorted(stats["dropped"].items())), file=stream)
     if stats.get("ledger"):

@@ -25,6 +25,12 @@ def summary_line(total: dict[str, Any], elapsed: float, rate: float) -> str:
         if total.get("paused_urls")
         else ""
     )
+    refresh = c.get("refresh_fetches", 0)
+    if refresh or total.get("refresh_waiting"):
+        paused += (
+            f" | refresh {refresh} (304 {c.get('not_modified', 0)}, changed {c.get('changes_found', 0)}),"
+            f" due {total.get('refresh_due', 0)}"
+        )
     return (
         f"[{elapsed:6.1f}s] fetched {c.get('fetched', 0)} ({rate:.1f} pages/s) | queued {total['queued']} | "
         f"in flight {total['in_flight']} | hosts {total['hosts']} | errors {errors} | "

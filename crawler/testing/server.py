@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import logging
 import sys
@@ -43,6 +44,7 @@ class RequestRecord:
     (path and query, escapes as sent). ``start``/``end``: ``time.monotonic()`` when the
     handler began and when the response was written (or the client went away: status
     499). ``headers``: request headers (the last value of a repeated header).
+    ``body_bytes``: the response body's length as sent (0 for a 304).
     """
 
     host: str
@@ -53,6 +55,7 @@ class RequestRecord:
     status: int
     user_agent: str
     headers: dict[str, str] = field(default_factory=dict)
+    body_bytes: int = 0
 
 
 def _strip_port(host: str) -> str:
@@ -75,6 +78,8 @@ class WebServer(LoopThreadServer):
     def __init__(self, web: SyntheticWeb, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__()
         self.web = web
+        # A web whose reply() takes the request headers sees them (conditional requests).
+        self._wants_headers = "headers" in inspect.signature(web.reply).parameters
         self.host = host
         self._want_port = port
         self.port: int = 0
@@ -113,9 +118,12 @@ class WebServer(LoopThreadServer):
             self._attempts[key] = attempt
             self._active[host] = self._active.get(host, 0) + 1
         status = 499
+        sent = 0
         try:
+            kw = {"headers": dict(request.headers)} if self._wants_headers else {}
             reply = self.web.reply(host, path_qs, attempt=attempt,
-                                   accept_gzip="gzip" in request.headers.get("Accept-Encoding", ""))
+                                   accept_gzip="gzip" in request.headers.get("Accept-Encoding", ""), **kw)
+            sent = len(reply.body)
             if reply.delay:
                 await asyncio.sleep(reply.delay)
             if reply.chunk_size:
@@ -132,7 +140,7 @@ class WebServer(LoopThreadServer):
             return aioweb.Response(status=reply.status, headers=dict(reply.headers), body=reply.body)
         finally:
             rec = RequestRecord(host, path_qs, request.method, start, time.monotonic(), status,
-                                request.headers.get("User-Agent", ""), dict(request.headers))
+                                request.headers.get("User-Agent", ""), dict(request.headers), sent)
             with self._lock:
                 self._log.append(rec)
                 self._active[host] -= 1

@@ -170,3 +170,52 @@ def test_trim_drops_the_lowest_priority_urls_and_keeps_counts_right():
     assert sorted(f.trim("t.test", 10)) == ["http://t.test/d1", "http://t.test/d2", "http://t.test/d3"]
     assert len(f) == 0 and f.state() is FrontierState.EMPTY
     assert f.trim("nobody.test", 3) == []
+
+
+def _refresh(url, due_at):
+    return UrlItem(url, depth=1, kind="refresh", due_at=due_at, fetch_seq=2)
+
+
+def _drain_one_host(clock, pacer, f, n):
+    kinds = []
+    for _ in range(n):
+        clock.advance(max(0.0, (f.next_wakeup() or clock.now()) - clock.now()))
+        (item,) = f.pop_ready(1)
+        kinds.append(item.kind)
+        pacer.finished(item.host)
+        f.release(item.host)
+    return kinds
+
+
+def test_refreshes_get_their_share_of_a_host_and_the_whole_of_it_when_alone():
+    clock, pacer, f = make(interval=1.0)
+    f.push([UrlItem(f"http://h.test/new{i}", depth=1) for i in range(12)] + [_refresh(f"http://h.test/old{i}", 0.0) for i in range(12)])
+    kinds = _drain_one_host(clock, pacer, f, 10)
+    # Both have work: 20% of the allowance to refresh (refresh_share 0.2), none starved.
+    assert kinds.count("refresh") == 2 and kinds.count("discover") == 8
+    rest = _drain_one_host(clock, pacer, f, 14)
+    assert rest[:5] == ["refresh"] + ["discover"] * 4  # the same 1 in 5 while both have work
+    assert rest[5:] == ["refresh"] * 9  # then refresh takes the whole allowance
+    assert len(f) == 0
+
+
+def test_discovery_takes_the_whole_allowance_while_refreshes_are_not_due():
+    clock, pacer, f = make(interval=1.0)
+    f.push([UrlItem(f"http://h.test/new{i}") for i in range(3)] + [_refresh("http://h.test/old", due_at=100.0)])
+    assert _drain_one_host(clock, pacer, f, 3) == ["discover"] * 3
+    assert clock.now() == 2.0 and f.next_wakeup() == 100.0  # the refresh waits for its time
+    assert _drain_one_host(clock, pacer, f, 1) == ["refresh"] and clock.now() == 100.0
+
+
+def test_due_hosts_are_served_by_rank_across_hosts():
+    clock, pacer, f = make(interval=1.0)
+    clock.advance(50.0)
+    f.push([
+        UrlItem("http://deep.test/x", depth=5),
+        UrlItem("http://shallow.test/x", depth=1),
+        _refresh("http://stale.test/x", due_at=30.0),  # 20 s overdue
+        UrlItem("http://seed.test/x", depth=0, boost=1),  # a seed given priority 1
+    ])
+    f.demote("shallow.test", True)
+    order = [f.pop_ready(1)[0].host for _ in range(4)]
+    assert order == ["seed.test", "stale.test", "deep.test", "shallow.test"]

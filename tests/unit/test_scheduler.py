@@ -38,7 +38,7 @@ class ScriptedServer:
         self.in_flight = 0
         self.max_in_flight = 0
 
-    async def fetch(self, url: str, headers=None) -> FetchResult:
+    async def fetch(self, url: str, headers=None, **kw) -> FetchResult:
         start = self.clock.now()
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -129,7 +129,7 @@ def test_robots_politeness_retry_and_output_on_the_mock_clock(crawl):
         seen.seen.add(url("/"))
         shard.accept([UrlItem(url("/"), 0)])
         runner = asyncio.ensure_future(shard.run())
-        await clock.run_until(lambda: shard.status()["idle"] and server.log and len(server.log) == 5)
+        await clock.run_until(lambda: shard.status()["idle"] and server.log and len(server.log) == 6)
         # An output flush happens on the outbox timer, after row_flush_interval_s.
         await clock.run_until(lambda: shard.outbox.rows_acked == 4, max_time=10)
         shard.stop()
@@ -139,11 +139,11 @@ def test_robots_politeness_retry_and_output_on_the_mock_clock(crawl):
     asyncio.run(scenario())
     log = server.log
     paths = [u.split(HOST, 1)[1] for u, _, _ in log]
-    # 1. robots.txt first, with the host's own slot; then the seed.
-    assert paths[:2] == ["/robots.txt", "/"]
+    # 1. robots.txt first, with the host's own slot; then the host's sitemap and the seed.
+    assert paths[0] == "/robots.txt" and set(paths[1:3]) == {"/sitemap.xml", "/"}
     # 2. Disallowed by robots: never requested. The flaky page twice, the rest once.
     assert "/private/x" not in paths
-    assert sorted(paths) == sorted(["/robots.txt", "/", "/p/1", "/flaky", "/flaky"])
+    assert sorted(paths) == sorted(["/robots.txt", "/sitemap.xml", "/", "/p/1", "/flaky", "/flaky"])
     # 3. Politeness, from the server's view: one request in flight, and each start at
     #    least INTERVAL after the previous response's headers (here: its end).
     assert server.max_in_flight == 1
