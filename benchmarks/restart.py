@@ -8,9 +8,10 @@ project (``--repo``, default: this one) so a before/after pair is measured in th
   and the same command starts again at once on the same output. Reported: pages
   requested twice (retries of failing URLs aside), and how many of them were not in
   flight at the kill.
-* ``traps``: the same web crawled once (``--local``) with ``max_pages_per_host`` 1,000,
-  so its trap hosts are the last work; reported: seconds from the last request to a
-  non-trap host to the end of the crawl, and requests to trap hosts.
+* ``traps``: a small site and a session-id trap (crawler.testing.trapweb) crawled once
+  (``--local``) with ``max_pages_per_host`` 1,000, so the trap is the last work;
+  reported: seconds from the last request to the normal site to the end of the crawl,
+  and requests to the trap.
 
     python -m benchmarks.restart [--repo PATH] [--out benchmarks/results/restart.json]
 
@@ -95,29 +96,38 @@ def kill_restart(repo: str, kill_at: int) -> dict:
 
 
 def traps_last(repo: str) -> dict:
-    with running_web(seed=0, profile="demo") as server, tempfile.TemporaryDirectory() as tmp:
-        tmp_path = Path(tmp)
-        cfgfile = tmp_path / "c.yaml"
-        cfg = crawl_config_for(server, output={"path": str(tmp_path / "out")})
-        # Trap hosts with room to grow (the synthetic web caps them near its largest host).
-        cfg["limits"]["max_pages_per_host"] = TRAP_BUDGET
-        cfgfile.write_text(yaml.safe_dump(cfg))
-        t0 = time.monotonic()
-        proc = _spawn(repo, cfgfile, tempfile.mkdtemp(prefix="rayb-"), "--local")
-        _, err = proc.communicate(timeout=1800)
-        end = time.monotonic()
-        if proc.returncode != 0:
-            raise RuntimeError(f"the crawl failed: {err[-2000:]}")
-        traps = set(server.web.trap_hosts())
+    """The trap web of tests/integration/test_traps_last.py, with the default trap rules
+    and a per-host budget of 1,000: how long the crawl runs after the normal site is done."""
+    from crawler.testing.server import WebServer
+    from crawler.testing.trapweb import TrapWeb
+
+    server = WebServer(TrapWeb())  # type: ignore[arg-type]
+    server.start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp_path = Path(tmp)
+            web = server.web
+            cfgfile = tmp_path / "c.yaml"
+            cfgfile.write_text(yaml.safe_dump({
+                "seeds": [web.url("normal.test"), web.url("trap.test", "/list?sid=1")], "scope": "host",
+                "politeness": {"interval_s": 0.05}, "limits": {"max_pages_per_host": TRAP_BUDGET},
+                "fetch": {"resolve": {"*.test": "127.0.0.1"}}, "output": {"path": str(tmp_path / "out")},
+            }))
+            t0 = time.monotonic()
+            proc = _spawn(repo, cfgfile, tempfile.mkdtemp(prefix="rayb-"), "--local")
+            _, err = proc.communicate(timeout=1800)
+            end = time.monotonic()
+            if proc.returncode != 0:
+                raise RuntimeError(f"the crawl failed: {err[-2000:]}")
         log = sorted(server.requests(), key=lambda r: r.start)
-        normal_end = max(r.end for r in log if r.host not in traps)
-        return {
-            "exit": proc.returncode,
-            "crawl_s": round(end - t0, 1),
-            "after_last_normal_host_s": round(end - normal_end, 1),
-            "trap_requests": sum(1 for r in log if r.host in traps),
-            "trap_hosts": len(traps),
-        }
+    finally:
+        server.stop()
+    normal_end = max(r.end for r in log if r.host.startswith("normal."))
+    return {
+        "crawl_s": round(end - t0, 1),
+        "after_last_normal_host_s": round(end - normal_end, 1),
+        "trap_requests": sum(1 for r in log if r.host.startswith("trap.")),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,7 @@ import logging
 import math
 import time
 from datetime import timezone
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from crawler.errors import ConfigError
 
@@ -329,6 +329,23 @@ class Politeness:
         """
         st = self._in_flight_state(host, "on_headers")
         st.headers_at = self._now() if at is None else at
+
+    async def request(self, host: str, send: Callable[[], Awaitable[Any]]) -> Any:
+        """Make one request to ``host`` (``await send()`` -> a crawler.fetch.FetchResult)
+        between :meth:`on_start` and :meth:`on_finish`, its headers time included; a
+        request cancelled mid-way still counts (pacing stays honest)."""
+        self.on_start(host)
+        result = None
+        try:
+            result = await send()
+            return result
+        finally:
+            if result is None:
+                self.on_finish(host, None, transient=True)
+            else:
+                if result.headers_at is not None:
+                    self.on_headers(host, at=result.headers_at)
+                self.on_finish(host, result.status, result.headers.get("retry-after"), transient=result.transient)
 
     def on_finish(
         self, host: str, status: int | None, retry_after: str | None = None, transient: bool = False

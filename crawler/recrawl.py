@@ -116,3 +116,15 @@ class RecrawlPolicy:
             return next_crawl_at
         return max(now, min(next_crawl_at, last_crawled_at + interval_s / 2))
 
+
+def conditional_headers(prev: Previous | None) -> dict[str, str] | None:
+    """A refetch asks only for a changed page: If-None-Match with the stored ETag,
+    If-Modified-Since with the stored Last-Modified (RFC 9110 13.1); a 304 sends no body."""
+    if prev is None:
+        return None
+    headers = {}
+    if prev.etag:
+        headers["If-None-Match"] = prev.etag
+    if prev.last_modified:
+        headers["If-Modified-Since"] = prev.last_modified
+    return headers or None

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol, Sequence
 
+from crawler.admission import Admission
 from crawler.checkpoint import Checkpointer
 from crawler.clock import Clock, wait_event
 from crawler.errors import FencedError
@@ -34,6 +35,7 @@ from crawler.journal import FrontierStore
 from crawler.outbox import Outbox
 from crawler.pipeline import Outcome, PagePipeline
 from crawler.politeness import Politeness
+from crawler.recrawl import conditional_headers
 from crawler.refresh import RefreshFeed
 from crawler.sitemaps import SitemapReader
 from crawler.robots import RobotsClient
@@ -68,20 +70,6 @@ class SchedulerSettings:
     respect_robots: bool
 
 
-def conditional_headers(item: UrlItem) -> dict[str, str] | None:
-    """A refetch asks only for a changed page: If-None-Match with the stored ETag,
-    If-Modified-Since with the stored Last-Modified (RFC 9110 13.1); a 304 sends no body."""
-    prev = item.prev
-    if prev is None:
-        return None
-    headers = {}
-    if prev.etag:
-        headers["If-None-Match"] = prev.etag
-    if prev.last_modified:
-        headers["If-Modified-Since"] = prev.last_modified
-    return headers or None
-
-
 class ShardScheduler:
     """Runs one shard: see the module docstring for the order of the steps."""
 
@@ -95,6 +83,7 @@ class ShardScheduler:
         robots: RobotsClient,
         pipeline: PagePipeline,
         host_budget: HostBudget,
+        admission: Admission,
         budget: PageBudget,
         fetcher: Fetcher,
         outbox: Outbox,
@@ -108,7 +97,7 @@ class ShardScheduler:
         self.shard_id = shard_id
         self.settings = settings
         self.frontier, self.politeness, self.robots = frontier, politeness, robots
-        self.pipeline, self.host_budget, self.budget = pipeline, host_budget, budget
+        self.pipeline, self.host_budget, self.admission, self.budget = pipeline, host_budget, admission, budget
         self.fetcher, self.outbox, self.router = fetcher, outbox, router
         self.clock, self.store, self.checkpointer, self.feed = clock, store, checkpointer, feed
         self.sitemaps = sitemaps
@@ -133,36 +122,13 @@ class ShardScheduler:
     # -- input ----------------------------------------------------------------------
 
     def accept(self, items: Sequence[UrlItem]) -> int:
-        """Take a batch of URLs whose hosts this shard owns; returns how many were queued.
-
-        With a store, a batch delivered twice is queued once (idempotent on URL, committed
-        before this returns). Cached robots rules refuse URLs here (a row, no queue space);
-        the per-host budget drops the rest of an exhausted host (counted, no row).
-        """
+        """Take a batch of URLs whose hosts this shard owns (crawler.admission: de-duplicated
+        and committed before this returns, cached robots refusals recorded, budget drops
+        counted); returns how many were queued."""
         if not self.gate():
             raise FencedError(f"{self.shard_id} is not accepting work (fenced or cut off from its driver)")
         self.batches_received += 1
-        if self.store is not None:
-            fresh = self.store.add(items)
-            if len(fresh) != len(items):
-                self.dropped["duplicate_delivery"] += len(items) - len(fresh)
-            items = fresh
-        keep: list[UrlItem] = []
-        refused: list[UrlItem] = []
-        over_budget: list[str] = []
-        for item in items:
-            if self.settings.respect_robots and self.robots.cache.allowed(item.url, origin(item.url)) is False:
-                refused.append(item)
-            elif not self.host_budget.admit(item.host):
-                self.dropped["host_budget"] += 1
-                over_budget.append(item.url)
-            else:
-                keep.append(item)
-        if self.store is not None:
-            # A refused URL gets a row without a fetch: claim it now, so it never looks
-            # like a spilled URL waiting in the frontier (state 0 means exactly that).
-            self.store.claim([i.url for i in refused])
-            self.store.drop(over_budget)
+        keep, refused = self.admission.take(items)
         for item in refused:
             self._refused(item)
         self.frontier.push(keep)
@@ -259,8 +225,9 @@ class ShardScheduler:
     async def _process(self, item: UrlItem) -> None:
         host = item.host
         try:
-            if item.kind == "sitemap":
-                await self._read_sitemap(item)
+            if item.kind == "sitemap":  # one of our hosts' sitemaps: links, no row
+                assert self.sitemaps is not None
+                await self.sitemaps.read(item, self._fetch, self.frontier.push, self.router.submit)
                 return
             if self.settings.respect_robots:
                 org = origin(item.url)
@@ -278,7 +245,7 @@ class ShardScheduler:
                 self._budget_spent = True
                 self.frontier.requeue(item)
                 return
-            await self._handle(item, await self._fetch(host, item.url, conditional_headers(item)))
+            await self._handle(item, await self._fetch(host, item.url, conditional_headers(item.prev)))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug costs one URL, recorded, not the shard
@@ -290,19 +257,8 @@ class ShardScheduler:
             self.frontier.release(host)  # whatever happened (DESIGN.md invariant 4)
 
     async def _fetch(self, host: str, url: str, headers: dict[str, str] | None = None, **kw: Any) -> FetchResult:
-        self.politeness.on_start(host)
-        result: FetchResult | None = None
-        try:
-            result = await self.fetcher.fetch(url, headers, **kw)
-            return result
-        finally:
-            if result is None:  # cancelled mid-request: keep the host's pacing honest
-                self.politeness.on_finish(host, None, transient=True)
-            else:
-                if result.headers_at is not None:
-                    self.politeness.on_headers(host, at=result.headers_at)
-                self.politeness.on_finish(host, result.status, result.headers.get("retry-after"), transient=result.transient)
-            self.counters["requests"] += 1
+        self.counters["requests"] += 1
+        return await self.politeness.request(host, lambda: self.fetcher.fetch(url, headers, **kw))
 
     async def _refresh_robots(self, org: str, host: str) -> None:
         rules, requests = await self.robots.refresh(org, host, self._fetch)
@@ -313,15 +269,6 @@ class ShardScheduler:
         # URLs queued before the rules were known: refuse the disallowed ones now.
         for blocked in self.frontier.remove_where(host, lambda it: not rules.allowed(it.url)):
             self._refused(blocked)
-
-    async def _read_sitemap(self, item: UrlItem) -> None:
-        """A sitemap of one of our hosts: its URLs go out as discovered links (no row)."""
-        assert self.sitemaps is not None
-        res = await self._fetch(item.host, item.url, max_body_bytes=self.sitemaps.max_bytes)
-        links, more = self.sitemaps.yields(item, res.status, res.body, self.clock.wall())
-        self.frontier.push(more)
-        if links and not await self.router.submit(links):
-            raise RuntimeError(f"{len(links)} sitemap URLs could not be delivered to their shards")
 
     async def _handle(self, item: UrlItem, res: FetchResult) -> None:
         kind = classify(res)
@@ -334,7 +281,7 @@ class ShardScheduler:
             outcome = await self.pipeline.page(item, res)
             drop = self.host_budget.record_fetch(item.host, outcome.duplicate, self.frontier.queued_for(item.host))
             if drop:
-                self._trim(item.host, drop)
+                self.admission.trim(item.host, drop)
             self.frontier.demote(item.host, self.host_budget.penalty(item.host) > 1.0)
         elif kind == "redirect":
             outcome = self.pipeline.redirect(item, res)
@@ -349,13 +296,6 @@ class ShardScheduler:
             if not await self.router.submit(outcome.links, bypass_seen=item.replay):
                 raise RuntimeError(f"{len(outcome.links)} links could not be delivered to their shards")
         self._record(item, outcome)
-
-    def _trim(self, host: str, drop: int) -> None:
-        """A budget cut: the host's queue shrinks to its new budget (counted, no rows)."""
-        urls = self.frontier.trim(host, drop)
-        if self.store is not None:
-            self.store.drop(urls)
-        self.dropped["budget_cut"] += len(urls)
 
     def _refused(self, item: UrlItem) -> None:
         """A URL the robots rules refuse: ``robots_blocked``, or ``failed`` with the cause

@@ -14,6 +14,7 @@ import asyncio
 import random
 from typing import Any, Awaitable, Callable, Sequence
 
+from crawler.admission import Admission
 from crawler.batching import MicroBatcher
 from crawler.checkpoint import Checkpointer, resume_queue
 from crawler.clock import SYSTEM_CLOCK, Clock
@@ -227,6 +228,7 @@ def build_shard(
         robots=robots,
         pipeline=pipeline,
         host_budget=host_budget,
+        admission=Admission(store, robots_cache, host_budget, frontier, respect_robots=pol.respect_robots, dropped=pipeline.dropped),
         budget=budget,
         fetcher=fetcher if fetcher is not None else build_fetcher(cfg, clock),
         outbox=outbox,

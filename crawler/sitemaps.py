@@ -196,7 +196,16 @@ class SitemapReader:
         self._planned[host] = n + 1
         return True
 
-    def yields(self, item, status: int | None, body: bytes, now_wall: float) -> tuple[list, list]:
+    async def read(self, item, fetch, queue, route) -> None:
+        """Fetch one sitemap (``await fetch(host, url, max_body_bytes=...)``, politeness-paced),
+        ``queue`` the sitemaps it lists and ``route`` its URLs as discovered links."""
+        res = await fetch(item.host, item.url, max_body_bytes=self.max_bytes)
+        links, more = self.yields(item, res.status, res.body)
+        queue(more)
+        if links and not await route(links):
+            raise RuntimeError(f"{len(links)} sitemap URLs could not be delivered to their shards")
+
+    def yields(self, item, status: int | None, body: bytes) -> tuple[list, list]:
         """(links to route, sitemap items to queue) from a fetched sitemap."""
         from crawler.backqueue import UrlItem
 

@@ -14,7 +14,7 @@ import statistics
 from crawler import config
 from crawler.local import local_session
 from crawler.testing.server import WebServer
-from crawler.testing.web import Reply
+from crawler.testing.trapweb import NORMAL_PAGES, TrapWeb
 
 from tests.integration import checks
 
@@ -22,37 +22,6 @@ BUDGET = 120  # limits.max_pages_per_host
 WINDOW = 20  # dedup.novelty_window
 CUT = 0.5  # HostBudget's cut_factor
 INTERVAL = 0.05
-NORMAL_PAGES = 30
-HTML = (("Content-Type", "text/html; charset=utf-8"),)
-
-
-class TrapWeb:
-    """``normal.test``: a small site (a home page linking distinct pages); ``trap.test``: one page
-    under endless session ids, each linking to 8 new ones (the same content every time)."""
-
-    def __init__(self) -> None:
-        self.port = 0
-
-    def bind(self, port: int) -> None:
-        self.port = port
-
-    def url(self, host: str, path: str = "/") -> str:
-        return f"http://{host}:{self.port}{path}"
-
-    def reply(self, host: str, path_qs: str, *, attempt: int = 1, accept_gzip: bool = False) -> Reply:
-        if path_qs == "/robots.txt":
-            return Reply(404, (("Content-Type", "text/plain"),), b"")
-        if host.startswith("normal."):
-            i = int(path_qs[2:]) if path_qs.startswith("/p") else 0
-            nxt = "".join(f'<a href="/p{k}">p{k}</a>' for k in range(1, NORMAL_PAGES)) if i == 0 else ""
-            words = " ".join(f"page{i}word{k}" for k in range(60))
-            return Reply(200, HTML, f"<html><body><p>{words}</p>{nxt}</body></html>".encode())
-        if host.startswith("trap."):
-            sid = abs(hash(path_qs)) % 10**9
-            links = "".join(f'<a href="/list?sid={sid * 10 + k}">more</a>' for k in range(8))
-            words = " ".join(f"catalogue{k}" for k in range(60))
-            return Reply(200, HTML, f"<html><body><p>{words}</p>{links}</body></html>".encode())
-        return Reply(404, HTML, b"")
 
 
 def test_trap_hosts_as_the_last_work_end_within_the_budget_bound(tmp_path):
@@ -77,8 +46,9 @@ def test_trap_hosts_as_the_last_work_end_within_the_budget_bound(tmp_path):
         server.stop()
     assert stats["finished"] is True
     checks.check_ledger(stats)
-    trap = [r for r in log if r.host.startswith("trap.") and r.path_qs != "/robots.txt"]
-    normal = [r for r in log if r.host.startswith("normal.") and r.path_qs != "/robots.txt"]
+    pages = [r for r in log if r.path_qs not in ("/robots.txt", "/sitemap.xml")]
+    trap = [r for r in pages if r.host.startswith("trap.")]
+    normal = [r for r in pages if r.host.startswith("normal.")]
     assert len(normal) == NORMAL_PAGES
     # The bound, from the rules: the first window (WINDOW fetches, all but the first page
     # duplicates) ends in a cut that keeps CUT x what was still planned, at most
