@@ -121,7 +121,10 @@ class HostShard:
             if self.fence is not None and not self.fence.ok():
                 log.error("%s: %s; closing without writing", self.shard_id, self.fence.reason)
                 await self.stop()
-                ray.actor.exit_actor()
+                try:
+                    ray.actor.exit_actor()
+                except ray.exceptions.AsyncioActorExit:  # how exit_actor leaves a background task
+                    return
 
     async def heartbeat(self) -> None:
         """The driver is alive."""

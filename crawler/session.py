@@ -204,12 +204,16 @@ class CrawlSession:
         if self._durable:
             self.lease = Lease(LeaseStore(self.cfg.output.path, self._options()), self.cfg.runtime.lease_ttl_s)
             epoch = await asyncio.to_thread(self.lease.acquire)
+            # Renewed from now on: starting the runtime may take longer than the lease lives.
+            self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
             try:
                 self.record, self.mode = prepare(self.cfg, n, n_seen, force=self._force)
             except BaseException:
+                self._heartbeat_task.cancel()
                 self.lease.release()
                 raise
             if self.mode == "finished":
+                self._heartbeat_task.cancel()
                 self.lease.release()
                 self.final = {**read_stats(self.cfg), "finished": True, "already_finished": True}
                 if self.on_start is not None:
@@ -221,7 +225,8 @@ class CrawlSession:
         self.ring = HashRing(list(ids))
         self._started = True
         await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch))
-        self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
+        if self._heartbeat_task is None:
+            self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
         self.started_at = self.clock.now()
         if self.mode == "resume":
             self.resumed = sum(s.get("resumed", 0) for s in await self.runtime.statuses() or [])
@@ -324,7 +329,7 @@ class CrawlSession:
         """Tell the shards the driver lives; renew the lease; stop if another run took it."""
         rt = self.cfg.runtime
         beat = rt.driver_timeout_s / 5
-        renew_every = rt.lease_ttl_s / 4
+        renew_every = rt.lease_ttl_s / 5
         renewed = shipped = self.clock.now()
         remote = is_remote(self.cfg.output.path)
         while True:
