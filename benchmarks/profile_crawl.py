@@ -61,7 +61,7 @@ COMPONENTS = (
     ("frontier store (SQLite journal)", ("crawler/journal.py",)),
     ("seen set (Bloom + store)", ("crawler/seen/", "pybloom_live/")),
     ("link policy (normalize, scope, traps)", ("crawler/urls/", "crawler/links.py", "crawler/traps.py")),
-    ("robots", ("crawler/robots.py", "protego")),
+    ("robots", ("crawler/robots/", "protego")),
     ("fetch (aiohttp, DNS)", ("crawler/fetch.py", "crawler/transport.py", "crawler/aiohttp_transport.py", "crawler/decoding.py", "crawler/dns.py", "aiohttp/", "aiohappyeyeballs/", "yarl/", "multidict/")),
     ("frontier + politeness", ("crawler/frontier.py", "crawler/politeness.py")),
     ("routing + batching", ("crawler/routing.py", "crawler/batching.py")),

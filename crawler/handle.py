@@ -61,16 +61,17 @@ class CrawlHandle:
         """Crawl-wide totals now: pages, queued, in flight, hosts, errors, duplicates, bytes."""
         return self._call(self.session.stats())
 
-    def add_seeds(self, urls: Sequence[str]) -> dict[str, int]:
-        """Add seed URLs to the running crawl; ``{"accepted": ..., "already_seen": ...}``."""
-        return self._call(self.session.add_seeds(urls))
+    def add_seeds(self, urls: Sequence[str], *, priority: int = 0) -> dict[str, int]:
+        """Add seed URLs to the running crawl (``priority`` > 0: ahead of other work);
+        ``{"accepted": ..., "already_seen": ...}``."""
+        return self._call(self.session.add_seeds(urls, priority=priority))
 
     def set_host_policy(self, host: str, *, max_rps: float | None = None, paused: bool | None = None) -> None:
         """Override one host's rate (requests per second) or pause/unpause it."""
         self._call(self.session.set_host_policy(host, max_rps=max_rps, paused=paused))
 
     def url_status(self, url: str) -> dict[str, Any] | None:
-        """What the crawl knows of one URL (None if it was never admitted)."""
+        """What the crawl knows of one URL or ``url_hash`` (None if it was never admitted)."""
         return self._call(self.session.url_status(url))
 
     def request_stop(self) -> None:

@@ -35,9 +35,7 @@ from crawler.seen.snapshot import (
     SNAPSHOT_VERSION,
     load_bloom_only,
     load_or_rebuild,
-    read_blob,
     refuse_other_mode,
-    write_blob,
     write_bloom_file,
 )
 from crawler.seen.store import PAGE_CACHE_KIB, DiskStore, ExactStore, HotSet
@@ -504,36 +502,3 @@ class SeenSet:
         except OSError:
             pass  # no snapshot written yet
         return total
-
-    def snapshot(self) -> bytes:
-        """Bloom bits, exact hashes and counters as one .npz blob (no pickle).
-
-        Works in disk mode too (it streams every hash out of the database); the blob
-        restores to an in-memory set.
-        """
-        self._require_open()
-        meta = {
-            "capacity": self.capacity,
-            "error_rate": self.error_rate,
-            "exact": self.exact,
-            "bloom": self.bloom_backend,
-            "est_dropped": self._est_dropped,
-            **self._counters(),
-        }
-        hashes = self._store.to_array() if self._store is not None else None
-        return write_blob(meta, self._bloom.to_bytes(), hashes)
-
-    @classmethod
-    def restore(cls, data: bytes) -> SeenSet:
-        """A SeenSet equal to the one that produced ``data`` with :meth:`snapshot`."""
-        meta, raw, hashes = read_blob(data)
-        self = cls(meta["capacity"], meta["error_rate"], exact=meta["exact"], bloom=meta["bloom"])
-        self._bloom = self._make_bloom(raw)
-        if self.exact:
-            if hashes is None:
-                raise StorageError("seen-set snapshot of an exact set holds no hashes")
-            self._store = ExactStore(hashes.tolist())
-        for c in _COUNTERS:
-            setattr(self, c, int(meta.get(c, 0)))  # older snapshots lack the cache counters
-        self._est_dropped = float(meta["est_dropped"])
-        return self

@@ -1,6 +1,6 @@
-"""The seen set's persisted formats: the Bloom snapshot file and the snapshot blob.
+"""The seen set's Bloom snapshot file, ``<path>.bloom``, and when a reopened set trusts it.
 
-``<path>.bloom`` (disk mode) and when a reopened set trusts it. Format: magic ``SEENBLM\\x01``, u32 little-endian header length, a JSON header, the
+Format: magic ``SEENBLM\\x01``, u32 little-endian header length, a JSON header, the
 filter's bytes. The header names the filter's parameters (version, exact, backend,
 capacity, error_rate), a checksum of the bits and, in exact mode, the database (db_id)
 and its row count at the time of the snapshot.
@@ -9,16 +9,12 @@ Invariant: in exact mode a snapshot is used only if every one of those matches t
 database being opened; otherwise the filter is rebuilt from the database, so a stale
 filter can never report as new a URL the store holds. In Bloom-only mode the snapshot
 is the whole set: a damaged one is refused rather than silently replaced by an empty
-filter (which would re-crawl everything).
-
-The snapshot blob (:meth:`SeenSet.snapshot`) is an .npz archive, no pickle: ``meta``
-(JSON counters and parameters), ``bloom`` (the filter's bytes) and, for an exact set,
-``hashes`` (uint64).
+filter (which would re-crawl everything). To ship a set elsewhere, ``SeenSet.backup``
+copies the store itself.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import struct
@@ -26,7 +22,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import xxhash
 
 from crawler.errors import ConfigError, StorageError
@@ -40,10 +35,8 @@ __all__ = [
     "check_snapshot_mode",
     "load_bloom_only",
     "load_or_rebuild",
-    "read_blob",
     "read_bloom_file",
     "refuse_other_mode",
-    "write_blob",
     "write_bloom_file",
 ]
 
@@ -200,33 +193,3 @@ def load_or_rebuild(bloom_path: str, mine: dict, disk: DiskStore, make: MakeBloo
         bloom.add_many(chunk)
     bloom.recount()
     return LoadedFilter(bloom, "rebuilt", reason, time.perf_counter() - start)
-
-
-def write_blob(meta: dict, bits: bytes, hashes: np.ndarray | None) -> bytes:
-    """The snapshot blob: ``meta`` (stamped with :data:`SNAPSHOT_VERSION`), the Bloom
-    filter's ``bits`` and, for an exact set, its ``hashes``."""
-    meta = {"version": SNAPSHOT_VERSION, **meta}
-    arrays = {
-        "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
-        "bloom": np.frombuffer(bits, dtype=np.uint8),
-    }
-    if hashes is not None:
-        arrays["hashes"] = hashes
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    return buf.getvalue()
-
-
-def read_blob(data: bytes) -> tuple[dict, bytes, np.ndarray | None]:
-    """(meta, Bloom bits, hashes or None) of a snapshot blob; StorageError if it is
-    unreadable or of another version."""
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            meta = json.loads(z["meta"].tobytes())
-            raw = z["bloom"].tobytes()
-            hashes = z["hashes"] if "hashes" in z.files else None
-    except (OSError, ValueError, KeyError) as exc:
-        raise StorageError(f"seen-set snapshot is unreadable: {exc}") from exc
-    if meta.get("version") != SNAPSHOT_VERSION:
-        raise StorageError(f"seen-set snapshot version {meta.get('version')!r} is not supported")
-    return meta, raw, hashes

@@ -180,6 +180,8 @@ class GroundTruth:
             return f"request target {path_qs!r} is not canonical (expected {canon!r})"
         if path_qs == "/robots.txt":
             return None
+        if path_qs == "/sitemap.xml":  # a crawler reading sitemaps asks every host, unless robots says no
+            return self._blocked(host, path_qs)
         if path_qs == "/robots-real.txt" and host in self.graph.sites and self.graph.sites[host].robots_status == 301:
             return None
         if path_qs.startswith(NUL_PREFIX):

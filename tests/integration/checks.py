@@ -80,8 +80,8 @@ def check_traps_bounded(server: WebServer, cfg: CrawlConfig) -> None:
     counts = Counter(r.host for r in server.requests())
     budget = cfg.limits.max_pages_per_host
     for host, kind in web.trap_hosts().items():
-        # +1 for robots.txt
-        assert counts[host] <= budget + 1, f"trap {kind} on {host}: {counts[host]} requests > budget {budget}"
+        # +2 for robots.txt and /sitemap.xml
+        assert counts[host] <= budget + 2, f"trap {kind} on {host}: {counts[host]} requests > budget {budget}"
 
 
 def check_rows(server: WebServer, cfg: CrawlConfig) -> Any:
@@ -93,8 +93,8 @@ def check_rows(server: WebServer, cfg: CrawlConfig) -> Any:
     dup_rows = [u for u, n in per_url.items() if n > 1]
     assert not dup_rows, f"URLs with more than one row: {dup_rows[:5]}"
     by_url = {r["url"]: r for r in rows}
-    # Every requested page URL (not robots.txt) has a row.
-    requested = {u for u in server.request_counts() if not u.endswith(("/robots.txt", "/robots-real.txt"))}
+    # Every requested page URL (not robots.txt, not a sitemap) has a row.
+    requested = {u for u in server.request_counts() if not u.endswith(("/robots.txt", "/robots-real.txt", "/sitemap.xml"))}
     no_row = sorted(requested - set(by_url))
     assert not no_row, f"requested URLs without an outcome row: {no_row[:5]}"
     # Every reachable URL robots.txt forbids (the ground truth knows which: those linked

@@ -70,6 +70,8 @@ def _config(srv: HostileServer, out: str, seeds: list[str], **over: Any) -> conf
             "max_backoff_s": 0.2,
         },
         "output": {"path": out, "row_flush_interval_s": 0.2},
+        # Hostile servers answer every path with the behaviour under test: no sitemap reads.
+        "sitemaps": {"enabled": False},
     }
     for section, values in over.items():
         data.setdefault(section, {}).update(values)

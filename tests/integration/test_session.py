@@ -43,8 +43,10 @@ def test_pause_url_status_unpause_on_both_runtimes(runtime, request, web, tmp_pa
         for _ in range(5):
             assert crawl.poll() is False
         status = crawl.url_status(paused)
-        assert status is not None and status["status"] == "queued" and status["url"] == paused
-        assert crawl.url_status(web.url("h0000.web.test", "/"))["status"] == "done"
+        assert status is not None and status["status"] == "pending" and status["url"] == paused
+        assert crawl.url_status(status["url_hash"])["url"] == paused  # by its public id too
+        home = crawl.url_status(web.url("h0000.web.test", "/"))
+        assert home["status"] == "fetched" and home["fetches"] == 1 and home["content_hash"]
         assert crawl.url_status(web.url("h0000.web.test", "/never-linked")) is None
         unpaused_at = time.monotonic()
         crawl.set_host_policy(web.web.netloc(PAUSED), paused=False)

@@ -50,6 +50,8 @@ def _config(srv: HostileServer, out: Path, seeds: list[str], **over: Any) -> con
         "fetch": {"resolve": srv.resolve_setting(), "timeout_s": 2.0, "attempts": 2, "backoff_s": 0.02,
                   "max_backoff_s": 0.1},
         "output": {"path": str(out), "row_flush_interval_s": 0.2},
+        # The hostile server answers every path with the behaviour under test: no sitemap reads.
+        "sitemaps": {"enabled": False},
     }
     for section, values in over.items():
         data.setdefault(section, {}).update(values)

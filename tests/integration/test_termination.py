@@ -85,7 +85,7 @@ def _cfg(server, out, **extra):
 
 
 def _fetched(server):
-    return {server.web.url(r.host, r.path_qs) for r in server.requests() if r.path_qs != "/robots.txt"}
+    return {server.web.url(r.host, r.path_qs) for r in server.requests() if r.path_qs not in ("/robots.txt", "/sitemap.xml")}
 
 
 def test_late_links_across_shards_local(chain_server, tmp_path):

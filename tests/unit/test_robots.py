@@ -126,7 +126,7 @@ def test_garbage_bytes_never_raise_and_good_lines_still_count(cache: RobotsCache
 
 
 def test_parser_failure_means_allow_all_and_is_counted(cache: RobotsCache, monkeypatch) -> None:
-    import crawler.robots as robots_mod
+    import crawler.robots.cache as robots_mod
 
     def boom(text):
         raise RecursionError("parser exploded")

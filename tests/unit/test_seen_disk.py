@@ -254,15 +254,6 @@ def test_a_foreign_file_is_not_taken_for_a_seen_store(tmp_path) -> None:
         SeenSet(10, path=tmp_path)
 
 
-def test_snapshot_blob_of_a_disk_set_restores_in_memory(tmp_path) -> None:
-    urls = make_urls(1000)
-    with _disk(tmp_path, durable=False) as s:
-        feed(s, urls)
-        r = SeenSet.restore(s.snapshot())
-    assert r.path is None and len(r) == 1000
-    assert not any(r.check_and_add(urls)) and r.check_and_add(["fresh"]) == [True]
-
-
 # --- Bloom-only mode with a path --------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from crawler.errors import ConfigError, StorageError
+from crawler.errors import ConfigError
 from crawler.seen import SeenSet, url_hash64
 from tests.unit.seen_kit import BACKENDS, feed, make_urls
 
@@ -123,38 +123,6 @@ def test_lossy_mode_is_much_smaller_than_exact_mode() -> None:
     assert lossy.memory_bytes() * 3 < exact.memory_bytes()
     assert exact.memory_bytes() > 50_000 * 40  # the exact store is counted
     assert lossy.stats()["memory_bytes"] == lossy.memory_bytes()
-
-
-# --- persistence ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("bloom", BACKENDS)
-@pytest.mark.parametrize("exact", [True, False])
-def test_snapshot_round_trip_keeps_verdicts_and_counters(bloom: str, exact: bool) -> None:
-    s = SeenSet(2000, 0.01, exact=exact, bloom=bloom)
-    old = make_urls(3000)
-    feed(s, old)
-    blob = s.snapshot()
-    r = SeenSet.restore(blob)
-    assert (r.exact, r.bloom_backend, r.capacity) == (exact, bloom, 2000)
-    before, after = s.stats(), r.stats()
-    assert before == after
-    new = make_urls(300, tag="new/")
-    assert s.check_and_add(old[:200] + new) == r.check_and_add(old[:200] + new)
-    assert not any(r.check_and_add(old[:200]))
-    assert len(r) == len(s)
-
-
-def test_snapshot_is_compact() -> None:
-    s = SeenSet(10_000)
-    feed(s, make_urls(10_000))
-    # 8 bytes per exact hash plus the Bloom bits (~1.2 bytes per capacity at 1%).
-    assert len(s.snapshot()) < 10_000 * 8 + 10_000 * 1.3 + 2000
-
-
-def test_restore_rejects_garbage_with_storage_error() -> None:
-    with pytest.raises(StorageError):
-        SeenSet.restore(b"not a snapshot")
 
 
 # --- configuration ----------------------------------------------------------------------

@@ -1,196 +1,31 @@
-"""Per-origin robots.txt rules and their cache (RFC 9309). No I/O happens here.
-
-:class:`RobotsClient` fetches ``origin + "/robots.txt"`` through the shard's own
-politeness-paced fetch (following up to :data:`MAX_ROBOTS_REDIRECTS` redirects) and
-hands the *final* response to :meth:`RobotsCache.from_response`, which decides what that
-response means; the cache answers "may we fetch this URL?" from the rules.
-
-Decisions, with the RFC 9309 section that makes them:
-
-* 2xx: the body is parsed (2.3.1.1) with protego. At most :data:`ROBOTS_MAX_BYTES` are
-  considered (2.5 requires parsing *at least* 500 KiB; parsing no more bounds the cost of
-  a hostile 10 MB file). When the body was cut, the trailing partial line is dropped so
-  a rule such as ``Allow: /public-only`` cut to ``Allow: /p`` cannot widen what we fetch.
-  The file is UTF-8 (2.3); undecodable bytes are replaced, a BOM is skipped. A file the
-  parser chokes on means allow-all and is counted in ``stats()["parse_errors"]``.
-* 4xx (including 401 and 403, 2.3.1.3): the file is unavailable, everything is allowed.
-  429 is the exception: it is a rate limit, not an absence, so it is treated like a 5xx
-  (the RFC says "MAY access", so being stricter is allowed; Google does the same).
-* 5xx, or no response at all (DNS failure, refused, timeout): the file is unreachable,
-  everything is disallowed (2.3.1.4) for ``error_ttl_s`` so that we retry soon. If a copy
-  obtained from a 2xx response is younger than ``stale_ok_s`` (default 30 days), that
-  copy is used instead (2.4: a cached copy may be kept while the file is unreachable).
-  The RFC also allows assuming allow-all after 30 days of errors; we do not (politeness
-  first): the origin stays disallowed until it answers again.
-* A final 3xx (the engine gave up following redirects) and :meth:`RobotsCache.
-  from_redirect_overflow` mean "unavailable", i.e. 4xx semantics (2.3.1.2). A 304 to a
-  conditional refetch refreshes the copy we have.
-* Rules are cached for ``ttl_s`` (default 24 h, 2.4: "SHOULD NOT use the cached version
-  for more than 24 hours").
-* The ``/robots.txt`` URL itself is always allowed (2.2.2).
-
-Group selection (2.2.1) uses the *product token* of the configured user agent
-(``raycrawl`` from ``raycrawl/0.1 (+https://...)``), matched case-insensitively and
-*exactly*: a group for ``ray`` does not apply to ``raycrawl`` (protego alone would match
-it as a prefix), a group for ``raycrawl`` overrides ``*``, and with neither, no rule
-applies. Longest match wins between Allow and Disallow, Allow on a tie (2.2.2) - protego
-implements that ordering.
-"""
+"""The per-origin robots.txt cache: what a fetched response means (RFC 9309 2.3-2.4),
+for how long, and snapshots for restarts. See crawler.robots for the decisions."""
 
 from __future__ import annotations
 
 import logging
 import math
-import re
-from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, Callable, Protocol
+from dataclasses import replace
+from typing import Any
 
 from protego import Protego
 
 from crawler.errors import ConfigError
-
-__all__ = [
-    "DEFAULT_STALE_OK_S",
-    "MAX_ROBOTS_REDIRECTS",
-    "ROBOTS_MAX_BYTES",
-    "RobotsCache",
-    "RobotsClient",
-    "RobotsRules",
-    "product_token",
-]
+from crawler.robots.rules import (
+    ALLOW_ALL,
+    DEFAULT_STALE_OK_S,
+    DISALLOW_ALL,
+    PARSED,
+    ROBOTS_MAX_BYTES,
+    RobotsRules,
+    _KINDS,
+    _crawl_delay,
+    _decode,
+    _select_group,
+    product_token,
+)
 
 log = logging.getLogger(__name__)
-
-#: RFC 9309 2.5: parse at least the first 500 KiB. We parse exactly that much at most.
-ROBOTS_MAX_BYTES = 500 * 1024
-#: RFC 9309 2.3.1.2: follow at least five consecutive redirects.
-MAX_ROBOTS_REDIRECTS = 5
-#: How long a good copy may stand in for an unreachable robots.txt (RFC 9309 2.3.1.4).
-DEFAULT_STALE_OK_S = 30 * 86_400.0
-
-PARSED = "parsed"
-ALLOW_ALL = "allow_all"
-DISALLOW_ALL = "disallow_all"
-_KINDS = (PARSED, ALLOW_ALL, DISALLOW_ALL)
-
-# The path of ``url`` is exactly /robots.txt (query and fragment do not matter).
-_ROBOTS_PATH = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.\-]*://[^/?#]*)?/robots\.txt(?:[?#]|$)").match
-
-
-def product_token(user_agent: str) -> str:
-    """The robots.txt product token of a User-Agent string, lowercased (RFC 9309 2.2.1).
-
-    ``"raycrawl/0.1 (+https://example.org)"`` -> ``"raycrawl"``. Same rule as
-    ``CrawlConfig.product_token``. Raises :class:`ConfigError` when there is none.
-    """
-    head = user_agent.split("/", 1)[0].split()
-    if not head:
-        raise ConfigError(
-            f"user_agent: {user_agent!r} has no product token; start it with a name such as 'raycrawl/0.1'"
-        )
-    return head[0].lower()
-
-
-def _is_robots_txt(url: str) -> bool:
-    return "/robots.txt" in url and _ROBOTS_PATH(url) is not None
-
-
-@dataclass(frozen=True, slots=True)
-class RobotsRules:
-    """What one origin's robots.txt says to our user agent, and for how long.
-
-    ``kind`` is ``"parsed"`` (rules from a 2xx body), ``"allow_all"`` or ``"disallow_all"``.
-    ``source_status`` is the HTTP status the rules came from (None: no response).
-    ``fetched_at`` / ``expires_at`` are times of the cache's clock. ``crawl_delay`` is
-    the group's ``Crawl-delay`` (or the interval implied by ``Request-rate``, whichever is
-    larger), a floor for the politeness interval; None when the file names none.
-    ``unreachable`` says why there was no response at all (DNS failure, address guard,
-    refused, timeout) when that is what made the rules ``disallow_all``; else None.
-    """
-
-    kind: str
-    source_status: int | None
-    fetched_at: float
-    expires_at: float
-    crawl_delay: float | None = None
-    _parser: Protego | None = field(default=None, repr=False, compare=False)
-    # The user agent passed to protego: our product token when robots.txt has a group for
-    # it, else "*" (which makes protego pick exactly the * group).
-    _agent: str = field(default="*", repr=False, compare=False)
-    # True when no rule can disallow anything: allow_all, or no group applies to us, or
-    # our group has no Allow/Disallow lines. Skips protego entirely on the hot path.
-    _always: bool = field(default=False, repr=False, compare=False)
-    # The decoded text the parser saw, kept for snapshot() (parsed rules only).
-    _text: str | None = field(default=None, repr=False, compare=False)
-    unreachable: str | None = field(default=None, compare=False)
-
-    def allowed(self, url: str) -> bool:
-        """True if our user agent may fetch ``url`` (an absolute URL of this origin)."""
-        if self._always:
-            return True
-        parser = self._parser
-        if parser is None:  # disallow_all; robots.txt itself stays fetchable (RFC 9309 2.2.2)
-            return _is_robots_txt(url)
-        try:
-            return parser.can_fetch(url, self._agent)
-        except ValueError:  # urlsplit on a URL the normalizer let through (e.g. bad IPv6)
-            log.debug("robots: cannot match %r; treating it as disallowed", url)
-            return False
-
-    @property
-    def text(self) -> str | None:
-        """The robots.txt text the rules were parsed from (None unless kind is parsed)."""
-        return self._text
-
-    @property
-    def sitemaps(self) -> list[str]:
-        """The ``Sitemap:`` lines of the file, as written (crawler.sitemaps resolves them)."""
-        return list(self._parser.sitemaps) if self._parser is not None else []
-
-
-def _select_group(parser: Protego, token: str) -> tuple[str, bool]:
-    """Pick the group for ``token`` (RFC 9309 2.2.1). Returns (agent for protego, always allowed).
-
-    Protego scores a group whose name is a *prefix* of ours ("ray" for "raycrawl") as a
-    match; the RFC matches the product token exactly. So we look at the group names
-    ourselves (protego keeps them lowercased, same-name groups already merged) and tell
-    protego either our token or "*".
-    """
-    groups = getattr(parser, "_user_agents", None)
-    if not isinstance(groups, dict):  # protego internals changed: fall back to its matching
-        return token, False
-    if token in groups:
-        agent = token
-    elif "*" in groups:
-        agent = "*"
-    else:
-        return "*", True  # no group applies: nothing is disallowed
-    rules = getattr(groups[agent], "_rules", None)
-    return agent, isinstance(rules, list) and not rules
-
-
-def _crawl_delay(parser: Protego, agent: str) -> float | None:
-    delays = []
-    delay = parser.crawl_delay(agent)
-    if delay is not None and math.isfinite(delay) and delay >= 0:
-        delays.append(float(delay))
-    rate = parser.request_rate(agent)
-    if rate is not None and rate.requests > 0:  # "Request-rate: 1/10s" -> one every 10 s
-        delays.append(rate.seconds / rate.requests)
-    return max(delays) if delays else None
-
-
-def _decode(body: bytes, truncated: bool) -> str:
-    """The first ROBOTS_MAX_BYTES of ``body`` as text, without a cut-off last line."""
-    cut = truncated or len(body) > ROBOTS_MAX_BYTES
-    data = body[:ROBOTS_MAX_BYTES]
-    if cut:
-        # Drop the partial last line: a rule cut short could allow more than it said.
-        # Cutting at a line end also never splits a UTF-8 sequence.
-        end = max(data.rfind(b"\n"), data.rfind(b"\r"))
-        data = data[: end + 1] if end >= 0 else b""
-    # RFC 9309 2.3: the file is UTF-8; "utf-8-sig" skips a BOM, bad bytes become U+FFFD.
-    return data.decode("utf-8-sig", errors="replace")
 
 
 class RobotsCache:
@@ -466,73 +301,3 @@ def _is_good(rules: RobotsRules) -> bool:
 def _wall(clock: Any) -> float | None:
     wall = getattr(clock, "wall", None)
     return float(wall()) if callable(wall) else None
-
-
-class _Pacer(Protocol):
-    def in_flight(self, host: str) -> bool: ...
-
-    def next_allowed(self, host: str) -> float: ...
-
-
-class RobotsClient:
-    """Fetches an origin's robots.txt with the host's own politeness slot and caches it.
-
-    Args:
-        cache: where the rules go.
-        classify: maps a response to "redirect" or anything else (crawler.fetch.classify).
-        normalize: canonical form of a redirect target, None if unusable.
-        join: resolves a Location header against the URL it came from.
-        pacer: per-host in-flight state and next allowed time (crawler.politeness).
-        clock: waits for the host's allowance between same-host redirect hops.
-    """
-
-    def __init__(
-        self,
-        cache: RobotsCache,
-        *,
-        classify: Callable[[Any], str],
-        normalize: Callable[[str], str | None],
-        join: Callable[[str, str], str | None],
-        host_of: Callable[[str], str],
-        pacer: _Pacer,
-        clock: Any,
-    ) -> None:
-        self.cache = cache
-        self._classify = classify
-        self._normalize = normalize
-        self._join = join
-        self._host_of = host_of
-        self._pacer = pacer
-        self._clock = clock
-
-    async def refresh(
-        self, origin: str, host: str, fetch: Callable[[str, str], Awaitable[Any]]
-    ) -> tuple[RobotsRules, int]:
-        """Fetch and cache ``origin``'s rules; ``host`` is the origin's politeness key.
-        Returns the rules and the number of requests it took.
-
-        ``await fetch(host, url)`` makes one request, paced like any other, and returns a
-        response with ``status``, ``headers``, ``body``, ``truncated`` and ``error``.
-
-        Redirects are followed up to 5 hops (RFC 9309 2.3.1.2); more is "unavailable".
-        A hop to another host whose request is already running is not made (one request
-        in flight per host): the origin counts as unreachable until the error TTL passes.
-        """
-        url = self.cache.robots_url(origin)
-        for hop in range(MAX_ROBOTS_REDIRECTS + 1):
-            target = self._host_of(url)
-            if target != host and self._pacer.in_flight(target):
-                return self.cache.from_response(origin, None, None, error="robots.txt redirect target busy"), hop
-            if hop > 0 and target == host:
-                # Same host: the next hop waits for the host's allowance like any request.
-                await self._clock.sleep(max(0.0, self._pacer.next_allowed(host) - self._clock.now()))
-            res = await fetch(target, url)
-            if self._classify(res) != "redirect":
-                body = res.body if res.status else None
-                return self.cache.from_response(origin, res.status, body, truncated=res.truncated, error=res.error), hop + 1
-            joined = self._join(url, res.headers.get("location", ""))
-            nxt = self._normalize(joined) if joined else None
-            if nxt is None:  # a redirect to nowhere: the file is unavailable
-                return self.cache.from_response(origin, 404, b""), hop + 1
-            url = nxt
-        return self.cache.from_redirect_overflow(origin), MAX_ROBOTS_REDIRECTS + 1
