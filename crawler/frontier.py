@@ -61,6 +61,7 @@ class UrlItem:
     fetch_seq: int = 1  # which fetch of this URL this is (1: discovery; more: recrawls)
     sid: int = 0  # row id in the shard's durable store (acceptance order); 0 = not stored
     replay: bool = False  # fetched before a crash: its links bypass the seen filter
+    boost: int = 0  # operator priority of a seed (POST /seeds): ahead of its host's queue
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -88,8 +89,9 @@ class SpillStore(Protocol):
 
 
 def bfs_priority(item: UrlItem) -> float:
-    """Default priority: breadth-first (shallow pages first, FIFO among equals)."""
-    return float(item.depth)
+    """Default priority: breadth-first (shallow pages first, FIFO among equals); an
+    operator's seed priority moves a URL that many levels ahead."""
+    return float(item.depth - item.boost)
 
 
 @dataclass
@@ -163,6 +165,10 @@ class Frontier:
     def host_count(self) -> int:
         """Hosts with queued or in-flight work."""
         return len(self._queues)
+
+    def keys(self) -> list[str]:
+        """Hosts with queued or in-flight work (the control API's host view)."""
+        return list(self._queues)
 
     def queued_for(self, host: str) -> int:
         q = self._queues.get(host)

@@ -70,6 +70,20 @@ CREATE INDEX IF NOT EXISTS urls_host_state ON urls(host, state, id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
+# The public id of each URL (crawler.urls.url_hash, 64 bits of SHA-1) -> its row, so the
+# control API finds a URL by the id that rows and events carry (GET /urls/{url_hash}).
+# A table of its own, the id as its rowid: one small B-tree, no second copy of the URL.
+_URL_HASH_SCHEMA = """
+CREATE TABLE IF NOT EXISTS url_hashes (uh INTEGER PRIMARY KEY, h INTEGER NOT NULL);
+"""
+
+
+def _uh(url: str) -> int:
+    """:func:`crawler.urls.url_hash` as a signed 64-bit integer (SQLite's integer)."""
+    v = int(url_hash(url), 16)
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
 _CHUNK = 500  # SQLite's default limit on bound parameters is 999 (older builds)
 
 
@@ -94,12 +108,26 @@ class FrontierStore:
             # instead of every 4 MB: they block the shard's loop while they run.
             self._db.execute("PRAGMA wal_autocheckpoint=4000")
             self._db.executescript(_SCHEMA)
+            self._db.executescript(_URL_HASH_SCHEMA)
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open the frontier store {path!r}: {exc}") from exc
         self._lock = threading.Lock()
         self._in_tx = False
         # One writer per store, so ids can be handed out here (no per-row round trip).
         self._next_id = (self._db.execute("SELECT coalesce(max(id), 0) FROM urls").fetchone()[0] or 0) + 1
+        self._index_url_hashes()
+
+    def _index_url_hashes(self) -> None:
+        """A store made before the url_hash index existed: index its URLs once."""
+        if self.get_meta("url_hash_index") == "1":
+            return
+        with self._lock:
+            self._db.execute("BEGIN")
+            cur = self._db.execute("SELECT url, h FROM urls")
+            while rows := cur.fetchmany(_CHUNK * 20):
+                self._db.executemany("INSERT OR IGNORE INTO url_hashes(uh, h) VALUES (?, ?)", [(_uh(u), h) for u, h in rows])
+            self._db.execute("INSERT INTO meta(key, value) VALUES ('url_hash_index', '1') ON CONFLICT(key) DO UPDATE SET value='1'")
+            self._db.execute("COMMIT")
 
     # -- writes -----------------------------------------------------------------------
 
@@ -137,6 +165,7 @@ class FrontierStore:
                 fresh.append(it)
                 rows.append((it.sid, k, it.url, it.host, it.depth, it.referrer))
             self._db.executemany("INSERT INTO urls(id, h, url, host, depth, referrer) VALUES (?, ?, ?, ?, ?, ?)", rows)
+            self._db.executemany("INSERT OR IGNORE INTO url_hashes(uh, h) VALUES (?, ?)", [(_uh(r[2]), r[1]) for r in rows])
             self._db.execute("COMMIT")
             self._in_tx = False
         return fresh
@@ -246,6 +275,19 @@ class FrontierStore:
             "url": row[0], "url_hash": url_hash(row[0]), "host": row[1], "depth": row[2], "referrer": row[3],
             "status": STATE_NAMES[row[4]],
         }
+
+    def url_for_hash(self, url_hash_hex: str) -> str | None:
+        """The URL whose :func:`crawler.urls.url_hash` is ``url_hash_hex``, if this store has it."""
+        try:
+            v = int(url_hash_hex, 16)
+        except ValueError:
+            return None
+        if len(url_hash_hex) != 16 or v >= 1 << 64:
+            return None
+        uh = v - (1 << 64) if v >= 1 << 63 else v
+        with self._lock:
+            row = self._db.execute("SELECT u.url FROM url_hashes x JOIN urls u ON u.h = x.h WHERE x.uh=?", (uh,)).fetchone()
+        return row[0] if row is not None and url_hash(row[0]) == url_hash_hex.lower() else None
 
     def pending_hosts(self) -> list[tuple[str, int]]:
         """(host, queued URLs) for every host with queued work."""

@@ -6,7 +6,10 @@ DESIGN.md invariant 6 (nothing acked is lost) is kept by one ordering:
 2. :meth:`Outbox.flush` hands the buffer to the writer *synchronously* (``add`` only
    validates and buffers), so from that instant the writer holds every row; then the
    writer's flush runs off the event loop (``run_blocking``) and makes them durable;
-3. only after that flush returns are the rows' URLs marked done in the durable store.
+3. only after that flush returns are the rows handed to ``on_durable`` (the shard's
+   ``page.fetched`` events, crawler.events, which commits them to its own log) and then
+   the rows' URLs marked done in the durable store. A crash between the two re-fetches
+   the page and emits its event again: at least once, never before the row is durable.
 
 A flush that is interrupted (the shard stops) never loses rows: they are already in the
 writer, whose own flushes serialize, and the final flush writes and acks them. The timer
@@ -59,6 +62,7 @@ class Outbox:
         on_flush: called after every flush round, in the loop (the checkpointer hooks here).
         fence: ``fence(fresh=True)`` is False once another run holds the output's lease:
             then nothing more is written or acked (crawler.lease).
+        on_durable: called with the rows of each durable flush, before their URLs are acked.
     """
 
     def __init__(
@@ -71,6 +75,7 @@ class Outbox:
         run_blocking: RunBlocking = asyncio.to_thread,
         on_flush: Callable[[bool], Awaitable[None]] | None = None,
         fence: Callable[..., bool] | None = None,
+        on_durable: Callable[[list[OutcomeRow]], None] | None = None,
     ) -> None:
         self.writer = writer
         self._acks = acks
@@ -79,9 +84,10 @@ class Outbox:
         self._run_blocking = run_blocking
         self._on_flush = on_flush
         self._fence = fence
+        self._on_durable = on_durable
         self._rows: list[OutcomeRow] = []
         self._bodies: dict[str, bytes] = {}
-        self._handed: list[str] = []  # URLs whose rows the writer holds, not yet durable
+        self._handed: list[OutcomeRow] = []  # rows the writer holds, not yet durable
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self.rows_acked = 0
@@ -121,7 +127,7 @@ class Outbox:
                 rows, bodies = self._rows, self._bodies
                 self._rows, self._bodies = [], {}
                 self.writer.add(rows, bodies)  # in the loop: from here on the writer holds them
-                self._handed.extend(r.url for r in rows)
+                self._handed.extend(rows)
             self._check_fence()
             if final:
                 await self._run_blocking(self.writer.flush)
@@ -130,9 +136,12 @@ class Outbox:
                 flushed = await self._run_blocking(self.writer.maybe_flush)
             if flushed and self._handed:
                 self._check_fence()
-                handed, self._handed = self._handed, []
+                handed = self._handed
+                if self._on_durable is not None:
+                    self._on_durable(handed)  # raises: kept, handed again after the next flush
+                self._handed = []
                 if self._acks is not None:
-                    self._acks.done(handed)
+                    self._acks.done([r.url for r in handed])
                 self.rows_acked += len(handed)
             if self._on_flush is not None:
                 await self._on_flush(final)

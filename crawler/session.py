@@ -34,15 +34,17 @@ from typing import Any, Callable, Protocol, Sequence
 from crawler import ledger
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig, to_dict
-from crawler.errors import ConfigError
+from crawler.errors import ConfigError, SeedError
+from crawler.events import sink_factory
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
+from crawler.hostpolicy import HostPolicy, HostTarget, parse_host
 from crawler.lease import Lease, LeaseStore
 from crawler.state import is_remote
 from crawler.output import OUTCOMES, compact_pages, open_fs
 from crawler.resume import CrawlRecord, crawl_state_dir, mark_finished, prepare
 from crawler.termination import TerminationDetector
-from crawler.urls import host_key, validate_seed
+from crawler.urls import host_key, normalize, url_hash, validate_seed
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +89,22 @@ class Runtime(Protocol):
     async def statuses(self) -> list[dict[str, Any]] | None:
         """Every shard's status, or None when there is no consistent view (a restart)."""
 
-    async def set_host_policy(self, shard_id: str, host: str, interval_s: float | None, paused: bool | None) -> None: ...
+    async def set_host_policy(
+        self, shard_id: str | None, host: str, interval_s: float | None, paused: bool | None,
+        max_pages: int | None, hostname_wide: bool,
+    ) -> None:
+        """Apply an operator policy on shard ``shard_id``, or on every shard (None)."""
 
     async def url_status(self, shard_id: str, url: str) -> dict[str, Any] | None: ...
+
+    async def url_for_hash(self, url_hash: str) -> str | None:
+        """The URL with this public id, from whichever shard's store has it."""
+
+    async def host_info(self, shard_id: str | None, target: HostTarget) -> list[dict[str, Any]]:
+        """Each asked shard's view of a host (crawler.scheduler.ShardScheduler.host_info)."""
+
+    async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
+        """Why the owning shard would refuse each seed (robots, trap rules), or None."""
 
     async def stop(self) -> list[dict[str, Any]]:
         """Stop every shard (rows flushed and acked); their final statuses, with ``store_counts``."""
@@ -104,13 +119,18 @@ class Runtime(Protocol):
 def merge_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Sum per-shard statuses into crawl-wide totals (for progress and stats.json)."""
     keys = ("queued", "in_flight", "in_transit", "hosts", "paused_hosts", "paused_urls")
-    total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}}
+    total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}, "events": {}}
     for s in statuses:
         for k in keys:
             total[k] += s.get(k, 0)
         for section in ("counters", "dropped"):
             for k, v in s[section].items():
                 total[section][k] = total[section].get(k, 0) + v
+        for k, v in (s.get("events") or {}).items():  # page.fetched events (crawler.events)
+            if isinstance(v, bool):
+                total["events"][k] = total["events"].get(k, False) or v
+            else:
+                total["events"][k] = total["events"].get(k, 0) + v
     total["shards"] = len(statuses)
     return total
 
@@ -167,6 +187,7 @@ class CrawlSession:
         self.seeds = cfg.all_seeds()
         if not self.seeds:
             raise ConfigError("seeds: no seed URLs (set seeds: [...] or seeds_file:)")
+        sink_factory(cfg.events)  # a plug-in sink that cannot be loaded fails here, not in a shard
         self._shards = shards
         self._force = force
         self._durable = durable
@@ -256,6 +277,11 @@ class CrawlSession:
             await self.clock.sleep(self.poll_interval_s)
         return await self.stop(finished=finished)
 
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was requested (the control API then refuses changes)."""
+        return self._stop_requested
+
     def request_stop(self) -> None:
         """Ask :meth:`wait` to stop at its next poll (safe from a signal handler)."""
         self._stop_requested = True
@@ -290,6 +316,12 @@ class CrawlSession:
         services = await self.runtime.service_stats()
         await self.runtime.close()
         stats = self._stats(finals, services, elapsed, finished)
+        if finished and stats["events"].get("pending"):
+            # Events the sink never took stay in the shards' logs: a crawl that still owes
+            # them is not finished, so the next run on this output sends them.
+            log.error("%d page.fetched events are still pending: the crawl stays unfinished", stats["events"]["pending"])
+            finished = stats["finished"] = False
+            stats["unfinished_reason"] = "events_pending"
         opts = self._options()
         if self.fenced is not None:
             # Another run owns the output now: write nothing more into it.
@@ -340,26 +372,100 @@ class CrawlSession:
 
     # -- steering -------------------------------------------------------------------
 
-    async def add_seeds(self, urls: Sequence[str]) -> dict[str, int]:
-        """Add seeds to a running crawl (validated; the scope widens to include them).
+    async def add_seeds(self, urls: Sequence[str], *, priority: int = 0, strict: bool = True) -> dict[str, Any]:
+        """Add seeds to a running crawl; the scope widens to include them.
 
-        Returns ``{"accepted": new URLs queued, "already_seen": ...}``. A malformed URL
-        raises SeedError before anything is changed.
+        Each URL is ``accepted`` (queued), ``already_seen``, or ``refused`` with a reason:
+        ``invalid: ...`` (malformed), ``robots: ...`` (the owning shard's cached robots.txt
+        rules disallow it) or ``scope: <rule>`` (a trap rule: length, query parameters,
+        repeated path segments). Refused URLs are not marked seen. ``priority`` > 0 puts
+        the seeds that many levels ahead in their hosts' queues (for this run: it is not
+        kept across a restart). With ``strict`` a malformed URL raises SeedError before
+        anything is changed. Returns the counts and ``urls``: one entry per URL given.
         """
-        clean = [validate_seed(u) for u in urls]
-        await self.runtime.widen_scope(clean)
-        new = await self._seed(clean)
-        return {"accepted": new, "already_seen": len(clean) - new}
+        results: list[dict[str, Any]] = []
+        pending: dict[str, dict[str, Any]] = {}  # normalized URL -> its first entry
+        for raw in urls:
+            entry: dict[str, Any] = {"url": raw, "normalized": None, "url_hash": None, "result": "refused", "reason": None}
+            results.append(entry)
+            try:
+                clean = validate_seed(raw)
+            except SeedError as exc:
+                if strict:
+                    raise
+                entry["reason"] = f"invalid: {exc}"
+                continue
+            entry.update(normalized=clean, url_hash=url_hash(clean))
+            if clean in pending:
+                entry.update(result="already_seen", reason="repeated in this request")
+            else:
+                pending[clean] = entry
+        by_owner: dict[str, list[str]] = {}
+        for clean in pending:
+            by_owner.setdefault(self._owner(host_key(clean)), []).append(clean)
+        for owner, batch in by_owner.items():
+            for clean, reason in zip(batch, await self.runtime.vet_seeds(owner, batch)):
+                if reason is not None:
+                    pending[clean]["reason"] = reason
+        ok = [u for u, e in pending.items() if e["reason"] is None]
+        if ok:
+            await self.runtime.widen_scope(ok)
+            for u, new in zip(ok, await self._seed(ok, boost=priority)):
+                pending[u]["result"] = "accepted" if new else "already_seen"
+        counts = {k: sum(1 for e in results if e["result"] == k) for k in ("accepted", "already_seen", "refused")}
+        return {**counts, "urls": results}
 
-    async def set_host_policy(self, host: str, *, max_rps: float | None = None, paused: bool | None = None) -> None:
-        """Override one host's politeness (``max_rps`` -> interval 1/max_rps) or pause it.
-        It applies on the owning shard at once and survives restarts (it is checkpointed)."""
-        interval = None if max_rps is None else (float("inf") if max_rps <= 0 else 1.0 / max_rps)
-        await self.runtime.set_host_policy(self._owner(host), host, interval, paused)
+    async def set_host_policy(
+        self, host: str, *, max_rps: float | None = None, paused: bool | None = None, max_pages: int | None = None
+    ) -> str:
+        """An operator's host policy (crawler.hostpolicy): ``max_rps`` (interval 1/max_rps,
+        a floor like Crawl-delay), ``paused``, ``max_pages`` (pages admitted in all). A
+        hostname without a port applies to every key of that hostname on every shard;
+        ``host:port`` to that key on its owning shard. It applies at once and survives
+        restarts (it is checkpointed). Returns the host as normalized. Raises ConfigError
+        for a bad host or value, before anything is changed."""
+        target = parse_host(host)
+        policy = HostPolicy(max_rps=max_rps, paused=paused, max_pages=max_pages)
+        owner = None if target.hostname_wide else self._owner(target.key)
+        await self.runtime.set_host_policy(
+            owner, target.name if target.hostname_wide else target.key, policy.interval_s, paused, max_pages, target.hostname_wide
+        )
+        return target.spec()
+
+    async def host_info(self, host: str) -> dict[str, Any]:
+        """A host as the shards see it (GET /hosts/{host}); see :meth:`set_host_policy`."""
+        target = parse_host(host)
+        infos = await self.runtime.host_info(None if target.hostname_wide else self._owner(target.key), target)
+        keys = sorted((k for i in infos for k in i["keys"]), key=lambda k: k["key"])
+        hostname_policy = infos[0]["hostname_policy"] if infos else {"max_rps": None, "paused": False, "max_pages": None}
+        return {"host": target.spec(), "hostname_wide": target.hostname_wide, "hostname_policy": hostname_policy, "keys": keys}
 
     async def url_status(self, url: str) -> dict[str, Any] | None:
-        """What the owning shard's durable store knows of ``url`` (None if never admitted)."""
-        return await self.runtime.url_status(self._owner(host_key(url)), url)
+        """What the owning shard's durable store knows of ``url`` (None if never admitted).
+        ``url`` is normalized first (crawler.urls), like a seed."""
+        clean = normalize(url) if isinstance(url, str) else None
+        if clean is None:
+            return None
+        return await self.runtime.url_status(self._owner(host_key(clean)), clean)
+
+    async def url_status_by_hash(self, url_hash_hex: str) -> dict[str, Any] | None:
+        """:meth:`url_status` of the URL whose public id (crawler.urls.url_hash) this is."""
+        url = await self.runtime.url_for_hash(url_hash_hex.lower())
+        return None if url is None else await self.url_status(url)
+
+    async def live_stats(self) -> dict[str, Any]:
+        """The numbers of ``stats.json`` (what ``crawl stats`` shows), now; the final ones
+        once the crawl stopped."""
+        if self.final is not None:
+            return self.final
+        statuses = await self.runtime.statuses() or []
+        services = await self.runtime.service_stats()
+        elapsed = self.clock.now() - (self.started_at or self.clock.now())
+        stats = self._stats(statuses, services, elapsed, False)
+        total = merge_status(statuses)
+        stats.update(running=True, in_flight=total["in_flight"], hosts=total["hosts"])
+        stats.pop("config", None)
+        return stats
 
     async def stats(self) -> dict[str, Any]:
         """Crawl-wide totals right now (or the final stats once stopped)."""
@@ -373,18 +479,19 @@ class CrawlSession:
         assert self.ring is not None, "the session is not started"
         return self.ring.node_for(host)
 
-    async def _seed(self, urls: Sequence[str]) -> int:
-        """Seen-check URLs and deliver the new ones (depth 0) to their owners, in batches."""
-        verdicts = await self.runtime.seen_check(list(urls))
+    async def _seed(self, urls: Sequence[str], boost: int = 0) -> list[bool]:
+        """Seen-check URLs and deliver the new ones (depth 0) to their owners, in batches.
+        Returns the seen verdict of each URL (True: new, delivered)."""
+        verdicts = list(await self.runtime.seen_check(list(urls)))
         by_owner: dict[str, list[UrlItem]] = {}
         for url, new in zip(urls, verdicts):
             if new:
-                item = UrlItem(url, 0)
+                item = UrlItem(url, 0, boost=boost)
                 by_owner.setdefault(self._owner(item.host), []).append(item)
         for owner, batch in by_owner.items():
             await self.runtime.deliver(owner, batch)
         self.detector.note_driver_batches(len(by_owner))
-        return sum(len(b) for b in by_owner.values())
+        return verdicts
 
     def _stats(self, finals: list[dict[str, Any]], services: dict[str, Any], elapsed: float, finished: bool) -> dict[str, Any]:
         total = merge_status(finals)
@@ -399,6 +506,7 @@ class CrawlSession:
             "retries": c.get("retries", 0),
             "bytes": c.get("bytes", 0),
             "duplicates": {"exact": c.get("dup_exact", 0), "near": c.get("dup_near", 0)},
+            "events": total["events"],
             "dropped": total["dropped"],
             "queued_unfetched": total["queued"],
             "paused": {"hosts": total["paused_hosts"], "urls": total["paused_urls"]},

@@ -5,6 +5,7 @@
     crawl stats OUT
     crawl links FILE_OR_URL [--url BASE_URL] [--content-type T] [--config CONFIG]
     crawl serve-web [--profile demo] [--port 8080]
+    crawl ctl [--api URL] [--token T] seeds add URL... | url URL | host pause|resume|show|set HOST | stats | stop
 
 Bad config or seeds exit with status 2 and a one-line message saying what to fix.
 """
@@ -198,6 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--port", type=int, default=8080)
     w.add_argument("--seed", type=int, default=0)
     w.set_defaults(func=cmd_serve_web)
+
+    from jobs.ctl import add_parser as add_ctl
+
+    add_ctl(sub)
     return p
 
 

@@ -1,0 +1,513 @@
+"""``page.fetched`` events for the indexer: emitted once a page's row is durable, at least once.
+
+Every fetched or refreshed page (outcome ``fetched`` or ``not_modified``) becomes one
+event (:func:`page_event`). The order that keeps the promise "after its row and blob are
+durable, and at least once" (crawler.outbox):
+
+1. the shard's outbox makes the rows durable in OUT (Parquet and blobs);
+2. it hands them to :meth:`EventEmitter.on_durable`, which commits their events to the
+   shard's event log (a SQLite file beside the shard's store: events survive a crash);
+3. only then are the rows' URLs acked. A crash before 3 re-fetches the page and logs its
+   event again; a crash after 2 sends the logged event after the restart;
+4. the emitter sends logged events to the sink in batches and deletes them from the log
+   only once the sink took them. A send that fails is retried with backoff, forever: a
+   slow or down sink loses nothing. Consumers de-duplicate on ``(url, fetch_seq)``.
+
+The log is bounded by ``events.max_pending``: above it the shard starts no new fetch
+(:meth:`ShardScheduler.hold`, renewed while the log is full), so a lasting outage stops
+fetching instead of growing memory or disk without bound, and is counted and surfaced
+(``sink_failures``, ``sink_down_s`` in the shard's status, stats.json and metrics).
+
+Sinks (:class:`EventSink`) are chosen by ``events.sink``: ``file`` (:class:`FileSink`,
+JSON lines through fsspec), ``redis`` (:class:`RedisStreamSink`, a Redis Stream with
+``XADD ... MAXLEN ~``), a ``module:Class`` path, or the name of an entry point in the
+``raycrawl.event_sinks`` group. Every wait is on the injected clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import datetime as dt
+import importlib
+import json
+import logging
+import os
+import random
+import sqlite3
+import threading
+from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence
+
+from crawler.clock import Clock, wait_event
+from crawler.config import EVENT_SINKS, EventsConfig
+from crawler.errors import ConfigError, StorageError
+from crawler.output import OutcomeRow, open_fs
+
+log = logging.getLogger(__name__)
+
+PAGE_FETCHED = "page.fetched"
+#: Outcomes that are a page fetched or refreshed (a 304 refresh says "unchanged").
+EVENT_OUTCOMES = frozenset({"fetched", "not_modified"})
+#: The fields of a page.fetched event, in order (a public contract: README).
+EVENT_FIELDS = (
+    "event", "url", "url_hash", "fetched_at", "status", "outcome", "blob_key",
+    "content_sha256", "simhash", "dup_kind", "changed", "fetch_seq",
+)
+#: While the log is full, the shard's dispatch is held this long, renewed until it is not.
+HOLD_S = 0.5
+ENTRY_POINT_GROUP = "raycrawl.event_sinks"
+
+
+def _iso(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        value = dt.datetime.fromtimestamp(value, dt.timezone.utc)
+    return value.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def page_event(row: OutcomeRow) -> dict[str, Any]:
+    """The ``page.fetched`` event of a row (:data:`EVENT_FIELDS`; ``simhash`` as stored in
+    the row, a signed 64-bit integer; ``fetched_at`` ISO 8601 UTC)."""
+    return {
+        "event": PAGE_FETCHED,
+        "url": row.url,
+        "url_hash": row.url_hash,
+        "fetched_at": _iso(row.fetched_at),
+        "status": row.status,
+        "outcome": row.outcome,
+        "blob_key": row.blob_key,
+        "content_sha256": row.content_sha256,
+        "simhash": row.simhash,
+        "dup_kind": row.dup_kind,
+        "changed": row.changed,
+        "fetch_seq": row.fetch_seq,
+    }
+
+
+def _dumps(event: dict[str, Any]) -> str:
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+
+
+class SinkError(Exception):
+    """A sink could not take a batch (it is retried; nothing is lost)."""
+
+
+class EventSink(Protocol):
+    """Where events go. ``send`` returns once the sink holds the whole batch, or raises
+    (the batch is sent again later, so a sink that took part of it sees it twice)."""
+
+    async def send(self, events: Sequence[dict[str, Any]]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+RunBlocking = Callable[..., Awaitable[Any]]
+
+
+class FileSink:
+    """JSON lines under ``path`` (a folder or fsspec URL: ``s3://`` works), one file series
+    per shard and run, ``<shard>-<run>-<seq>.jsonl``, rotated at ``rotate_bytes``.
+
+    A batch is one append (``s3fs`` appends by multipart copy). A failed append may leave
+    a partial last line: the retry goes to a new file, so only that file's last line can
+    be cut, and a reader skips a last line that does not parse.
+    """
+
+    def __init__(
+        self, path: str, *, shard_id: str, storage_options: dict | None = None, rotate_bytes: int = 64_000_000,
+        run_id: str | None = None, run_blocking: RunBlocking = asyncio.to_thread,
+    ) -> None:
+        self.fs, self.root = open_fs(path, storage_options)
+        self.shard_id = shard_id
+        self.rotate_bytes = rotate_bytes
+        self.run_id = run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+        self._run_blocking = run_blocking
+        self._seq = 0
+        self._size = 0
+        self.files_written = 0
+
+    def current_path(self) -> str:
+        return f"{self.root.rstrip('/')}/{self.shard_id}-{self.run_id}-{self._seq:05d}.jsonl"
+
+    def _append(self, path: str, data: bytes) -> None:
+        self.fs.makedirs(self.root, exist_ok=True)
+        with self.fs.open(path, "ab") as f:
+            f.write(data)
+
+    async def send(self, events: Sequence[dict[str, Any]]) -> None:
+        data = "".join(_dumps(e) + "\n" for e in events).encode("utf-8")
+        if self._size and self._size + len(data) > self.rotate_bytes:
+            self._seq, self._size = self._seq + 1, 0
+        if self._size == 0:
+            self.files_written += 1
+        try:
+            await self._run_blocking(self._append, self.current_path(), data)
+        except Exception as exc:  # noqa: BLE001 - any storage error: retried, in a new file
+            self._seq, self._size = self._seq + 1, 0
+            raise SinkError(f"writing events to {self.root}: {exc!r}") from exc
+        self._size += len(data)
+
+    async def close(self) -> None:
+        return None
+
+
+class RedisStreamSink:
+    """A Redis Stream (``XADD <stream> MAXLEN ~ <maxlen> * event page.fetched data <json>``),
+    so consumers read it with consumer groups (``XREADGROUP``). A batch is one
+    ``MULTI``/``EXEC`` pipeline; the connection is redis-py's asyncio client."""
+
+    def __init__(self, url: str, stream: str, maxlen: int, *, client: Any = None) -> None:
+        self.url, self.stream, self.maxlen = url, stream, maxlen
+        self._client = client
+
+    def _connect(self) -> Any:
+        if self._client is None:
+            try:
+                import redis.asyncio as aioredis
+            except ImportError as exc:
+                raise ConfigError("events.sink: redis needs the redis package (pip install redis)") from exc
+            # Short timeouts: a down server is a failed send (retried by the emitter),
+            # not a shard stuck in a socket call.
+            self._client = aioredis.from_url(self.url, socket_timeout=5.0, socket_connect_timeout=2.0)
+        return self._client
+
+    async def send(self, events: Sequence[dict[str, Any]]) -> None:
+        client = self._connect()
+        try:
+            async with client.pipeline(transaction=True) as pipe:
+                for e in events:
+                    pipe.xadd(self.stream, {"event": e["event"], "data": _dumps(e)}, maxlen=self.maxlen, approximate=True)
+                await pipe.execute()
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise SinkError(f"redis {self.url}: {exc!r}") from exc
+        except Exception as exc:
+            if type(exc).__module__.startswith("redis"):
+                raise SinkError(f"redis {self.url}: {exc!r}") from exc
+            raise
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+# -- the log of events not yet sent ---------------------------------------------------
+
+
+class MemoryEventLog:
+    """Events waiting for the sink, in memory (a crawl without durable state)."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[tuple[int, str]] = collections.deque()
+        self._next = 1
+
+    def add(self, events: Iterable[dict[str, Any]]) -> None:
+        for e in events:
+            self._items.append((self._next, _dumps(e)))
+            self._next += 1
+
+    def peek(self, n: int) -> list[tuple[int, str]]:
+        return [self._items[i] for i in range(min(n, len(self._items)))]
+
+    def remove(self, upto_id: int) -> None:
+        while self._items and self._items[0][0] <= upto_id:
+            self._items.popleft()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def close(self) -> None:
+        return None
+
+
+class EventLog:
+    """Events waiting for the sink, in a SQLite file (committed before the URLs are acked,
+    so they survive a crash; WAL, ``synchronous=NORMAL`` like the shard's store)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, data TEXT NOT NULL)")
+            self._count = self._db.execute("SELECT count(*) FROM events").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open the event log {path!r}: {exc}") from exc
+        self._lock = threading.Lock()
+
+    def add(self, events: Iterable[dict[str, Any]]) -> None:
+        rows = [(_dumps(e),) for e in events]
+        if not rows:
+            return
+        with self._lock:
+            try:
+                self._db.execute("BEGIN")
+                self._db.executemany("INSERT INTO events(data) VALUES (?)", rows)
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StorageError(f"event log {self.path!r}: {exc}") from exc
+            self._count += len(rows)
+
+    def peek(self, n: int) -> list[tuple[int, str]]:
+        with self._lock:
+            return self._db.execute("SELECT id, data FROM events ORDER BY id LIMIT ?", (n,)).fetchall()
+
+    def remove(self, upto_id: int) -> None:
+        with self._lock:
+            gone = self._db.execute("DELETE FROM events WHERE id <= ?", (upto_id,)).rowcount
+            self._count -= gone
+
+    def __len__(self) -> int:
+        return self._count
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+# -- the emitter ----------------------------------------------------------------------
+
+
+class EventEmitter:
+    """Logs the events of durable rows and sends them to the sink (module docstring).
+
+    Args:
+        sink: where events go.
+        log: :class:`EventLog` (durable) or :class:`MemoryEventLog`.
+        clock: backoff timers.
+        batch_size: events per send.
+        max_pending: above this many logged events, ``hold(HOLD_S)`` is called (renewed
+            while it stays full): the shard starts no new fetch.
+        hold: the shard's :meth:`~crawler.scheduler.ShardScheduler.hold`.
+        backoff_s, max_backoff_s: retry delays after a failed send (doubling, jittered).
+        drain_timeout_s: how long the final flush keeps trying to send what is logged.
+    """
+
+    def __init__(
+        self,
+        sink: EventSink,
+        log: EventLog | MemoryEventLog,
+        clock: Clock,
+        *,
+        batch_size: int = 500,
+        max_pending: int = 100_000,
+        hold: Callable[[float], None] | None = None,
+        backoff_s: float = 0.2,
+        max_backoff_s: float = 10.0,
+        drain_timeout_s: float = 30.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.sink = sink
+        self.log = log
+        self._clock = clock
+        self.batch_size = batch_size
+        self.max_pending = max_pending
+        self._hold = hold
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.drain_timeout_s = drain_timeout_s
+        self._rng = rng or random.Random(0)
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._progress = asyncio.Event()  # set after every successful send (close() waits on it)
+        self._task: asyncio.Future[None] | None = None
+        self.emitted = 0
+        self.failures = 0
+        self.held = 0
+        self.down_since: float | None = None
+        self.down_total_s = 0.0
+        self.last_error: str | None = None
+        self.closed = False
+
+    # -- input (in the outbox's flush) --------------------------------------------------
+
+    def on_durable(self, rows: Sequence[OutcomeRow]) -> None:
+        """Log the events of rows that are durable now (before their URLs are acked)."""
+        events = [page_event(r) for r in rows if r.outcome in EVENT_OUTCOMES]
+        if events:
+            self.log.add(events)
+            self._wake.set()
+        self._start()
+        self._press()
+
+    async def on_flush(self, final: bool) -> None:
+        """The outbox's per-round hook: start sending (events logged by an earlier run are
+        sent at once), and on the final flush, drain and close."""
+        self._start()
+        if final:
+            await self.close()
+
+    def full(self) -> bool:
+        return len(self.log) >= self.max_pending
+
+    def _press(self) -> None:
+        if self._hold is not None and self.full():
+            self.held += 1
+            self._hold(HOLD_S)
+
+    def _start(self) -> None:
+        if self._task is None and not self.closed:
+            self._task = asyncio.ensure_future(self.run())
+
+    # -- sending --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Send logged events until :meth:`close`; a failed send is retried, never dropped."""
+        delay = 0.0
+        while not self._stop.is_set():
+            batch = self.log.peek(self.batch_size)
+            if not batch:
+                self._wake.clear()
+                await wait_event(self._clock, self._wake, HOLD_S)
+                continue
+            if not await self._send(batch):
+                delay = min(self.max_backoff_s, max(self.backoff_s, delay * 2))
+                await self._wait(delay / 2 + self._rng.uniform(0, delay / 2))
+            else:
+                delay = 0.0
+            self._press()
+
+    async def _send(self, batch: list[tuple[int, str]]) -> bool:
+        try:
+            await self.sink.send([json.loads(data) for _, data in batch])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any sink failure: counted, retried
+            self.failures += 1
+            self.last_error = repr(exc)
+            now = self._clock.now()
+            if self.down_since is None:
+                self.down_since = now
+                log.warning("event sink failed, retrying (events are kept): %r", exc)
+            return False
+        self.log.remove(batch[-1][0])
+        self.emitted += len(batch)
+        self._progress.set()
+        if self.down_since is not None:
+            down = self._clock.now() - self.down_since
+            self.down_total_s += down
+            log.warning("event sink is back after %.1f s of failures", down)
+            self.down_since = None
+        return True
+
+    async def _wait(self, seconds: float) -> None:
+        """Back off in slices, renewing the hold on the shard while the log is full."""
+        end = self._clock.now() + seconds
+        while not self._stop.is_set() and (left := end - self._clock.now()) > 0:
+            self._press()
+            await wait_event(self._clock, self._stop, min(left, HOLD_S))
+
+    async def close(self) -> None:
+        """Keep sending for up to ``drain_timeout_s``; then stop and close the sink. What is
+        not sent stays in the log (a durable log sends it in the next run)."""
+        if self.closed:
+            return
+        self.closed = True
+        deadline = self._clock.now() + self.drain_timeout_s
+        if self._task is None and len(self.log):
+            self._task = asyncio.ensure_future(self.run())
+        while len(self.log) and self._task is not None and not self._task.done():
+            left = deadline - self._clock.now()
+            if left <= 0:
+                break
+            self._progress.clear()
+            await wait_event(self._clock, self._progress, min(left, HOLD_S))
+        self._stop.set()
+        self._wake.set()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+        if len(self.log):
+            log.error("%d events could not be sent (last error: %s); they stay in %s for the next run",
+                      len(self.log), self.last_error, getattr(self.log, "path", "memory"))
+        try:
+            await self.sink.close()
+        except Exception as exc:  # noqa: BLE001 - closing a broken connection at the end
+            log.debug("closing the event sink: %r", exc)
+        self.log.close()
+
+    def stats(self) -> dict[str, Any]:
+        """``emitted``, ``pending``, ``sink_failures``, ``sink_down_s`` (now), ``held``."""
+        down = self.down_total_s + (self._clock.now() - self.down_since if self.down_since is not None else 0.0)
+        return {
+            "emitted": self.emitted,
+            "pending": len(self.log),
+            "sink_failures": self.failures,
+            "sink_down": self.down_since is not None,
+            "sink_down_s": round(down, 3),
+            "held": self.held,
+        }
+
+
+# -- building from the config -----------------------------------------------------------
+
+
+def sink_factory(cfg: EventsConfig) -> Callable[..., EventSink] | None:
+    """The class (or factory) ``events.sink`` names; None for ``none``. Raises ConfigError
+    for a plug-in that cannot be imported (checked in the driver before any shard starts)."""
+    name = cfg.sink
+    if name == "none":
+        return None
+    if name in EVENT_SINKS:
+        if name == "redis":
+            try:
+                importlib.import_module("redis.asyncio")
+            except ImportError as exc:
+                raise ConfigError("events.sink: redis needs the redis package (pip install redis)") from exc
+        return FileSink if name == "file" else RedisStreamSink
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"events.sink: cannot load {name!r}: {exc}") from exc
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            return ep.load()
+    raise ConfigError(
+        f"events.sink: {name!r} is not one of {', '.join(EVENT_SINKS)}, a module:Class path, "
+        f"or an entry point of the {ENTRY_POINT_GROUP} group"
+    )
+
+
+def _protocol(path: str) -> str:
+    return path.split("://", 1)[0] if "://" in path else "file"
+
+
+def build_sink(cfg: EventsConfig, shard_id: str, out: str, storage_options: dict | None) -> EventSink | None:
+    """The sink of one shard. A plug-in is called as ``Class(shard_id=..., events=cfg,
+    **cfg.options)``."""
+    factory = sink_factory(cfg)
+    if factory is None:
+        return None
+    if factory is FileSink:
+        path = cfg.path or f"{out.rstrip('/')}/events"
+        # The output's storage options serve an events folder on the same filesystem.
+        same_fs = _protocol(path) == _protocol(out)
+        return FileSink(path, shard_id=shard_id, storage_options=storage_options if same_fs else None,
+                        rotate_bytes=cfg.rotate_bytes)
+    if factory is RedisStreamSink:
+        assert cfg.redis_url is not None
+        return RedisStreamSink(cfg.redis_url, cfg.stream, cfg.maxlen)
+    return factory(shard_id=shard_id, events=cfg, **dict(cfg.options))
+
+
+def build_emitter(
+    cfg: EventsConfig, shard_id: str, out: str, storage_options: dict | None, clock: Clock,
+    *, log_path: str | None, hold: Callable[[float], None] | None,
+) -> EventEmitter | None:
+    """The shard's emitter (None with ``sink: none``); its log at ``log_path`` (None: in memory)."""
+    sink = build_sink(cfg, shard_id, out, storage_options)
+    if sink is None:
+        return None
+    event_log: EventLog | MemoryEventLog = EventLog(log_path) if log_path else MemoryEventLog()
+    return EventEmitter(
+        sink, event_log, clock, batch_size=cfg.batch_size, max_pending=cfg.max_pending, hold=hold,
+        drain_timeout_s=cfg.drain_timeout_s, rng=random.Random(hash(shard_id) & 0xFFFF),
+    )
