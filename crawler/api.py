@@ -286,7 +286,7 @@ class ControlApi:
         s = self.session
         if s.final is not None or (mutating and s.stopping):
             return _error(409, "the crawl has stopped" if s.final is not None else "the crawl is stopping")
-        if s.ring is None:
+        if not s.ready:
             return _error(503, "the crawl is starting; try again in a moment")
         return None
 

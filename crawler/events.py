@@ -165,11 +165,15 @@ class RedisStreamSink:
         if self._client is None:
             try:
                 import redis.asyncio as aioredis
+                from redis.asyncio.retry import Retry
+                from redis.backoff import NoBackoff
             except ImportError as exc:
                 raise ConfigError("events.sink: redis needs the redis package (pip install redis)") from exc
-            # Short timeouts: a down server is a failed send (retried by the emitter),
-            # not a shard stuck in a socket call.
-            self._client = aioredis.from_url(self.url, socket_timeout=5.0, socket_connect_timeout=2.0)
+            # Short timeouts and no retries inside the client: a down server is a failed
+            # send, retried by the emitter on its clock, not a shard stuck in a socket call.
+            self._client = aioredis.from_url(
+                self.url, socket_timeout=5.0, socket_connect_timeout=2.0, retry=Retry(NoBackoff(), 0)
+            )
         return self._client
 
     async def send(self, events: Sequence[dict[str, Any]]) -> None:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Protocol, Sequence
 from crawler import ledger
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig, to_dict
-from crawler.errors import ConfigError, SeedError
+from crawler.errors import ConfigError, OutputLeasedError, SeedError
 from crawler.events import sink_factory
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
@@ -205,6 +205,7 @@ class CrawlSession:
         self.last_total: dict[str, Any] = {}
         self._stop_requested = False
         self._started = False
+        self.ready = False
         self.lease: Lease | None = None
         self.fenced: str | None = None
         self._heartbeat_task: asyncio.Future[None] | None = None
@@ -237,7 +238,8 @@ class CrawlSession:
         ids = tuple(f"shard-{i:03d}" for i in range(n))
         self.ring = HashRing(list(ids))
         self._started = True
-        await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch))
+        await self._renewing(self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch)))
+        self.ready = True  # the shards run: steering calls reach them from now on
         self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
         self.started_at = self.clock.now()
         if self.mode == "resume":
@@ -339,6 +341,21 @@ class CrawlSession:
             self.lease.release()
         self.final = stats
         return stats
+
+    async def _renewing(self, starting: Any) -> None:
+        """Await the runtime's start while renewing the lease: starting actors on a busy or
+        cold cluster can outlast ``lease_ttl_s``, and shards that find the lease expired
+        fence themselves off for good (the heartbeat only begins once they run)."""
+        task = asyncio.ensure_future(starting)
+        every = self.cfg.runtime.lease_ttl_s / 4
+        while self.lease is not None and not task.done():
+            sleeper = asyncio.ensure_future(self.clock.sleep(every))
+            await asyncio.wait({task, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+            sleeper.cancel()
+            if not task.done() and not await asyncio.to_thread(self.lease.renew):
+                task.cancel()
+                raise OutputLeasedError("another run took the output's lease while this one was starting")
+        await task
 
     async def _heartbeat(self) -> None:
         """Tell the shards the driver lives; renew the lease; stop if another run took it."""

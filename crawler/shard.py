@@ -243,8 +243,11 @@ def build_shard(
             rows = state.rows_since(shard_id, out, opts, state.oldest_copy(out, opts))
             state.reconcile_store(store, rows)
             shard.on_start.append(lambda: state.reroute(shard, rows, out, opts))
+        # Policies first: the frontier schedules the resumed hosts by them (a paused host
+        # must be parked from the start, not scheduled as never contacted).
+        restored = checkpointer.restore()
         shard.resumed = resume_queue(store, frontier)
-        if checkpointer.restore() or shard.resumed:
+        if restored or shard.resumed:
             # No request before one interval: a host contacted just before the stop is
             # not contacted again too soon.
             shard.hold(max(pol.interval_s, 0.05))

@@ -20,7 +20,7 @@ class FakeSession:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
         self.final = None
-        self.ring = object()
+        self.ready = True
         self.stopping = False
 
     def request_stop(self) -> None:
