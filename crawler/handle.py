@@ -78,13 +78,21 @@ class CrawlHandle:
         """Crawl-wide totals now: pages, queued, in flight, hosts, errors, duplicates, bytes."""
         return self._call(self.session.stats())
 
-    def add_seeds(self, urls: Sequence[str]) -> dict[str, int]:
-        """Add seed URLs to the running crawl; ``{"accepted": ..., "already_seen": ...}``."""
-        return self._call(self.session.add_seeds(urls))
+    def add_seeds(self, urls: Sequence[str], *, priority: int = 0) -> dict[str, Any]:
+        """Add seed URLs to the running crawl: counts (accepted, already_seen, refused) and
+        each URL's result (crawler.session.CrawlSession.add_seeds)."""
+        return self._call(self.session.add_seeds(urls, priority=priority))
 
-    def set_host_policy(self, host: str, *, max_rps: float | None = None, paused: bool | None = None) -> None:
-        """Override one host's rate (requests per second) or pause/unpause it."""
-        self._call(self.session.set_host_policy(host, max_rps=max_rps, paused=paused))
+    def set_host_policy(
+        self, host: str, *, max_rps: float | None = None, paused: bool | None = None, max_pages: int | None = None
+    ) -> str:
+        """A host's rate (requests per second), pause, or page limit; ``host`` without a
+        port covers every port of the hostname (crawler.hostpolicy)."""
+        return self._call(self.session.set_host_policy(host, max_rps=max_rps, paused=paused, max_pages=max_pages))
+
+    def host_info(self, host: str) -> dict[str, Any]:
+        """A host's policy, queue, next allowed time, robots rules and backoff, per key."""
+        return self._call(self.session.host_info(host))
 
     def url_status(self, url: str) -> dict[str, Any] | None:
         """What the crawl knows of one URL (None if it was never admitted)."""

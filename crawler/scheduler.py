@@ -290,6 +290,8 @@ class ShardScheduler:
             await self.outbox.flush(final=True)
         except FencedError as exc:
             log.error("%s: final rows not written: %s (the next run fetches them again)", self.shard_id, exc)
+        if self.events is not None:
+            await self.events.close()  # done by the final flush, unless that was fenced off
         await self.fetcher.close()
         if self.store is not None:
             self._final_counts = self.store.counts()  # after the last acks, for the ledger

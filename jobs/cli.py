@@ -88,7 +88,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if fs.exists(stats_path):
         with fs.open(stats_path, "r") as f:
             run = json.load(f)
-        summary["run"] = {k: run.get(k) for k in ("finished", "elapsed_s", "pages_per_s", "requests", "retries", "queued_unfetched", "shards", "dropped")}
+        summary["run"] = {k: run.get(k) for k in ("finished", "elapsed_s", "pages_per_s", "requests", "retries", "queued_unfetched", "shards", "dropped", "events")}
         led = run.get("ledger")
         if led:
             # Recheck against the rows as they are now, not as the run counted them.

@@ -155,6 +155,13 @@ def print_summary(stats: dict[str, Any], out: str, stream=None) -> None:
         f"queued unfetched {stats['queued_unfetched']}, shards {stats['shards']}",
         file=stream,
     )
+    ev = stats.get("events") or {}
+    if ev:
+        print(
+            f"page.fetched events: {ev.get('emitted', 0)} sent, {ev.get('pending', 0)} pending, "
+            f"{ev.get('sink_failures', 0)} failed sends ({ev.get('sink_down_s', 0)}s down)",
+            file=stream,
+        )
     if stats.get("dropped"):
         print("links not followed: " + ", ".join(f"{k} {v}" for k, v in sorted(stats["dropped"].items())), file=stream)
     if stats.get("ledger"):

@@ -147,3 +147,12 @@ def test_serving_beyond_loopback_needs_a_token(host, token, ok, monkeypatch):
 def test_token_from_the_environment(monkeypatch):
     monkeypatch.setenv("CRAWL_API_TOKEN", "from-env")
     assert ControlApi(FakeSession(), ApiConfig(enabled=True, host="0.0.0.0")).token == "from-env"
+
+
+async def test_503_until_the_shards_run(api):
+    _, session, http, _ = api
+    session.ready = False
+    assert (await call(http, "GET", "/stats"))[0] == 503
+    assert (await call(http, "PUT", "/hosts/a.test/policy", json={"paused": True}))[0] == 503
+    assert (await call(http, "PUT", "/hosts/a b/policy", json={"paused": True}))[0] == 400  # bad input first
+    assert session.calls == []
