@@ -35,7 +35,7 @@ from crawler import ledger
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig, to_dict
 from crawler.errors import ConfigError, OutputLeasedError, SeedError
-from crawler.events import sink_factory
+from crawler.sinks import sink_factory
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
 from crawler.hostpolicy import HostPolicy, HostTarget, parse_host

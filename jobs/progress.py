@@ -25,6 +25,9 @@ def summary_line(total: dict[str, Any], elapsed: float, rate: float) -> str:
         if total.get("paused_urls")
         else ""
     )
+    ev = total.get("events") or {}
+    if ev.get("sink_down"):  # a lasting outage is surfaced, not only counted
+        paused += f" | event sink DOWN for {ev.get('sink_down_s', 0):.0f}s, {ev.get('pending', 0)} events kept"
     return (
         f"[{elapsed:6.1f}s] fetched {c.get('fetched', 0)} ({rate:.1f} pages/s) | queued {total['queued']} | "
         f"in flight {total['in_flight']} | hosts {total['hosts']} | errors {errors} | "

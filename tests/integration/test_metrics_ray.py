@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from urllib.parse import quote
 from urllib.request import urlopen
 
 import pytest
@@ -156,6 +157,11 @@ def test_crawler_families_on_prometheus_match_the_crawl(web, tmp_path, ray_head)
             assert time.monotonic() < deadline, f"the crawl did not settle: {request(api, 'GET', '/stats', token=TOKEN)}"
             time.sleep(0.2)
         stats = request(api, "GET", "/stats", token=TOKEN)[1]
+        # The hostname-wide pause reached the owning actor; per-URL lookups ask the actors.
+        host = request(api, "GET", f"/hosts/{PAUSED}", token=TOKEN)[1]
+        assert host["hostname_policy"]["paused"] and [k["queued"] > 0 for k in host["keys"]] == [True]
+        root = request(api, "GET", "/urls?url=" + quote(web.url("h0000.web.test", "/"), safe=""), token=TOKEN)[1]
+        assert root["status"] == "done" and request(api, "GET", f"/urls/{root['url_hash']}", token=TOKEN)[1] == root
 
         def matches(m: dict) -> list[str]:
             c = stats["outcomes"]

@@ -13,9 +13,8 @@ import pytest
 from crawler import config
 from crawler.clock import MockClock
 from crawler.errors import ConfigError
-from crawler.events import (
-    EVENT_FIELDS, EventEmitter, EventLog, FileSink, MemoryEventLog, SinkError, build_sink, page_event, sink_factory,
-)
+from crawler.events import EVENT_FIELDS, EventEmitter, EventLog, MemoryEventLog, page_event
+from crawler.sinks import FileSink, SinkError, build_sink, sink_factory
 from crawler.outbox import Outbox
 from crawler.output import OutcomeRow
 
