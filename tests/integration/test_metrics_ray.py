@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -102,6 +103,7 @@ def ray_head():
         _stop_group(head, grace_s=15)
         _kill_leftovers(temp_dir)  # workers the raylet started in sessions of their own
         log.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def scrape(port: int) -> dict[str, dict[tuple, float]]:
@@ -182,7 +184,10 @@ def test_crawler_families_on_prometheus_match_the_crawl(web, tmp_path, ray_head)
             return [f"{k}: {got} != {want}" for k, (got, want) in checks.items() if got != want]
 
         deadline = time.monotonic() + 60
+        # Fresh stats each round: the last rows (and their events) become durable a moment
+        # after the fetches settle; both sides converge once they have.
         while problems := matches(m := scrape(metrics_port)):
+            stats = request(api, "GET", "/stats", token=TOKEN)[1]
             assert time.monotonic() < deadline, f"metrics never matched the crawl's stats: {problems}"
             time.sleep(1.0)
         assert stats["outcomes"]["fetched"] > 50 and stats["events"]["emitted"] > 50
