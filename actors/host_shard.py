@@ -20,10 +20,12 @@ from typing import Any, Sequence
 
 import ray
 
+from actors.metrics import ShardMetrics, TimedFetcher
 from actors.services import SeenGroupClient
 from crawler.config import from_dict
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
+from crawler.hostpolicy import HostTarget
 from crawler import state
 from crawler.clock import SYSTEM_CLOCK
 from crawler.services import LeasedBudget
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 
 #: How often the watchdog looks at the driver's silence and the lease.
 WATCH_INTERVAL_S = 0.25
+#: How often the shard's numbers are exported as Ray metrics (actors/metrics.py).
+METRICS_INTERVAL_S = 1.0
 
 
 def shard_actor_name(crawl_name: str, shard_id: str) -> str:
@@ -95,6 +99,8 @@ class HostShard:
             from_copy=from_copy,
         )
         self.shard.gate = self._may_work
+        self.metrics = ShardMetrics(shard_id)
+        self.shard.fetcher = TimedFetcher(self.shard.fetcher, self.metrics.observe_latency)
         self._run_task: asyncio.Task[None] | None = None
         self._stopped = False
         self._final: dict[str, Any] = {}
@@ -116,8 +122,15 @@ class HostShard:
 
     async def _watch(self) -> None:
         """Exit once the lease is lost: the driver is gone for good, or a newer run owns OUT."""
+        exported = 0.0
         while not self._stopped:
             await asyncio.sleep(WATCH_INTERVAL_S)
+            if time.monotonic() - exported >= METRICS_INTERVAL_S:
+                exported = time.monotonic()
+                try:
+                    self.metrics.record(self.shard)
+                except Exception as exc:  # noqa: BLE001 - metrics must never stop a shard
+                    log.warning("%s: exporting metrics failed: %r", self.shard_id, exc)
             if self.fence is not None and not self.fence.ok():
                 log.error("%s: %s; closing without writing", self.shard_id, self.fence.reason)
                 await self.stop()
@@ -154,11 +167,23 @@ class HostShard:
     async def add_seeds(self, urls: list[str]) -> None:
         self.shard.pipeline.links.scope.add_seeds(urls)
 
-    async def set_host_policy(self, host: str, interval_s: float | None, paused: bool | None) -> None:
-        self.shard.set_host_policy(host, interval_s, paused)
+    async def set_host_policy(
+        self, host: str, interval_s: float | None, paused: bool | None, max_pages: int | None = None,
+        hostname_wide: bool = False,
+    ) -> None:
+        self.shard.set_host_policy(host, interval_s, paused, max_pages, hostname_wide=hostname_wide)
 
     async def url_status(self, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
         return self.shard.store.url_status(url, url_hash=url_hash) if self.shard.store is not None else None
+
+    async def url_for_hash(self, url_hash: str) -> str | None:
+        return self.shard.store.url_for_hash(url_hash) if self.shard.store is not None else None
+
+    async def host_info(self, target: HostTarget) -> dict[str, Any]:
+        return self.shard.host_info(target)
+
+    async def vet_seeds(self, urls: list[str]) -> list[str | None]:
+        return self.shard.vet_seeds(urls)
 
     async def status(self) -> dict[str, Any]:
         self._last_contact = time.monotonic()
@@ -179,4 +204,8 @@ class HostShard:
             await asyncio.gather(self._run_task, return_exceptions=True)
         await self.shard.close()
         self._final = {**self.shard.status(), "store_counts": self.shard.store_counts()}
+        try:
+            self.metrics.record(self.shard)  # the final numbers, exported before the actor goes
+        except Exception as exc:  # noqa: BLE001 - metrics must never fail a stop
+            log.warning("%s: exporting metrics failed: %r", self.shard_id, exc)
         return self._final

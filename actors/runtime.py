@@ -18,6 +18,7 @@ from typing import Any
 from crawler import state
 from crawler.config import CrawlConfig, resolve_shards, to_dict
 from crawler.frontier import UrlItem
+from crawler.hostpolicy import HostTarget
 from crawler.local import seen_capacity_per_shard
 from crawler.session import Plan
 
@@ -99,7 +100,7 @@ class RayRuntime:
         self.seen_actors = [
             SeenFilter.options(**restart).remote(
                 cap, d.seen_error_rate, d.seen_exact, d.seen_bloom, os.path.join(sdir, f"seen-{i:03d}.sqlite") if sdir else None,
-                (out, opts, state.seen_name(i, d.seen_exact)) if remote else None,
+                (out, opts, state.seen_name(i, d.seen_exact)) if remote else None, i,
             )
             for i in range(plan.seen_shards)
         ]
@@ -153,8 +154,26 @@ class RayRuntime:
             log.warning("a shard did not answer (restarting?): %s", type(exc).__name__)
             return None
 
-    async def set_host_policy(self, shard_id: str, host: str, interval_s: float | None, paused: bool | None) -> None:
-        await self.shards[shard_id].set_host_policy.remote(host, interval_s, paused)
+    def _some(self, shard_id: str | None) -> list[Any]:
+        return list(self.shards.values()) if shard_id is None else [self.shards[shard_id]]
+
+    async def set_host_policy(
+        self, shard_id: str | None, host: str, interval_s: float | None, paused: bool | None,
+        max_pages: int | None, hostname_wide: bool,
+    ) -> None:
+        await asyncio.gather(
+            *(s.set_host_policy.remote(host, interval_s, paused, max_pages, hostname_wide) for s in self._some(shard_id))
+        )
+
+    async def url_for_hash(self, url_hash: str) -> str | None:
+        found = await asyncio.gather(*(s.url_for_hash.remote(url_hash) for s in self.shards.values()))
+        return next((u for u in found if u is not None), None)
+
+    async def host_info(self, shard_id: str | None, target: HostTarget) -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(s.host_info.remote(target) for s in self._some(shard_id))))
+
+    async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
+        return await self.shards[shard_id].vet_seeds.remote(urls)
 
     async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
         shards = [self.shards[shard_id]] if shard_id is not None else list(self.shards.values())

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import ray
 
+from actors.metrics import SeenMetrics
 from crawler import state
 from crawler.clock import SYSTEM_CLOCK
 from crawler.errors import StorageError
@@ -35,10 +36,11 @@ class SeenFilter:
 
     def __init__(
         self, capacity: int, error_rate: float, exact: bool, bloom: str, path: str | None = None,
-        remote: tuple[str, dict | None, str] | None = None,
+        remote: tuple[str, dict | None, str] | None = None, index: int = 0,
     ) -> None:
         # remote: (OUT, storage options, file name) of this shard's copy in a remote output.
         self.remote = remote
+        self.metrics = SeenMetrics(index)
         if path and remote:
             out, opts, name = remote
             state.fetch_local(out, opts, name, os.path.join(os.path.dirname(path), name))
@@ -61,7 +63,9 @@ class SeenFilter:
             state.ship(self.set.backup, out, name, wall, opts)
 
     def check_and_add_hashes(self, hashes: list[int]) -> list[bool]:
-        return self.set.check_and_add_hashes(hashes)
+        out = self.set.check_and_add_hashes(hashes)
+        self.metrics.record(self.set.checks, self.set.false_positives)
+        return out
 
     def stats(self) -> dict[str, Any]:
         return self.set.stats()

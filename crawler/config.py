@@ -159,6 +159,37 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
+class ApiConfig:
+    """The HTTP control API the driver serves (crawler.api)."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = 8077
+    token: str | None = None  # else the CRAWL_API_TOKEN environment variable
+
+
+#: ``events.sink`` values with a built-in sink (anything else is a plug-in: crawler.events).
+EVENT_SINKS = ("none", "file", "redis")
+
+
+@dataclass(frozen=True)
+class EventsConfig:
+    """``page.fetched`` events for the indexer (crawler.events). The first five keys are a
+    public contract."""
+
+    sink: str = "none"  # none | file | redis | module:Class | an entry point name
+    path: str | None = None  # file sink: default OUT/events
+    redis_url: str | None = None
+    stream: str = "crawler:page.fetched"
+    maxlen: int = 1_000_000
+    max_pending: int = 100_000
+    batch_size: int = 500
+    rotate_bytes: int = 64_000_000
+    drain_timeout_s: float = 30.0
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class CrawlConfig:
     """The whole crawl configuration."""
 
@@ -175,6 +206,8 @@ class CrawlConfig:
     sitemaps: SitemapsConfig = field(default_factory=SitemapsConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    events: EventsConfig = field(default_factory=EventsConfig)
 
     # --- derived values -------------------------------------------------------------
 
@@ -212,11 +245,12 @@ class CrawlConfig:
     def fingerprint(self) -> str:
         """A stable hash of the settings that change what a crawl fetches.
 
-        Output, runtime and recrawl settings are left out: moving the output, changing the
-        shard count or tuning (or starting) recrawl continues the same crawl.
+        Output, runtime, recrawl, API and event settings are left out: moving the output,
+        changing the shard count, tuning (or starting) recrawl or turning the API on
+        continues the same crawl.
         """
         d = to_dict(self)
-        for section in ("runtime", "output", "recrawl"):
+        for section in ("runtime", "output", "recrawl", "api", "events"):
             d.pop(section, None)
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
@@ -401,6 +435,21 @@ def _validate(obj: Any, prefix: str) -> None:
         _positive(obj, prefix, "rows_per_file", "row_flush_interval_s", "outbox_interval_s")
         if not 0 <= obj.blob_compresslevel <= 9:
             raise ConfigError(f"{prefix}blob_compresslevel: must be a gzip level 0-9, got {obj.blob_compresslevel}")
+    elif isinstance(obj, ApiConfig):
+        if not 0 <= obj.port <= 65535:
+            raise ConfigError(f"{prefix}port: must be 0-65535 (0: any free port), got {obj.port}")
+        if not obj.host.strip():
+            raise ConfigError(f"{prefix}host: must not be empty (127.0.0.1 serves this machine only)")
+        if obj.token is not None and not obj.token.strip():
+            raise ConfigError(f"{prefix}token: must not be empty (null: no token, loopback only)")
+    elif isinstance(obj, EventsConfig):
+        if obj.sink not in EVENT_SINKS and not obj.sink.strip():
+            raise ConfigError(f"{prefix}sink: expected one of {', '.join(EVENT_SINKS)}, a module:Class path or an entry point name")
+        if obj.sink == "redis" and not obj.redis_url:
+            raise ConfigError(f"{prefix}redis_url: required with sink: redis (e.g. redis://127.0.0.1:6379/0)")
+        if not obj.stream:
+            raise ConfigError(f"{prefix}stream: must not be empty")
+        _positive(obj, prefix, "maxlen", "max_pending", "batch_size", "rotate_bytes", "drain_timeout_s")
     elif isinstance(obj, CrawlConfig):
         if not obj.user_agent.strip():
             raise ConfigError("user_agent: must not be empty (servers identify crawlers by it)")

@@ -131,6 +131,10 @@ class Frontier:
         """Hosts with queued or in-flight work."""
         return len(self._queues)
 
+    def keys(self) -> list[str]:
+        """Hosts with queued or in-flight work (the control API's host view)."""
+        return list(self._queues)
+
     def queued_for(self, host: str) -> int:
         q = self._queues.get(host)
         return len(q) if q else 0

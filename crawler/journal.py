@@ -157,6 +157,12 @@ class FrontierStore:
                 self._db.execute(f"ALTER TABLE urls ADD COLUMN {name} {decl}")
         for index in _INDEXES:
             self._db.execute(index)
+        # Rows of a store made before url_hash existed get theirs once (GET /urls/{url_hash}).
+        missing = self._db.execute("SELECT id, url FROM urls WHERE uh IS NULL").fetchall()
+        if missing:
+            self._db.execute("BEGIN")
+            self._db.executemany("UPDATE urls SET uh=? WHERE id=?", [(_uh(_url_hash(u)), i) for i, u in missing])
+            self._db.execute("COMMIT")
 
     # -- writes -----------------------------------------------------------------------
 
@@ -388,6 +394,15 @@ class FrontierStore:
             "fetches": fetches, "changes": changes, "change_rate": (changes / (fetches - 1)) if fetches > 1 else None,
             "last_outcome": outcome, "last_status": status,
         }
+
+    def url_for_hash(self, url_hash_hex: str) -> str | None:
+        """The URL whose :func:`crawler.urls.url_hash` is ``url_hash_hex``, if this store has it."""
+        hexdigits = url_hash_hex.lower()
+        if len(hexdigits) != 16 or any(c not in "0123456789abcdef" for c in hexdigits):
+            return None
+        with self._lock:
+            row = self._db.execute("SELECT url FROM urls WHERE uh=?", (_uh(hexdigits),)).fetchone()
+        return row[0] if row is not None and _url_hash(row[0]) == hexdigits else None
 
     def pending_hosts(self) -> list[tuple[str, int]]:
         """(host, queued URLs) for every host with queued work."""

@@ -16,6 +16,7 @@ from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
+from crawler.hostpolicy import HostTarget
 from crawler import state
 from crawler.scheduler import ShardScheduler
 from crawler.seen import SeenGroup, SeenSet
@@ -152,8 +153,28 @@ class LocalRuntime:
                 raise r.exception()  # type: ignore[misc]
         return [s.status() for s in self.shards.values()]
 
-    async def set_host_policy(self, shard_id: str, host: str, interval_s: float | None, paused: bool | None) -> None:
-        self.shards[shard_id].set_host_policy(host, interval_s, paused)
+    def _some(self, shard_id: str | None) -> list[ShardScheduler]:
+        return list(self.shards.values()) if shard_id is None else [self.shards[shard_id]]
+
+    async def set_host_policy(
+        self, shard_id: str | None, host: str, interval_s: float | None, paused: bool | None,
+        max_pages: int | None, hostname_wide: bool,
+    ) -> None:
+        for s in self._some(shard_id):
+            s.set_host_policy(host, interval_s, paused, max_pages, hostname_wide=hostname_wide)
+
+    async def url_for_hash(self, url_hash: str) -> str | None:
+        for s in self.shards.values():
+            url = s.store.url_for_hash(url_hash) if s.store is not None else None
+            if url is not None:
+                return url
+        return None
+
+    async def host_info(self, shard_id: str | None, target: HostTarget) -> list[dict[str, Any]]:
+        return [s.host_info(target) for s in self._some(shard_id)]
+
+    async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
+        return self.shards[shard_id].vet_seeds(urls)
 
     async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
         shards = [self.shards[shard_id]] if shard_id is not None else list(self.shards.values())

@@ -6,8 +6,12 @@ DESIGN.md invariant 6 (nothing acked is lost) is kept by one ordering:
 2. :meth:`Outbox.flush` hands the buffer to the writer *synchronously* (``add`` only
    validates and buffers), so from that instant the writer holds every row; then the
    writer's flush runs off the event loop (``run_blocking``) and makes them durable;
-3. only after that flush returns are the rows' URLs marked done in the durable store,
-   with their per-URL state (last fetch, next due time, validators: crawler.journal).
+3. only after that flush returns are the rows handed to ``on_durable`` (the shard's
+   ``page.fetched`` events, crawler.events, which commits them to its own log) and then
+   the rows' URLs marked done in the durable store, with their per-URL state (last
+   fetch, next due time, validators: crawler.journal). A crash between the two
+   re-fetches the page and emits its event again: at least once, never before the row
+   is durable.
 
 A flush that is interrupted (the shard stops) never loses rows: they are already in the
 writer, whose own flushes serialize, and the final flush writes and acks them. The timer
@@ -61,6 +65,7 @@ class Outbox:
         on_flush: called after every flush round, in the loop (the checkpointer hooks here).
         fence: ``fence(fresh=True)`` is False once another run holds the output's lease:
             then nothing more is written or acked (crawler.lease).
+        on_durable: called with the rows of each durable flush, before their URLs are acked.
     """
 
     def __init__(
@@ -73,6 +78,7 @@ class Outbox:
         run_blocking: RunBlocking = asyncio.to_thread,
         on_flush: Callable[[bool], Awaitable[None]] | None = None,
         fence: Callable[..., bool] | None = None,
+        on_durable: Callable[[list[OutcomeRow]], None] | None = None,
     ) -> None:
         self.writer = writer
         self._acks = acks
@@ -81,6 +87,7 @@ class Outbox:
         self._run_blocking = run_blocking
         self._on_flush = on_flush
         self._fence = fence
+        self._on_durable = on_durable
         self._rows: list[OutcomeRow] = []
         self._bodies: dict[str, bytes] = {}
         self._handed: list[tuple[OutcomeRow, Schedule | None]] = []  # rows the writer holds, not yet durable
@@ -134,7 +141,10 @@ class Outbox:
                 flushed = await self._run_blocking(self.writer.maybe_flush)
             if flushed and self._handed:
                 self._check_fence()
-                handed, self._handed = self._handed, []
+                handed = self._handed
+                if self._on_durable is not None:
+                    self._on_durable([row for row, _ in handed])  # raises: kept, handed again after the next flush
+                self._handed = []
                 if self._acks is not None:
                     self._acks.record(handed)
                 self.rows_acked += len(handed)

@@ -31,6 +31,7 @@ from crawler.clock import Clock, wait_event
 from crawler.errors import FencedError
 from crawler.fetch import FetchResult, classify
 from crawler.frontier import Frontier, UrlItem
+from crawler.hostpolicy import HostTarget, name_of
 from crawler.journal import FrontierStore
 from crawler.outbox import Outbox
 from crawler.pipeline import Outcome, PagePipeline
@@ -105,6 +106,7 @@ class ShardScheduler:
         self.dropped: Counter[str] = pipeline.dropped
         self.batches_received = 0
         self.resumed = 0
+        self.events: Any = None  # crawler.events.EventEmitter, or None (sink: none)
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -131,18 +133,101 @@ class ShardScheduler:
         keep, refused = self.admission.take(items)
         for item in refused:
             self._refused(item)
+        boosted = [i for i in keep if i.boost]
+        if boosted:  # an operator's priority lives in memory only: never spilled
+            self.frontier.push(boosted, in_memory=True)
+            keep = [i for i in keep if not i.boost]
         self.frontier.push(keep)
         self.counters["accepted"] += len(keep)
         self._wake.set()
         return len(keep)
 
-    def set_host_policy(self, host: str, interval_s: float | None, paused: bool | None) -> None:
-        """Operator override of one politeness key; saved at once so it survives restarts."""
-        self.politeness.set_override(host, interval_s=interval_s, paused=paused)
-        self.frontier.reschedule(host)
+    def set_host_policy(
+        self, host: str, interval_s: float | None, paused: bool | None, max_pages: int | None = None,
+        *, hostname_wide: bool = False,
+    ) -> None:
+        """Operator policy (crawler.hostpolicy) of one politeness key, or with
+        ``hostname_wide`` of every key of hostname ``host`` that this shard owns now or
+        later; saved at once so it survives restarts. ``max_pages`` cuts the queue of a
+        host past its new limit (counted as ``host_limit``, no rows)."""
+        if hostname_wide:
+            keys = set(self.politeness.set_name_override(host, interval_s=interval_s, paused=paused))
+            keys.update(k for k in self.frontier.keys() if name_of(k) == host)
+            drops = self.host_budget.set_name_limit(host, max_pages, self.frontier.queued_for) if max_pages is not None else {}
+        else:
+            self.politeness.set_override(host, interval_s=interval_s, paused=paused)
+            keys = {host}
+            drops = {host: self.host_budget.set_limit(host, max_pages, self.frontier.queued_for(host))} if max_pages is not None else {}
+        for key, drop in drops.items():
+            if drop:
+                urls = self.frontier.trim(key, drop)
+                if self.store is not None:
+                    self.store.drop(urls)
+                self.dropped["host_limit"] += len(urls)
+        for key in keys:
+            self.frontier.reschedule(key)
         if self.checkpointer is not None:
             self.checkpointer.save()
         self._wake.set()
+
+    def host_info(self, target: HostTarget) -> dict[str, Any]:
+        """What this shard knows of a host (GET /hosts/{host}): the hostname-wide policy and,
+        for each of its keys here, the policy in force, queue, next allowed time, robots
+        rules and backoff. A scan of the shard's hosts: an operator's call, not per URL."""
+        if target.hostname_wide:
+            keys = {k for k in (*self.frontier.keys(), *self.politeness.keys()) if name_of(k) == target.name}
+        else:
+            keys = {target.key}
+        iv, paused = self.politeness.name_override(target.name)
+        limits, name_limits = self.host_budget.limits()
+        out = []
+        for key in sorted(keys):
+            pace = self.politeness.describe(key)
+            robots = [r for r in (self.robots.cache.describe(f"{scheme}://{key}") for scheme in ("http", "https")) if r]
+            out.append({
+                "key": key,
+                "shard": self.shard_id,
+                "policy": {
+                    "max_rps": None if pace["override_interval_s"] in (None, 0) else 1.0 / pace["override_interval_s"],
+                    "paused": pace["paused"],
+                    "max_pages": self.host_budget.limit(key),
+                },
+                "queued": self.frontier.queued_for(key),
+                "in_flight": pace["in_flight"],
+                "next_allowed_in_s": pace["next_allowed_in_s"],
+                "interval_s": pace["interval_s"],
+                "pages_left": self.host_budget.remaining(key),
+                "robots": robots,
+                "backoff": {
+                    "interval_s": pace["backoff_interval_s"],
+                    "retry_after_s": pace["retry_after_s"],
+                    "crawl_delay_s": pace["crawl_delay_s"],
+                },
+            })
+        return {
+            "hostname_policy": {
+                "max_rps": None if iv in (None, 0) else 1.0 / iv,
+                "paused": paused,
+                "max_pages": name_limits.get(target.name),
+            },
+            "keys": out,
+        }
+
+    def vet_seeds(self, urls: Sequence[str]) -> list[str | None]:
+        """Why each seed would be refused here, or None (POST /seeds, before the seen
+        check): ``robots`` when this shard's cached rules disallow it, ``scope: <rule>``
+        when it breaks a trap rule (length, query parameters, repeated segments)."""
+        traps = self.pipeline.links.traps
+        out: list[str | None] = []
+        for url in urls:
+            rule = traps.check(url, 0)
+            if rule is not None:
+                out.append(f"scope: {rule}")
+            elif self.settings.respect_robots and self.robots.cache.allowed(url, origin(url)) is False:
+                out.append("robots: disallowed by robots.txt")
+            else:
+                out.append(None)
+        return out
 
     def hold(self, seconds: float) -> None:
         """Start no request for ``seconds`` (after a resume: a host contacted just before
@@ -190,6 +275,8 @@ class ShardScheduler:
             await self.outbox.flush(final=True)
         except FencedError as exc:
             log.error("%s: final rows not written: %s (the next run fetches them again)", self.shard_id, exc)
+        if self.events is not None:
+            await self.events.close()  # done by the final flush, unless that was fenced off
         await self.fetcher.close()
         if self.store is not None:
             self._final_counts = self.store.counts()  # after the last acks, for the ledger
@@ -359,4 +446,5 @@ class ShardScheduler:
             "refresh_waiting": refresh_waiting,
             "refresh_due": refresh_due,
             "resumed": self.resumed,
+            "events": self.events.stats() if self.events is not None else None,
         }

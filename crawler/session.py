@@ -36,15 +36,17 @@ from typing import Any, Callable, Protocol, Sequence
 from crawler import ledger
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig, to_dict
-from crawler.errors import ConfigError
+from crawler.errors import ConfigError, OutputLeasedError, SeedError
+from crawler.sinks import sink_factory
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
+from crawler.hostpolicy import HostPolicy, HostTarget, parse_host
 from crawler.lease import Lease, LeaseStore
 from crawler.state import is_remote
 from crawler.output import OUTCOMES, compact_pages, open_fs
 from crawler.resume import CrawlRecord, crawl_state_dir, mark_finished, prepare
 from crawler.termination import TerminationDetector
-from crawler.urls import host_key, normalize, validate_seed
+from crawler.urls import host_key, normalize, url_hash, validate_seed
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +91,23 @@ class Runtime(Protocol):
     async def statuses(self) -> list[dict[str, Any]] | None:
         """Every shard's status, or None when there is no consistent view (a restart)."""
 
-    async def set_host_policy(self, shard_id: str, host: str, interval_s: float | None, paused: bool | None) -> None: ...
+    async def set_host_policy(
+        self, shard_id: str | None, host: str, interval_s: float | None, paused: bool | None,
+        max_pages: int | None, hostname_wide: bool,
+    ) -> None:
+        """Apply an operator policy on shard ``shard_id``, or on every shard (None)."""
 
-    async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
-        """One shard's per-URL state (``shard_id`` None with a ``url_hash``: ask every shard)."""
+    async def url_status(self, shard_id: str, url: str) -> dict[str, Any] | None:
+        """The owning shard's per-URL state (crawler.journal.FrontierStore.url_status)."""
+
+    async def url_for_hash(self, url_hash: str) -> str | None:
+        """The URL with this public id, from whichever shard's store has it."""
+
+    async def host_info(self, shard_id: str | None, target: HostTarget) -> list[dict[str, Any]]:
+        """Each asked shard's view of a host (crawler.scheduler.ShardScheduler.host_info)."""
+
+    async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
+        """Why the owning shard would refuse each seed (robots, trap rules), or None."""
 
     async def stop(self) -> list[dict[str, Any]]:
         """Stop every shard (rows flushed and acked); their final statuses, with ``store_counts``."""
@@ -107,13 +122,18 @@ class Runtime(Protocol):
 def merge_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Sum per-shard statuses into crawl-wide totals (for progress and stats.json)."""
     keys = ("queued", "in_flight", "in_transit", "hosts", "paused_hosts", "paused_urls", "refresh_waiting", "refresh_due")
-    total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}}
+    total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}, "events": {}}
     for s in statuses:
         for k in keys:
             total[k] += s.get(k, 0)
         for section in ("counters", "dropped"):
             for k, v in s[section].items():
                 total[section][k] = total[section].get(k, 0) + v
+        for k, v in (s.get("events") or {}).items():  # page.fetched events (crawler.events)
+            if isinstance(v, bool):
+                total["events"][k] = total["events"].get(k, False) or v
+            else:
+                total["events"][k] = total["events"].get(k, 0) + v
     total["shards"] = len(statuses)
     return total
 
@@ -170,6 +190,7 @@ class CrawlSession:
         self.seeds = cfg.all_seeds()
         if not self.seeds:
             raise ConfigError("seeds: no seed URLs (set seeds: [...] or seeds_file:)")
+        sink_factory(cfg.events)  # a plug-in sink that cannot be loaded fails here, not in a shard
         self._shards = shards
         self._force = force
         self._durable = durable
@@ -187,6 +208,7 @@ class CrawlSession:
         self.last_total: dict[str, Any] = {}
         self._stop_requested = False
         self._started = False
+        self.ready = False
         self.lease: Lease | None = None
         self.ended = "stopped"  # why wait() returned: finished, duration or stopped
         self.fenced: str | None = None
@@ -204,16 +226,12 @@ class CrawlSession:
         if self._durable:
             self.lease = Lease(LeaseStore(self.cfg.output.path, self._options()), self.cfg.runtime.lease_ttl_s)
             epoch = await asyncio.to_thread(self.lease.acquire)
-            # Renewed from now on: starting the runtime may take longer than the lease lives.
-            self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
             try:
                 self.record, self.mode = prepare(self.cfg, n, n_seen, force=self._force)
             except BaseException:
-                self._heartbeat_task.cancel()
                 self.lease.release()
                 raise
             if self.mode == "finished":
-                self._heartbeat_task.cancel()
                 self.lease.release()
                 self.final = {**read_stats(self.cfg), "finished": True, "already_finished": True}
                 if self.on_start is not None:
@@ -224,9 +242,9 @@ class CrawlSession:
         ids = tuple(f"shard-{i:03d}" for i in range(n))
         self.ring = HashRing(list(ids))
         self._started = True
-        await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch))
-        if self._heartbeat_task is None:
-            self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
+        await self._renewing(self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch)))
+        self.ready = True  # the shards run: steering calls reach them from now on
+        self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
         self.started_at = self.clock.now()
         if self.mode == "resume":
             self.resumed = sum(s.get("resumed", 0) for s in await self.runtime.statuses() or [])
@@ -273,6 +291,11 @@ class CrawlSession:
             await self.clock.sleep(self.poll_interval_s)
         return await self.stop(finished=finished)
 
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was requested (the control API then refuses changes)."""
+        return self._stop_requested
+
     def request_stop(self) -> None:
         """Ask :meth:`wait` to stop at its next poll (safe from a signal handler)."""
         self._stop_requested = True
@@ -307,6 +330,12 @@ class CrawlSession:
         services = await self.runtime.service_stats()
         await self.runtime.close()
         stats = self._stats(finals, services, elapsed, finished)
+        if finished and stats["events"].get("pending"):
+            # Events the sink never took stay in the shards' logs: a crawl that still owes
+            # them is not finished, so the next run on this output sends them.
+            log.error("%d page.fetched events are still pending: the crawl stays unfinished", stats["events"]["pending"])
+            finished = stats["finished"] = False
+            stats["unfinished_reason"] = "events_pending"
         opts = self._options()
         if self.fenced is not None:
             # Another run owns the output now: write nothing more into it.
@@ -325,11 +354,26 @@ class CrawlSession:
         self.final = stats
         return stats
 
+    async def _renewing(self, starting: Any) -> None:
+        """Await the runtime's start while renewing the lease: starting actors on a busy or
+        cold cluster can outlast ``lease_ttl_s``, and shards that find the lease expired
+        fence themselves off for good (the heartbeat only begins once they run)."""
+        task = asyncio.ensure_future(starting)
+        every = self.cfg.runtime.lease_ttl_s / 4
+        while self.lease is not None and not task.done():
+            sleeper = asyncio.ensure_future(self.clock.sleep(every))
+            await asyncio.wait({task, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+            sleeper.cancel()
+            if not task.done() and not await asyncio.to_thread(self.lease.renew):
+                task.cancel()
+                raise OutputLeasedError("another run took the output's lease while this one was starting")
+        await task
+
     async def _heartbeat(self) -> None:
         """Tell the shards the driver lives; renew the lease; stop if another run took it."""
         rt = self.cfg.runtime
         beat = rt.driver_timeout_s / 5
-        renew_every = rt.lease_ttl_s / 5
+        renew_every = rt.lease_ttl_s / 4
         renewed = shipped = self.clock.now()
         remote = is_remote(self.cfg.output.path)
         while True:
@@ -357,32 +401,103 @@ class CrawlSession:
 
     # -- steering -------------------------------------------------------------------
 
-    async def add_seeds(self, urls: Sequence[str], *, priority: int = 0) -> dict[str, int]:
-        """Add seeds to a running crawl (validated; the scope widens to include them).
+    async def add_seeds(self, urls: Sequence[str], *, priority: int = 0, strict: bool = True) -> dict[str, Any]:
+        """Add seeds to a running crawl; the scope widens to include them.
 
-        ``priority`` > 0 serves them before other work of the same depth (crawler.backqueue).
-        Returns ``{"accepted": new URLs queued, "already_seen": ...}``. A malformed URL
-        raises SeedError before anything is changed.
+        Each URL is ``accepted`` (queued), ``already_seen``, or ``refused`` with a reason:
+        ``invalid: ...`` (malformed), ``robots: ...`` (the owning shard's cached robots.txt
+        rules disallow it) or ``scope: <rule>`` (a trap rule: length, query parameters,
+        repeated path segments). Refused URLs are not marked seen. ``priority`` > 0 puts
+        the seeds that many levels ahead in their hosts' queues (for this run: it is not
+        kept across a restart). With ``strict`` a malformed URL raises SeedError before
+        anything is changed. Returns the counts and ``urls``: one entry per URL given.
         """
-        clean = [validate_seed(u) for u in urls]
-        await self.runtime.widen_scope(clean)
-        new = await self._seed(clean, priority)
-        return {"accepted": new, "already_seen": len(clean) - new}
+        results: list[dict[str, Any]] = []
+        pending: dict[str, dict[str, Any]] = {}  # normalized URL -> its first entry
+        for raw in urls:
+            entry: dict[str, Any] = {"url": raw, "normalized": None, "url_hash": None, "result": "refused", "reason": None}
+            results.append(entry)
+            try:
+                clean = validate_seed(raw)
+            except SeedError as exc:
+                if strict:
+                    raise
+                entry["reason"] = f"invalid: {exc}"
+                continue
+            entry.update(normalized=clean, url_hash=url_hash(clean))
+            if clean in pending:
+                entry.update(result="already_seen", reason="repeated in this request")
+            else:
+                pending[clean] = entry
+        by_owner: dict[str, list[str]] = {}
+        for clean in pending:
+            by_owner.setdefault(self._owner(host_key(clean)), []).append(clean)
+        for owner, batch in by_owner.items():
+            for clean, reason in zip(batch, await self.runtime.vet_seeds(owner, batch)):
+                if reason is not None:
+                    pending[clean]["reason"] = reason
+        ok = [u for u, e in pending.items() if e["reason"] is None]
+        if ok:
+            await self.runtime.widen_scope(ok)
+            for u, new in zip(ok, await self._seed(ok, boost=priority)):
+                pending[u]["result"] = "accepted" if new else "already_seen"
+        counts = {k: sum(1 for e in results if e["result"] == k) for k in ("accepted", "already_seen", "refused")}
+        return {**counts, "urls": results}
 
-    async def set_host_policy(self, host: str, *, max_rps: float | None = None, paused: bool | None = None) -> None:
-        """Override one host's politeness (``max_rps`` -> interval 1/max_rps) or pause it.
-        It applies on the owning shard at once and survives restarts (it is checkpointed)."""
-        interval = None if max_rps is None else (float("inf") if max_rps <= 0 else 1.0 / max_rps)
-        await self.runtime.set_host_policy(self._owner(host), host, interval, paused)
+    async def set_host_policy(
+        self, host: str, *, max_rps: float | None = None, paused: bool | None = None, max_pages: int | None = None
+    ) -> str:
+        """An operator's host policy (crawler.hostpolicy): ``max_rps`` (interval 1/max_rps,
+        a floor like Crawl-delay), ``paused``, ``max_pages`` (pages admitted in all). A
+        hostname without a port applies to every key of that hostname on every shard;
+        ``host:port`` to that key on its owning shard. It applies at once and survives
+        restarts (it is checkpointed). Returns the host as normalized. Raises ConfigError
+        for a bad host or value, before anything is changed."""
+        target = parse_host(host)
+        policy = HostPolicy(max_rps=max_rps, paused=paused, max_pages=max_pages)
+        owner = None if target.hostname_wide else self._owner(target.key)
+        await self.runtime.set_host_policy(
+            owner, target.name if target.hostname_wide else target.key, policy.interval_s, paused, max_pages, target.hostname_wide
+        )
+        return target.spec()
 
-    async def url_status(self, url_or_hash: str) -> dict[str, Any] | None:
+    async def host_info(self, host: str) -> dict[str, Any]:
+        """A host as the shards see it (GET /hosts/{host}); see :meth:`set_host_policy`."""
+        target = parse_host(host)
+        infos = await self.runtime.host_info(None if target.hostname_wide else self._owner(target.key), target)
+        keys = sorted((k for i in infos for k in i["keys"]), key=lambda k: k["key"])
+        hostname_policy = infos[0]["hostname_policy"] if infos else {"max_rps": None, "paused": False, "max_pages": None}
+        return {"host": target.spec(), "hostname_wide": target.hostname_wide, "hostname_policy": hostname_policy, "keys": keys}
+
+    async def url_status(self, url: str) -> dict[str, Any] | None:
         """The per-URL state (crawler.journal) of a URL, or of a 16-hex-digit ``url_hash``
         (None if never admitted): status, last and next crawl, interval, validators,
-        content hash, fetches and changes."""
-        if len(url_or_hash) == 16 and all(c in "0123456789abcdef" for c in url_or_hash):
-            return await self.runtime.url_status(None, None, url_or_hash)
-        url = normalize(url_or_hash) or url_or_hash
-        return await self.runtime.url_status(self._owner(host_key(url)), url)
+        content hash, fetches and changes. A URL is normalized first, like a seed."""
+        if isinstance(url, str) and len(url) == 16 and all(c in "0123456789abcdef" for c in url):
+            return await self.url_status_by_hash(url)
+        clean = normalize(url) if isinstance(url, str) else None
+        if clean is None:
+            return None
+        return await self.runtime.url_status(self._owner(host_key(clean)), clean)
+
+    async def url_status_by_hash(self, url_hash_hex: str) -> dict[str, Any] | None:
+        """:meth:`url_status` of the URL whose public id (crawler.urls.url_hash) this is."""
+        url = await self.runtime.url_for_hash(url_hash_hex.lower())
+        return None if url is None else await self.url_status(url)
+
+    async def live_stats(self) -> dict[str, Any]:
+        """The numbers of ``stats.json`` (what ``crawl stats`` shows), now; the final ones
+        once the crawl stopped."""
+        if self.final is not None:
+            return self.final
+        statuses = await self.runtime.statuses() or []
+        services = await self.runtime.service_stats()
+        elapsed = self.clock.now() - (self.started_at or self.clock.now())
+        stats = self._stats(statuses, services, elapsed, False)
+        total = merge_status(statuses)
+        stats.update(running=True, in_flight=total["in_flight"], hosts=total["hosts"])
+        stats.pop("config", None)
+        return stats
 
     async def stats(self) -> dict[str, Any]:
         """Crawl-wide totals right now (or the final stats once stopped)."""
@@ -396,18 +511,19 @@ class CrawlSession:
         assert self.ring is not None, "the session is not started"
         return self.ring.node_for(host)
 
-    async def _seed(self, urls: Sequence[str], priority: int = 0) -> int:
-        """Seen-check URLs and deliver the new ones (depth 0) to their owners, in batches."""
-        verdicts = await self.runtime.seen_check(list(urls))
+    async def _seed(self, urls: Sequence[str], boost: int = 0) -> list[bool]:
+        """Seen-check URLs and deliver the new ones (depth 0) to their owners, in batches.
+        Returns the seen verdict of each URL (True: new, delivered)."""
+        verdicts = list(await self.runtime.seen_check(list(urls)))
         by_owner: dict[str, list[UrlItem]] = {}
         for url, new in zip(urls, verdicts):
             if new:
-                item = UrlItem(url, 0, boost=priority)
+                item = UrlItem(url, 0, boost=boost)
                 by_owner.setdefault(self._owner(item.host), []).append(item)
         for owner, batch in by_owner.items():
             await self.runtime.deliver(owner, batch)
         self.detector.note_driver_batches(len(by_owner))
-        return sum(len(b) for b in by_owner.values())
+        return verdicts
 
     def _stats(self, finals: list[dict[str, Any]], services: dict[str, Any], elapsed: float, finished: bool) -> dict[str, Any]:
         total = merge_status(finals)
@@ -415,7 +531,7 @@ class CrawlSession:
         refresh = c.get("refresh_fetches", 0)
         return {
             "finished": finished,
-            "ended": self.ended if not finished else "finished",
+            "ended": "finished" if finished else self.ended,
             "elapsed_s": round(elapsed, 3),
             "pages_per_s": round(c.get("fetched", 0) / elapsed, 2) if elapsed > 0 else None,
             "outcomes": {k: c.get(k, 0) for k in OUTCOMES},
@@ -424,8 +540,10 @@ class CrawlSession:
             "retries": c.get("retries", 0),
             "bytes": c.get("bytes", 0),
             "duplicates": {"exact": c.get("dup_exact", 0), "near": c.get("dup_near", 0)},
+            "events": total["events"],
             "dropped": total["dropped"],
             "queued_unfetched": total["queued"],
+            "paused": {"hosts": total["paused_hosts"], "urls": total["paused_urls"]},
             "refresh": {
                 "fetches": refresh,
                 "not_modified": c.get("not_modified", 0),
@@ -434,7 +552,6 @@ class CrawlSession:
                 "due_now": total["refresh_due"],
                 "waiting": total["refresh_waiting"],
             },
-            "paused": {"hosts": total["paused_hosts"], "urls": total["paused_urls"]},
             "shards": total["shards"],
             "seen_shards": self.record.seen_shards if self.record is not None else None,
             "seen": services.get("seen", {}),

@@ -11,6 +11,7 @@ from its durable store. ``actors/host_shard.py`` calls it with Ray clients,
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -19,6 +20,7 @@ from crawler.batching import MicroBatcher
 from crawler.checkpoint import Checkpointer, resume_queue
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig
+from crawler.events import EventEmitter, build_emitter
 from crawler.fetch import Fetcher, classify
 from crawler.frontier import Frontier, UrlItem
 from crawler import state
@@ -102,6 +104,19 @@ def build_fence(cfg: CrawlConfig, epoch: int | None, clock: Clock) -> Fence | No
         return None
     store = LeaseStore(cfg.output.path, dict(cfg.output.storage_options) or None)
     return Fence(store, epoch, clock, FENCE_CHECK_INTERVAL_S)
+
+
+def _flush_hooks(checkpointer: Checkpointer | None, emitter: EventEmitter | None) -> Callable[[bool], Awaitable[None]] | None:
+    """The outbox's per-round hook: checkpoint, then the events' (the final round drains them)."""
+    hooks = [h for h in (checkpointer.tick if checkpointer else None, emitter.on_flush if emitter else None) if h]
+    if len(hooks) < 2:
+        return hooks[0] if hooks else None
+
+    async def both(final: bool) -> None:
+        for hook in hooks:
+            await hook(final)
+
+    return both
 
 
 def build_shard(
@@ -195,14 +210,21 @@ def build_shard(
             ship=ship if state.is_remote(out) else None,
             ship_interval_s=rt.state_ship_interval_s,
         )
+    shard_ref: list[ShardScheduler] = []  # the emitter holds the shard's dispatch (built below)
+    emitter = build_emitter(
+        cfg.events, shard_id, out, opts, clock,
+        log_path=os.path.splitext(store.path)[0] + ".events.sqlite" if store is not None else None,
+        hold=lambda seconds: shard_ref[0].hold(seconds),
+    )
     outbox = Outbox(
         writer if writer is not None else build_writer(cfg, shard_id, clock),
         store,
         clock,
         interval_s=cfg.output.outbox_interval_s,
         run_blocking=run_blocking,
-        on_flush=checkpointer.tick if checkpointer is not None else None,
+        on_flush=_flush_hooks(checkpointer, emitter),
         fence=fence.ok if fence is not None else None,
+        on_durable=emitter.on_durable if emitter is not None else None,
     )
     sitemaps = None
     if cfg.sitemaps.enabled:
@@ -239,6 +261,8 @@ def build_shard(
         feed=RefreshFeed(store, frontier, clock) if rc.enabled and store is not None else None,
         sitemaps=sitemaps,
     )
+    shard_ref.append(shard)
+    shard.events = emitter
     router.before_flush = shard.commit_claims  # claims are durable before links are marked seen
     if fence is not None:
         shard.gate = fence.ok
@@ -248,8 +272,11 @@ def build_shard(
             rows = state.rows_since(shard_id, out, opts, state.oldest_copy(out, opts))
             state.reconcile_store(store, rows)
             shard.on_start.append(lambda: state.reroute(shard, rows, out, opts))
+        # Policies first: the frontier schedules the resumed hosts by them (a paused host
+        # must be parked from the start, not scheduled as never contacted).
+        restored = checkpointer.restore()
         shard.resumed = resume_queue(store, frontier)
-        if checkpointer.restore() or shard.resumed:
+        if restored or shard.resumed:
             # No request before one interval: a host contacted just before the stop is
             # not contacted again too soon.
             shard.hold(max(pol.interval_s, 0.05))

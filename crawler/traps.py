@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from crawler.errors import ConfigError, StorageError
+from crawler.hostpolicy import name_of
 
 __all__ = ["TrapRules", "HostBudget"]
 
@@ -204,6 +205,9 @@ class HostBudget:
         self._mask = (1 << window) - 1
         self._step = 2.0 ** (1.0 / window)
         self._hosts: dict[str, _HostState] = {}
+        # Operator limits (PUT /hosts/{host}/policy {max_pages}): per key, per hostname.
+        self._limits: dict[str, int] = {}
+        self._name_limits: dict[str, int] = {}
         self._admitted = 0
         self._rejected = 0
         self._fetched = 0
@@ -225,8 +229,53 @@ class HostBudget:
     def _state(self, host: str) -> _HostState:
         state = self._hosts.get(host)
         if state is None:
-            state = self._hosts[host] = _HostState(self.max_pages_per_host)
+            state = self._hosts[host] = _HostState(self.limit(host))
         return state
+
+    def limit(self, host: str) -> int | None:
+        """Pages key ``host`` may be admitted in all: the operator's limit for the key,
+        else for its hostname, else ``max_pages_per_host``."""
+        if self._limits or self._name_limits:
+            if host in self._limits:
+                return self._limits[host]
+            name_limit = self._name_limits.get(name_of(host))
+            if name_limit is not None:
+                return name_limit
+        return self.max_pages_per_host
+
+    def set_limit(self, host: str, max_pages: int, queued: int = 0) -> int:
+        """Operator limit for key ``host``: ``max_pages`` admitted in all. The host has
+        ``queued`` URLs waiting; returns how many of them to drop (the newest), so what
+        stays queued plus what may still be admitted fits the limit."""
+        max_pages = _limit("max_pages", max_pages, 0)  # type: ignore[assignment]
+        self._limits[host] = max_pages
+        return self._apply_limit(host, max_pages, queued)
+
+    def set_name_limit(self, name: str, max_pages: int, queued_of: Any) -> dict[str, int]:
+        """Operator limit for every key of hostname ``name`` (any port, keys seen later
+        too); it replaces earlier per-key limits of the hostname. ``queued_of(key)`` is
+        the key's queue length. Returns the URLs to drop per key (see :meth:`set_limit`)."""
+        max_pages = _limit("max_pages", max_pages, 0)  # type: ignore[assignment]
+        self._name_limits[name] = max_pages
+        drops = {}
+        for key in [k for k in {**self._hosts, **self._limits} if name_of(k) == name]:
+            self._limits.pop(key, None)
+            drops[key] = self._apply_limit(key, max_pages, queued_of(key))
+        return drops
+
+    def _apply_limit(self, host: str, max_pages: int, queued: int) -> int:
+        state = self._hosts.get(host)
+        if state is None:
+            return 0  # created with the limit on its first admit
+        used = max(0, state.admitted - queued)  # admitted and no longer waiting
+        left = max(0, max_pages - used)
+        drop = max(0, queued - left)
+        state.remaining = left - (queued - drop)
+        return drop
+
+    def limits(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The operator limits: (per key, per hostname)."""
+        return dict(self._limits), dict(self._name_limits)
 
     # --- the hot path -------------------------------------------------------------
 
@@ -302,7 +351,7 @@ class HostBudget:
     def remaining(self, host: str) -> int | None:
         """Pages the host may still be admitted; None means no limit."""
         state = self._hosts.get(host)
-        return self.max_pages_per_host if state is None else state.remaining
+        return self.limit(host) if state is None else state.remaining
 
     def stats(self) -> dict[str, int]:
         """Totals over all hosts, for metrics."""
@@ -334,6 +383,8 @@ class HostBudget:
                 host: [getattr(state, f) for f in _HostState.FIELDS]
                 for host, state in self._hosts.items()
             },
+            "limits": dict(self._limits),
+            "name_limits": dict(self._name_limits),
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
@@ -349,6 +400,8 @@ class HostBudget:
                     f"{self.SNAPSHOT_VERSION}"
                 )
             fields = list(snapshot["fields"])
+            limits = {str(k): int(v) for k, v in dict(snapshot.get("limits", {})).items()}
+            name_limits = {str(k): int(v) for k, v in dict(snapshot.get("name_limits", {})).items()}
             hosts: dict[str, _HostState] = {}
             for host, values in snapshot["hosts"].items():
                 record = dict(zip(fields, values, strict=True))
@@ -365,6 +418,7 @@ class HostBudget:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StorageError(f"host budget snapshot is malformed: {exc!r}") from exc
         self._hosts = hosts
+        self._limits, self._name_limits = limits, name_limits
         self._admitted = sum(s.admitted for s in hosts.values())
         self._rejected = sum(s.rejected for s in hosts.values())
         self._fetched = sum(s.fetched for s in hosts.values())

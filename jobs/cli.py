@@ -5,6 +5,7 @@
     crawl stats OUT
     crawl links FILE_OR_URL [--url BASE_URL] [--content-type T] [--config CONFIG]
     crawl serve-web [--profile demo] [--port 8080]
+    crawl ctl [--api URL] [--token T] seeds add URL... | url URL | host pause|resume|show|set HOST | stats | stop
 
 Bad config or seeds exit with status 2 and a one-line message saying what to fix.
 """
@@ -87,7 +88,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if fs.exists(stats_path):
         with fs.open(stats_path, "r") as f:
             run = json.load(f)
-        summary["run"] = {k: run.get(k) for k in ("finished", "elapsed_s", "pages_per_s", "requests", "retries", "queued_unfetched", "shards", "dropped")}
+        summary["run"] = {k: run.get(k) for k in ("finished", "elapsed_s", "pages_per_s", "requests", "retries", "queued_unfetched", "shards", "dropped", "events")}
         led = run.get("ledger")
         if led:
             # Recheck against the rows as they are now, not as the run counted them.
@@ -198,6 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--port", type=int, default=8080)
     w.add_argument("--seed", type=int, default=0)
     w.set_defaults(func=cmd_serve_web)
+
+    from jobs.ctl import add_parser as add_ctl
+
+    add_ctl(sub)
     return p
 
 

@@ -4,7 +4,9 @@ This is what ``ray job submit`` runs and what ``crawl run`` calls. It is a thin 
 over :class:`crawler.session.CrawlSession`: it picks the runtime (Ray, or in-process
 with ``--local``), shows progress, and turns SIGINT and SIGTERM (Ctrl-C, ``kill``,
 ``ray job stop``) into a clean stop: rows flushed, ``stats.json`` written, the state
-resumable, a non-zero exit (130 for SIGINT, 143 for SIGTERM).
+resumable, a non-zero exit (130 for SIGINT, 143 for SIGTERM). With ``api.enabled`` it
+serves the HTTP control API (crawler.api) in its event loop and prints the API's address
+to stderr, which is the job log of a crawl started with ``ray job submit``.
 
 :func:`Crawl` gives notebooks and scripts a blocking handle on a crawl that keeps running
 between calls (crawler.handle).
@@ -22,6 +24,7 @@ from typing import Any, Sequence
 from crawler import config as config_mod
 from crawler import ledger
 from crawler.config import CrawlConfig
+from crawler.api import ControlApi
 from crawler.errors import ConfigError, OutputExistsError, OutputLeasedError
 from crawler.handle import CrawlHandle
 from crawler.session import CrawlSession
@@ -48,10 +51,18 @@ def make_session(
 
 def Crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = None, poll_interval_s: float = 0.2, force: bool = False) -> CrawlHandle:  # noqa: N802 - a factory that reads like the handle it returns
     """A blocking handle on a crawl for notebooks and scripts: ``Crawl(cfg).start()``."""
-    return CrawlHandle(make_session(cfg, local=local, address=address, poll_interval_s=poll_interval_s, force=force))
+    session = make_session(cfg, local=local, address=address, poll_interval_s=poll_interval_s, force=force)
+    return CrawlHandle(session, on_api_request=None if local else api_metrics())
 
 
-async def _run(session: CrawlSession, stopped_by: list[int]) -> dict[str, Any]:
+def api_metrics() -> Any:
+    """Counts API requests in Ray's metrics (``crawler_api_requests_total``)."""
+    from actors.metrics import ApiMetrics
+
+    return ApiMetrics().record
+
+
+async def _run(session: CrawlSession, stopped_by: list[int], api: ControlApi | None = None) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
 
@@ -80,8 +91,13 @@ async def _run(session: CrawlSession, stopped_by: list[int]) -> dict[str, Any]:
     session.on_start = lambda s: (announce(s) if announce else None, install())
     install()
     try:
+        if api is not None:
+            # Up before the shards: it answers 503 until the crawl has started.
+            print(f"control API: {await api.start()}", file=sys.stderr, flush=True)
         return await session.run()
     finally:
+        if api is not None:
+            await api.close()
         for sig in installed:
             loop.remove_signal_handler(sig)
 
@@ -103,7 +119,9 @@ def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = No
     session = make_session(cfg, local=local, address=address, force=force, on_progress=prog.update, on_start=announce)
     stopped_by: list[int] = []
     try:
-        stats = asyncio.run(_run(session, stopped_by))
+        # Made before anything starts: a non-loopback API without a token is refused here.
+        api = ControlApi(session, cfg.api, on_request=None if local else api_metrics()) if cfg.api.enabled else None
+        stats = asyncio.run(_run(session, stopped_by, api))
     except asyncio.CancelledError:  # a second Ctrl-C: abort without flushing
         raise KeyboardInterrupt from None
     finally:
@@ -144,6 +162,13 @@ def print_summary(stats: dict[str, Any], out: str, stream=None) -> None:
         print(
             f"refresh: {r['fetches']} refetches, {r['not_modified']} not modified ({100 * (r['not_modified_share'] or 0):.0f}%), "
             f"{r['changes_found']} changes found, {r['due_now']} due now",
+            file=stream,
+        )
+    ev = stats.get("events") or {}
+    if ev:
+        print(
+            f"page.fetched events: {ev.get('emitted', 0)} sent, {ev.get('pending', 0)} pending, "
+            f"{ev.get('sink_failures', 0)} failed sends ({ev.get('sink_down_s', 0)}s down)",
             file=stream,
         )
     if stats.get("dropped"):

@@ -31,6 +31,9 @@ def summary_line(total: dict[str, Any], elapsed: float, rate: float) -> str:
             f" | refresh {refresh} (304 {c.get('not_modified', 0)}, changed {c.get('changes_found', 0)}),"
             f" due {total.get('refresh_due', 0)}"
         )
+    ev = total.get("events") or {}
+    if ev.get("sink_down"):  # a lasting outage is surfaced, not only counted
+        paused += f" | event sink DOWN for {ev.get('sink_down_s', 0):.0f}s, {ev.get('pending', 0)} events kept"
     return (
         f"[{elapsed:6.1f}s] fetched {c.get('fetched', 0)} ({rate:.1f} pages/s) | queued {total['queued']} | "
         f"in flight {total['in_flight']} | hosts {total['hosts']} | errors {errors} | "

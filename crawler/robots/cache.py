@@ -125,6 +125,21 @@ class RobotsCache:
         rules = self._entries.get(origin)
         return None if rules is None else rules.crawl_delay
 
+    def describe(self, origin: str) -> dict[str, Any] | None:
+        """What is cached for ``origin`` (the control API's host view), without counting a
+        lookup; None if nothing is. ``expires_in_s`` <= 0: expired, refetched on next use."""
+        rules = self._entries.get(origin)
+        if rules is None:
+            return None
+        return {
+            "origin": origin,
+            "kind": rules.kind,
+            "status": rules.source_status,
+            "crawl_delay_s": rules.crawl_delay,
+            "expires_in_s": rules.expires_at - self._now(),
+            "unreachable": rules.unreachable,
+        }
+
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -1,0 +1,134 @@
+"""Crawler metrics through ``ray.util.metrics``, so they reach Ray's Prometheus endpoint
+and dashboard (Ray puts its ``ray_`` namespace in front: ``ray_crawler_pages_total``).
+
+Values come from what the shard already counts (its status and counters, crawler.scheduler);
+this module only turns cumulative counts into counter increments and sets gauges, once a
+second from the HostShard actor's watchdog. Label sets stay bounded: a shard id, an outcome,
+a duplicate kind, a host state, an API route and status code; never a host or a URL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.util.metrics import Counter, Gauge, Histogram
+
+from crawler.output import OUTCOMES
+
+#: Fetch latency buckets, seconds (a request to a healthy site: 50-500 ms).
+LATENCY_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
+
+
+class _Deltas:
+    """Cumulative values -> counter increments (a counter only goes up)."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, ...], float] = {}
+
+    def inc(self, counter: Counter, key: tuple[str, ...], value: float, tags: dict[str, str]) -> None:
+        delta = value - self._last.get(key, 0.0)
+        if delta > 0:
+            counter.inc(delta, tags=tags)
+            self._last[key] = value
+
+
+class ShardMetrics:
+    """The ``crawler_`` families one HostShard exports (README "Operating a crawl")."""
+
+    def __init__(self, shard_id: str) -> None:
+        self.tags = {"shard": shard_id}
+        self._d = _Deltas()
+        self.pages = Counter("crawler_pages", "URLs finished, by outcome (one row each)", ("shard", "outcome"))
+        self.bytes = Counter("crawler_bytes", "body bytes fetched", ("shard",))
+        self.requests = Counter("crawler_requests", "HTTP requests sent (robots.txt included)", ("shard",))
+        self.latency = Histogram(
+            "crawler_fetch_latency_seconds", "time from sending a request to its last body byte",
+            boundaries=LATENCY_BUCKETS, tag_keys=("shard",),
+        )
+        self.queued = Gauge("crawler_queued_urls", "URLs waiting in the shard's frontier", ("shard",))
+        self.due = Gauge("crawler_due_refreshes", "recrawls due now and not yet fetched", ("shard",))
+        self.hosts = Gauge("crawler_hosts", "hosts with work (active), paused by an operator, backed off", ("shard", "state"))
+        self.wait = Counter(
+            "crawler_politeness_wait_seconds", "politeness delay put between a host's requests, summed", ("shard",)
+        )
+        self.dups = Counter("crawler_duplicates", "fetched pages that duplicate stored content", ("shard", "kind"))
+        self.emitted = Counter("crawler_events_emitted", "page.fetched events the sink took", ("shard",))
+        self.pending = Gauge("crawler_events_pending", "page.fetched events waiting for the sink", ("shard",))
+        self.sink_failures = Counter("crawler_events_sink_failures", "failed sends to the event sink", ("shard",))
+
+    def observe_latency(self, seconds: float) -> None:
+        self.latency.observe(max(0.0, seconds), tags=self.tags)
+
+    def record(self, shard: Any) -> None:
+        """Export the shard's numbers now (a :class:`~crawler.scheduler.ShardScheduler`)."""
+        st = shard.status()
+        c = st["counters"]
+        t = self.tags
+        for outcome in OUTCOMES:
+            self._d.inc(self.pages, ("pages", outcome), c.get(outcome, 0), {**t, "outcome": outcome})
+        self._d.inc(self.bytes, ("bytes",), c.get("bytes", 0), t)
+        self._d.inc(self.requests, ("requests",), c.get("requests", 0), t)
+        for kind in ("exact", "near"):
+            self._d.inc(self.dups, ("dup", kind), c.get(f"dup_{kind}", 0), {**t, "kind": kind})
+        self._d.inc(self.wait, ("wait",), shard.politeness.stats()["wait_s"], t)
+        self.queued.set(st["queued"], tags=t)
+        self.due.set(st.get("due_refreshes", 0), tags=t)
+        self.hosts.set(st["hosts"], tags={**t, "state": "active"})
+        self.hosts.set(st["paused_hosts"], tags={**t, "state": "paused"})
+        self.hosts.set(shard.politeness.backed_off(), tags={**t, "state": "backed_off"})
+        ev = st.get("events") or {}
+        self._d.inc(self.emitted, ("emitted",), ev.get("emitted", 0), t)
+        self._d.inc(self.sink_failures, ("sink_failures",), ev.get("sink_failures", 0), t)
+        self.pending.set(ev.get("pending", 0), tags=t)
+
+
+class TimedFetcher:
+    """A shard's fetcher that reports each request's latency (``FetchResult`` times)."""
+
+    def __init__(self, inner: Any, observe: Any) -> None:
+        self.inner = inner
+        self._observe = observe
+
+    async def fetch(self, url: str, headers: dict[str, str] | None = None) -> Any:
+        res = await self.inner.fetch(url, headers)
+        if res.started_at is not None and res.finished_at is not None:
+            self._observe(res.finished_at - res.started_at)
+        return res
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class SeenMetrics:
+    """The seen filter's checks and false positives (one SeenFilter actor's share)."""
+
+    def __init__(self, index: int) -> None:
+        self.tags = {"seen_shard": str(index)}
+        self._d = _Deltas()
+        self.checks = Counter("crawler_seen_checks", "URLs checked against the seen filter", ("seen_shard",))
+        self.false_positives = Counter(
+            "crawler_seen_false_positives", "Bloom positives the exact store refuted", ("seen_shard",)
+        )
+
+    def record(self, checks: int, false_positives: int) -> None:
+        self._d.inc(self.checks, ("checks",), checks, self.tags)
+        self._d.inc(self.false_positives, ("fp",), false_positives, self.tags)
+
+
+class ApiMetrics:
+    """Control API requests by route and status code, counted in the driver."""
+
+    def __init__(self) -> None:
+        self._counter: Counter | None = None
+
+    def record(self, route: str, status: int) -> None:
+        import ray
+
+        if not ray.is_initialized():  # before the runtime joined Ray (503s while starting)
+            return
+        if self._counter is None:
+            self._counter = Counter("crawler_api_requests", "control API requests", ("route", "code"))
+        self._counter.inc(1, tags={"route": route, "code": str(status)})

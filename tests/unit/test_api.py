@@ -1,0 +1,158 @@
+"""The control API's HTTP layer on a loopback socket, over a recording stand-in session:
+auth, status codes, errors that name the field, nothing half-applied, and the refusal to
+serve beyond this machine without a token. (The API over a real crawl: tests/integration/test_api.py.)"""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+from crawler.api import ControlApi, check_binding, url_view
+from crawler.config import ApiConfig
+from crawler.errors import ConfigError
+
+TOKEN = "t0ken"
+
+
+class FakeSession:
+    """Records the session calls the API makes."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.final = None
+        self.ready = True
+        self.stopping = False
+
+    def request_stop(self) -> None:
+        self.calls.append(("stop",))
+        self.stopping = True
+
+    async def add_seeds(self, urls, *, priority=0, strict=True):
+        self.calls.append(("seeds", list(urls), priority, strict))
+        return {"accepted": len(urls), "already_seen": 0, "refused": 0, "urls": []}
+
+    async def set_host_policy(self, host, **policy):
+        from crawler.hostpolicy import parse_host
+
+        self.calls.append(("policy", parse_host(host).spec(), policy))
+        return host
+
+    async def host_info(self, host):
+        return {"host": host, "keys": []}
+
+    async def url_status(self, url):
+        return {"url": url, "url_hash": "00" * 8, "status": "queued", "depth": 0} if url.endswith("/known") else None
+
+    async def url_status_by_hash(self, h):
+        return None
+
+    async def live_stats(self):
+        return {"outcomes": {"fetched": 3}}
+
+
+@pytest.fixture
+async def api():
+    session = FakeSession()
+    seen: list[tuple[str, int]] = []
+    server = ControlApi(session, ApiConfig(enabled=True, port=0, token=TOKEN), on_request=lambda r, s: seen.append((r, s)))
+    await server.start()
+    async with aiohttp.ClientSession(server.url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        yield server, session, http, seen
+    await server.close()
+
+
+async def call(http, method, path, **kw):
+    async with http.request(method, path, **kw) as r:
+        return r.status, (await r.json() if r.content_type == "application/json" else None)
+
+
+async def test_requests_without_the_token_are_refused(api):
+    server, session, _, _ = api
+    async with aiohttp.ClientSession(server.url) as anon:
+        for method, path in (("GET", "/stats"), ("POST", "/stop"), ("PUT", "/hosts/a.test/policy")):
+            async with anon.request(method, path, json={"paused": True}) as r:
+                assert r.status == 401 and r.headers["WWW-Authenticate"].startswith("Bearer")
+        async with anon.get("/stats", headers={"Authorization": "Bearer wrong"}) as r:
+            assert r.status == 401
+    assert session.calls == []
+
+
+@pytest.mark.parametrize(
+    "method, path, body, field",
+    [
+        ("POST", "/seeds", b"{not json", "body"),
+        ("POST", "/seeds", b"[1]", "body"),
+        ("POST", "/seeds", {"urls": []}, "urls"),
+        ("POST", "/seeds", {"urls": ["http://a.test/", 7]}, "urls"),
+        ("POST", "/seeds", {"urls": ["http://a.test/"], "priority": "high"}, "priority"),
+        ("POST", "/seeds", {"urls": ["http://a.test/"], "colour": 1}, "colour"),
+        ("PUT", "/hosts/a.test/policy", {"max_rps": 2, "paused": "no"}, "paused"),
+        ("PUT", "/hosts/a.test/policy", {"max_rps": -1}, "max_rps"),
+        ("PUT", "/hosts/a.test/policy", {"max_pages": 1.5}, "max_pages"),
+        ("PUT", "/hosts/a.test/policy", {}, "body"),
+        ("PUT", "/hosts/a.test:99999/policy", {"paused": True}, "host"),
+        ("GET", "/urls/xyz", None, "url_hash"),
+        ("GET", "/urls", None, "url"),
+    ],
+)
+async def test_bad_input_is_a_400_naming_the_field_and_changes_nothing(api, method, path, body, field):
+    _, session, http, _ = api
+    kw = {"data": body} if isinstance(body, bytes) else {"json": body} if body is not None else {}
+    status, answer = await call(http, method, path, **kw)
+    assert status == 400 and answer["field"] == field, answer
+    assert session.calls == []
+
+
+async def test_each_endpoint_calls_its_session_method(api):
+    _, session, http, seen = api
+    assert await call(http, "POST", "/seeds", json={"urls": ["http://a.test/"], "priority": 2}) == (
+        202, {"accepted": 1, "already_seen": 0, "refused": 0, "urls": []})
+    assert (await call(http, "PUT", "/hosts/A.test:8080/policy", json={"max_rps": 0.5, "max_pages": 10}))[0] == 204
+    assert (await call(http, "GET", "/hosts/a.test"))[0] == 200
+    status, view = await call(http, "GET", "/urls", params={"url": "http://a.test/known"})
+    assert status == 200 and view["status"] == "queued" and view["last_crawled_at"] is None and view["depth"] == 0
+    assert (await call(http, "GET", "/urls", params={"url": "http://a.test/other"}))[0] == 404
+    assert (await call(http, "GET", "/urls/00112233445566ff"))[0] == 404
+    assert await call(http, "GET", "/stats") == (200, {"outcomes": {"fetched": 3}})
+    assert (await call(http, "GET", "/nowhere"))[0] == 404
+    assert await call(http, "POST", "/stop") == (202, {"stopping": True})
+    assert (await call(http, "PUT", "/hosts/a.test/policy", json={"paused": True}))[0] == 409  # stopping
+    assert session.calls == [
+        ("seeds", ["http://a.test/"], 2, False),
+        ("policy", "a.test:8080", {"max_rps": 0.5, "max_pages": 10}),
+        ("stop",),
+    ]
+    routes = {r for r, _ in seen}
+    assert {"/seeds", "/hosts/{host}/policy", "/urls/{url_hash}", "/stats", "/stop"} <= routes
+    assert all("a.test" not in r for r in routes)  # bounded labels: the template, not the host
+
+
+def test_url_view_has_every_field_null_when_unknown():
+    view = url_view({"url": "http://a.test/", "url_hash": "ab" * 8, "status": "done", "content_sha256": "cd" * 32})
+    assert list(view)[:8] == ["url", "url_hash", "status", "last_crawled_at", "next_crawl_at", "content_hash", "fetches", "last_outcome"]
+    assert view["content_hash"] == "cd" * 32 and view["fetches"] is None
+
+
+@pytest.mark.parametrize("host, token, ok", [("127.0.0.1", None, True), ("::1", None, True), ("localhost", None, True),
+                                             ("0.0.0.0", None, False), ("10.1.2.3", None, False), ("0.0.0.0", "x", True)])
+def test_serving_beyond_loopback_needs_a_token(host, token, ok, monkeypatch):
+    monkeypatch.delenv("CRAWL_API_TOKEN", raising=False)
+    if ok:
+        check_binding(ApiConfig(host=host), token)
+    else:
+        with pytest.raises(ConfigError, match="api.token"):
+            ControlApi(FakeSession(), ApiConfig(enabled=True, host=host, token=token))
+
+
+def test_token_from_the_environment(monkeypatch):
+    monkeypatch.setenv("CRAWL_API_TOKEN", "from-env")
+    assert ControlApi(FakeSession(), ApiConfig(enabled=True, host="0.0.0.0")).token == "from-env"
+
+
+async def test_503_until_the_shards_run(api):
+    _, session, http, _ = api
+    session.ready = False
+    assert (await call(http, "GET", "/stats"))[0] == 503
+    assert (await call(http, "PUT", "/hosts/a.test/policy", json={"paused": True}))[0] == 503
+    assert (await call(http, "PUT", "/hosts/a b/policy", json={"paused": True}))[0] == 400  # bad input first
+    assert session.calls == []

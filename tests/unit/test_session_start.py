@@ -1,0 +1,73 @@
+"""A session keeps its output lease while its runtime starts: actors that take longer than
+``lease_ttl_s`` to come up (a cold or busy cluster) must not find the lease expired and
+fence themselves off before the crawl begins. And the API says 503 until then."""
+
+from __future__ import annotations
+
+import asyncio
+
+from crawler import config
+from crawler.clock import MockClock
+from crawler.lease import Lease
+from crawler.session import CrawlSession
+
+TTL = 4.0
+START_S = 30.0  # how long the runtime takes to start, on the session's clock
+
+
+class SlowRuntime:
+    """Starts in START_S of the clock; otherwise does nothing."""
+
+    def __init__(self, clock: MockClock) -> None:
+        self.clock = clock
+        self.started_at: float | None = None
+
+    def default_shards(self, cfg):
+        return 1, 1
+
+    async def start(self, plan):
+        await self.clock.sleep(START_S)
+        self.started_at = self.clock.now()
+
+    async def heartbeat(self):
+        return None
+
+    async def statuses(self):
+        return []
+
+    async def seen_check(self, urls):
+        return [True] * len(urls)
+
+    async def deliver(self, shard_id, items):
+        return None
+
+    async def close(self):
+        return None
+
+
+async def test_the_lease_is_renewed_while_the_runtime_starts(tmp_path, monkeypatch):
+    renewals: list[float] = []
+    clock = MockClock()
+    real_renew = Lease.renew
+
+    def renew(self):
+        renewals.append(clock.now())
+        return real_renew(self)
+
+    async def inline(fn, *args):
+        return fn(*args)
+
+    monkeypatch.setattr(Lease, "renew", renew)
+    monkeypatch.setattr(asyncio, "to_thread", inline)  # the lease's file I/O, inline: no threads
+    cfg = config.from_dict({"seeds": ["http://a.test/"], "output": {"path": str(tmp_path / "out")},
+                            "runtime": {"lease_ttl_s": TTL}})
+    runtime = SlowRuntime(clock)
+    session = CrawlSession(cfg, runtime, clock=clock)
+    assert not session.ready
+    task = asyncio.ensure_future(session.start())
+    await clock.run_until(task.done, max_time=START_S + 10)
+    assert task.result() == "new" and session.ready and runtime.started_at == START_S
+    # Never longer than a quarter of the TTL without a renewal while starting.
+    assert renewals == [TTL / 4 * i for i in range(1, int(START_S / (TTL / 4)))]
+    session._heartbeat_task.cancel()
+    session.lease.release()
