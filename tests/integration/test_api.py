@@ -68,7 +68,7 @@ def test_control_api_steers_a_crawl_across_a_restart(web, tmp_path, capsys):
 
         root = web.url(PAUSED, "/")
         code, status = _ctl(capsys, api, "url", root)
-        assert code == 0 and status["status"] == "queued" and status["url"] == root
+        assert code == 0 and status["status"] == "pending" and status["url"] == root
         assert _ctl(capsys, api, "url", status["url_hash"])[1] == status
         assert request(api, "GET", "/urls/" + "0" * 16, token=TOKEN)[0] == 404
 

@@ -163,7 +163,7 @@ def test_crawler_families_on_prometheus_match_the_crawl(web, tmp_path, ray_head)
         host = request(api, "GET", f"/hosts/{PAUSED}", token=TOKEN)[1]
         assert host["hostname_policy"]["paused"] and [k["queued"] > 0 for k in host["keys"]] == [True]
         root = request(api, "GET", "/urls?url=" + quote(web.url("h0000.web.test", "/"), safe=""), token=TOKEN)[1]
-        assert root["status"] == "done" and request(api, "GET", f"/urls/{root['url_hash']}", token=TOKEN)[1] == root
+        assert root["status"] == "fetched" and request(api, "GET", f"/urls/{root['url_hash']}", token=TOKEN)[1] == root
 
         def matches(m: dict) -> list[str]:
             c = stats["outcomes"]
