@@ -216,8 +216,10 @@ class CrawlSession:
         ids = tuple(f"shard-{i:03d}" for i in range(n))
         self.ring = HashRing(list(ids))
         self._started = True
-        await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch))
+        # Renew the lease from here on: starting the runtime (actors on a loaded machine)
+        # can take longer than runtime.lease_ttl_s, and shards fence off an expired lease.
         self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
+        await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch))
         self.started_at = self.clock.now()
         if self.mode == "resume":
             self.resumed = sum(s.get("resumed", 0) for s in await self.runtime.statuses() or [])
