@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import tempfile
 from pathlib import Path
 
@@ -45,9 +46,12 @@ def test_the_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     # The kernel inherits these: a small web, a short first watch, its own Ray temp dir.
     for k, v in {"NOTEBOOK_WEB_PROFILE": "test", "NOTEBOOK_INTERVAL_S": "0.1", "NOTEBOOK_WATCH_S": "3",
                  "NOTEBOOK_OUT": str(out), "RAY_TMPDIR": ray_tmp, "RAY_USAGE_STATS_ENABLED": "0",
-                 "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}.items():
+                 "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                 # the embedded Ray's token: the test's own, never the machine's ~/.ray/auth_token
+                 "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "MPLBACKEND": "module://matplotlib_inline.backend_inline"}.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
     root = str(NOTEBOOK.parents[1])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     nb = nbformat.read(NOTEBOOK, as_version=4)
