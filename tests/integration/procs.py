@@ -110,7 +110,9 @@ def ray_node_pids(temp_dir):
     it, everything in their process groups, and all their descendants (workers)."""
     table = _proc_table()
     me, my_group = os.getpid(), os.getpgid(0)
-    roots = {pid for pid, (_, pgid, cmd) in table.items() if temp_dir in cmd and pid != me and pgid != my_group}
+    roots = {pid for pid, (_, _, cmd) in table.items() if temp_dir in cmd and pid != me}
+    # Start the node in a session of its own (start_new_session=True): its processes then
+    # share a process group that is not the caller's, and the whole group is the node.
     groups = {table[p][1] for p in roots} - {my_group}
     pids = roots | {pid for pid, (_, pgid, _) in table.items() if pgid in groups}
     grew = True
@@ -122,8 +124,20 @@ def ray_node_pids(temp_dir):
     return pids
 
 
-def stop_pids(pids, grace_s=10.0):
-    """SIGTERM these processes, SIGKILL what is left after ``grace_s`` (never `ray stop`)."""
+def _gone(pid):
+    """True once ``pid`` has exited (a zombie waiting to be reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] in "ZX"
+
+
+def stop_pids(pids, grace_s=5.0):
+    """SIGTERM these processes, SIGKILL what is left after ``grace_s``; ``pids`` keeps the
+    ones still running. Each is signalled by PID (never `ray stop`, which stops every Ray
+    on the machine)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in list(pids):
             try:
@@ -132,11 +146,7 @@ def stop_pids(pids, grace_s=10.0):
                 pids.discard(pid)
         deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
         while pids and time.monotonic() < deadline:
-            for pid in list(pids):
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    pids.discard(pid)
+            pids.difference_update([pid for pid in pids if _gone(pid)])
             time.sleep(0.1)
         if not pids:
             return

@@ -55,7 +55,7 @@ def ray_head():
            "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(agent),
            "--temp-dir", temp_dir, "--num-cpus", "4", "--disable-usage-stats"]
     try:
-        started = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=180)
+        started = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=180, start_new_session=True)
         assert started.returncode == 0, started.stderr[-3000:]
         yield f"http://127.0.0.1:{dashboard}", temp_dir
     finally:

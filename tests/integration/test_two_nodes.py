@@ -48,7 +48,8 @@ class LocalCluster:
     def __init__(self) -> None:
         self.temp_dir = tempfile.mkdtemp(prefix="ray2n-", dir="/tmp")
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.integration.local_cluster", self.temp_dir],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env(), cwd=ROOT,
+                                     start_new_session=True)  # its own process group: ray_node_pids
         first = self._read()
         self.address, self.head = first["address"], first["head"]
         self.worker: str | None = None
