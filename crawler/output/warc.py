@@ -222,9 +222,10 @@ def export_warc(
     crawl = _crawl_info(src_fs, root)
     result = WarcExport()
 
+    rows_list = table.to_pylist()
     # Pass 1: the record each body is first stored under, for revisits to refer to.
     originals: dict[str, tuple[str, str, str]] = {}
-    for row in table.to_pylist():
+    for row in rows_list:
         sha = row["content_sha256"]
         if sha and row["blob_key"] and row["dup_kind"] != "exact" and sha not in originals:
             originals[sha] = (_record_id(row["url"], row["fetch_seq"], "response"), row["url"], _warc_date(row["fetched_at"]))
@@ -238,7 +239,7 @@ def export_warc(
         "http-header-user-agent": crawl.get("user_agent"),
         "description": f"export of the crawl output {out}; bodies are stored decoded",
     }
-    rows = iter(table.to_pylist())
+    rows = iter(rows_list)
     pending = next(rows, None)
     while pending is not None:
         name = files.next_name()
