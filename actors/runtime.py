@@ -28,6 +28,13 @@ log = logging.getLogger(__name__)
 STATUS_TIMEOUT_S = 30.0
 #: How long shards get to flush and close at the end.
 STOP_TIMEOUT_S = 120.0
+#: How long one heartbeat round waits for the shards' answers (RayRuntime.heartbeat).
+HEARTBEAT_WAIT_S = 0.2
+
+
+def _retrieve(fut: "asyncio.Future[Any]") -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.debug("late heartbeat failed: %r", fut.exception())
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, temp_dir: str | None = None) -> bool:
@@ -126,13 +133,22 @@ class RayRuntime:
         await asyncio.gather(*(s.start.remote() for s in self.shards.values()))
 
     async def heartbeat(self) -> None:
-        await asyncio.wait_for(
-            asyncio.gather(*(s.heartbeat.remote() for s in self.shards.values())), STATUS_TIMEOUT_S
-        )
+        """Beat every shard; wait at most HEARTBEAT_WAIT_S for the answers.
+
+        One slow shard (a loop busy resuming, a worker starting on a loaded machine) must
+        not hold up the beat to the others, nor the lease renewal the session does after
+        this call: the shards' ``driver_timeout_s`` and the lease's TTL are seconds.
+        """
+        futures = [asyncio.wrap_future(s.heartbeat.remote().future()) for s in self.shards.values()]
+        for fut in futures:  # an answer or error is read when it comes, late or not
+            fut.add_done_callback(_retrieve)
+        if futures:
+            await asyncio.wait(futures, timeout=HEARTBEAT_WAIT_S)
 
     async def ship_state(self) -> None:
         wall = time.time()
-        await asyncio.gather(*(a.ship.remote(wall) for a in [*self.seen_actors, self.content_actor, self.budget_actor]))
+        actors = [a for a in (*self.seen_actors, self.content_actor, self.budget_actor) if a is not None]
+        await asyncio.gather(*(a.ship.remote(wall) for a in actors))
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
         return await self._seen.check_and_add(urls)

@@ -27,6 +27,7 @@ from crawler.fetch import FetchResult
 from crawler.frontier import UrlItem
 from crawler.links import LinkPolicy
 from crawler.output import BlobStore, OutcomeRow
+from crawler.output.headers import encode_headers
 from crawler.parse import ParsedPage, is_html, parse_page
 from crawler.recrawl import Previous, RecrawlPolicy, Schedule
 from crawler.urls import join_url, url_hash
@@ -208,5 +209,6 @@ class PagePipeline:
             url_hash=url_hash(item.url),
             fetch_seq=item.fetch_seq,
             changed=changed,
+            response_headers=encode_headers(headers) if res is not None and res.status is not None else None,  # for WARC export
         )
 

@@ -36,7 +36,7 @@ from typing import Any, Callable, Protocol, Sequence
 from crawler import ledger
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig, to_dict
-from crawler.errors import ConfigError, OutputLeasedError, SeedError
+from crawler.errors import ConfigError, SeedError
 from crawler.sinks import sink_factory
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
@@ -226,12 +226,18 @@ class CrawlSession:
         if self._durable:
             self.lease = Lease(LeaseStore(self.cfg.output.path, self._options()), self.cfg.runtime.lease_ttl_s)
             epoch = await asyncio.to_thread(self.lease.acquire)
+            # Renewed (and the shards told the driver lives) from now on: starting the
+            # runtime can take longer than runtime.lease_ttl_s on a busy or cold cluster,
+            # and shards that find the lease expired fence themselves off for good.
+            self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
             try:
                 self.record, self.mode = prepare(self.cfg, n, n_seen, force=self._force)
             except BaseException:
+                self._heartbeat_task.cancel()
                 self.lease.release()
                 raise
             if self.mode == "finished":
+                self._heartbeat_task.cancel()
                 self.lease.release()
                 self.final = {**read_stats(self.cfg), "finished": True, "already_finished": True}
                 if self.on_start is not None:
@@ -242,9 +248,10 @@ class CrawlSession:
         ids = tuple(f"shard-{i:03d}" for i in range(n))
         self.ring = HashRing(list(ids))
         self._started = True
-        await self._renewing(self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch)))
+        await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch))
         self.ready = True  # the shards run: steering calls reach them from now on
-        self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
+        if self._heartbeat_task is None:
+            self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
         self.started_at = self.clock.now()
         if self.mode == "resume":
             self.resumed = sum(s.get("resumed", 0) for s in await self.runtime.statuses() or [])
@@ -353,21 +360,6 @@ class CrawlSession:
             self.lease.release()
         self.final = stats
         return stats
-
-    async def _renewing(self, starting: Any) -> None:
-        """Await the runtime's start while renewing the lease: starting actors on a busy or
-        cold cluster can outlast ``lease_ttl_s``, and shards that find the lease expired
-        fence themselves off for good (the heartbeat only begins once they run)."""
-        task = asyncio.ensure_future(starting)
-        every = self.cfg.runtime.lease_ttl_s / 4
-        while self.lease is not None and not task.done():
-            sleeper = asyncio.ensure_future(self.clock.sleep(every))
-            await asyncio.wait({task, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-            sleeper.cancel()
-            if not task.done() and not await asyncio.to_thread(self.lease.renew):
-                task.cancel()
-                raise OutputLeasedError("another run took the output's lease while this one was starting")
-        await task
 
     async def _heartbeat(self) -> None:
         """Tell the shards the driver lives; renew the lease; stop if another run took it."""

@@ -2,7 +2,9 @@
 
     crawl run CONFIG [--out DIR] [--set k=v ...] [--address ADDR] [--local] [--no-progress]
     crawl demo [--out DIR] [--no-progress]
-    crawl stats OUT
+    crawl stats OUT [--json]
+    crawl report OUT [--to report.html]
+    crawl export-warc OUT [--to FILE.warc.gz | DIR] [--max-file-mb N] [--json]
     crawl links FILE_OR_URL [--url BASE_URL] [--content-type T] [--config CONFIG]
     crawl serve-web [--profile demo] [--port 8080]
     crawl ctl [--api URL] [--token T] seeds add URL... | url URL | host pause|resume|show|set HOST | stats | stop
@@ -75,8 +77,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     """Summarize OUT from its rows, and check the run's URL ledger against them.
 
-    Exit 1 when the ledger in ``stats.json`` does not balance against the rows in OUT
-    (a lost or invented URL); works for local and fsspec (s3://) outputs.
+    Prints a summary for people (jobs.summary), or with ``--json`` every number as JSON
+    for scripts. Exit 1 when the ledger in ``stats.json`` does not balance against the
+    rows in OUT (a lost or invented URL); works for local and fsspec (s3://) outputs.
     """
     from crawler import ledger
     from crawler.output import open_fs, summarize
@@ -88,7 +91,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if fs.exists(stats_path):
         with fs.open(stats_path, "r") as f:
             run = json.load(f)
-        summary["run"] = {k: run.get(k) for k in ("finished", "elapsed_s", "pages_per_s", "requests", "retries", "queued_unfetched", "shards", "dropped", "events")}
+        summary["run"] = {k: run.get(k) for k in (
+            "finished", "ended", "elapsed_s", "pages_per_s", "requests", "robots_requests", "retries",
+            "queued_unfetched", "shards", "dropped", "events", "refresh",
+        )}
         led = run.get("ledger")
         if led:
             # Recheck against the rows as they are now, not as the run counted them.
@@ -105,10 +111,45 @@ def cmd_stats(args: argparse.Namespace) -> int:
             ok = led["balanced"]
     else:
         summary["run"] = {"finished": False, "note": "no stats.json: the crawl is running or was interrupted"}
+    if not args.json:
+        from jobs.summary import render
+
+        print(render(summary, args.out))
+        return 0 if ok else 1
     print(json.dumps(summary, indent=2, default=str))
     if summary.get("ledger"):
         print(ledger.describe(summary["ledger"]), file=sys.stderr)
     return 0 if ok else 1
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write one self-contained HTML page of charts about OUT (jobs.report)."""
+    from jobs.report import write_report
+
+    dest = args.to or "crawl-report.html"
+    write_report(args.out, dest)
+    print(f"report: {dest} (open it in a browser)", file=sys.stderr)
+    return 0
+
+
+def cmd_export_warc(args: argparse.Namespace) -> int:
+    """Write OUT's fetched pages as WARC 1.1 (crawler.output.warc); exit 1 if a blob was missing."""
+    from crawler.output.warc import export_warc
+
+    result = export_warc(args.out, args.to, max_file_bytes=int(args.max_file_mb * 1_000_000))
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        recs = ", ".join(f"{k} {v}" for k, v in sorted(result.records.items()))
+        print(f"wrote {len(result.files)} WARC file(s): {recs}")
+        for f in result.files:
+            print(f"  {f}")
+        if result.skipped:
+            print("skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(result.skipped.items())))
+    if result.skipped.get("missing_or_corrupt_blob"):
+        print(f"error: {result.skipped['missing_or_corrupt_blob']} pages have a missing or corrupt blob in {args.out}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_links(args: argparse.Namespace) -> int:
@@ -182,9 +223,22 @@ def build_parser() -> argparse.ArgumentParser:
     common(d)
     d.set_defaults(func=cmd_demo)
 
-    s = sub.add_parser("stats", help="summarize an output folder")
+    s = sub.add_parser("stats", help="summarize an output folder (exit 1 if its URL ledger does not balance)")
     s.add_argument("out")
+    s.add_argument("--json", action="store_true", help="every number as JSON, for scripts")
     s.set_defaults(func=cmd_stats)
+
+    rp = sub.add_parser("report", help="write one self-contained HTML page of charts about an output folder")
+    rp.add_argument("out")
+    rp.add_argument("--to", metavar="FILE", help="where to write it (default: ./crawl-report.html)")
+    rp.set_defaults(func=cmd_report)
+
+    wx = sub.add_parser("export-warc", help="write the fetched pages as WARC 1.1 (response, revisit and metadata records)")
+    wx.add_argument("out")
+    wx.add_argument("--to", metavar="FILE_OR_DIR", help="a .warc.gz/.warc file, or a directory for size-rotated files (default: OUT/warc/)")
+    wx.add_argument("--max-file-mb", type=float, default=1000.0, help="size at which a directory destination starts a new file (default 1000)")
+    wx.add_argument("--json", action="store_true", help="files and record counts as JSON")
+    wx.set_defaults(func=cmd_export_warc)
 
     lk = sub.add_parser("links", help="print the links the crawler would extract from a page")
     lk.add_argument("target", metavar="FILE_OR_URL")

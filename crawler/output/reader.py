@@ -116,14 +116,15 @@ def summarize(out: str, storage_options: dict | None = None) -> dict[str, Any]:
     rows, None for no response, sorted), top_hosts (up to 10 ``(host, rows)``, most rows
     first), duplicates ({"exact", "near"}), blobs (distinct blob keys), bytes_stored
     (decoded bytes of distinct stored bodies), content_bytes (decoded bytes over all rows),
-    first_fetched_at / last_fetched_at (aware UTC datetimes or None) and pages_per_s (rows
-    per second between them, None when the span is zero).
+    first_fetched_at / last_fetched_at (aware UTC datetimes or None), pages_per_s (rows
+    per second between them, None when the span is zero) and top_errors (up to 5
+    ``(error, rows)`` of failed and http_error rows, most first).
     """
     t = read_pages(
         out,
         storage_options,
         columns=["url", "host", "status", "outcome", "fetched_at", "content_length",
-                 "dup_kind", "blob_key"],
+                 "dup_kind", "blob_key", "error"],
     )
 
     def counts(col: str) -> dict[Any, int]:
@@ -147,6 +148,12 @@ def summarize(out: str, storage_options: dict | None = None) -> dict[str, Any]:
         mm = pc.min_max(t["fetched_at"]).as_py()
         first, last = mm["min"], mm["max"]
     span = (last - first).total_seconds() if first is not None and last is not None else 0.0
+    errors: list[tuple[str, int]] = []
+    if t.num_rows:
+        bad = t.filter(pc.is_in(t["outcome"], pa.array(["failed", "http_error"])))
+        if bad.num_rows:
+            vc = pc.value_counts(bad["error"].fill_null("(no reason)")).to_pylist()
+            errors = sorted(((d["values"], d["counts"]) for d in vc), key=lambda kv: (-kv[1], kv[0]))[:5]
     return {
         "rows": t.num_rows,
         "urls": pc.count_distinct(t["url"]).as_py() if t.num_rows else 0,
@@ -164,6 +171,7 @@ def summarize(out: str, storage_options: dict | None = None) -> dict[str, Any]:
         "first_fetched_at": first,
         "last_fetched_at": last,
         "pages_per_s": (t.num_rows / span) if span > 0 else None,
+        "top_errors": errors,
     }
 
 

@@ -109,6 +109,10 @@ class OutcomeRow:
     changed: bool | None = field(default=None, metadata=_arrow(_BOOL))
     """For a refetch: did the page's main content change since the previous fetch (None
     for a first fetch or when there is nothing to compare)."""
+    response_headers: str | None = field(default=None, metadata=_arrow(_STR))
+    """The response's header fields as received (JSON ``[[name, value], ...]``, names
+    lowercased, cut at 16 KB: crawler.output.headers); None without a response. WARC
+    export rebuilds the HTTP response from them."""
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(OutcomeRow))

@@ -69,3 +69,84 @@ def _kill_leftovers(marker):
                 os.kill(int(pid), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def free_ports(n):
+    """``n`` distinct free TCP ports on 127.0.0.1 (bound together, then released)."""
+    import socket
+
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _proc_table():
+    """pid -> (ppid, pgid, cmdline) of every process we can read."""
+    table = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        table[int(pid)] = (int(fields[1]), int(fields[2]), cmd)
+    return table
+
+
+def ray_node_pids(temp_dir):
+    """PIDs of the Ray node(s) started with ``--temp-dir temp_dir``: the processes naming
+    it, everything in their process groups, and all their descendants (workers)."""
+    table = _proc_table()
+    me, my_group = os.getpid(), os.getpgid(0)
+    roots = {pid for pid, (_, _, cmd) in table.items() if temp_dir in cmd and pid != me}
+    # Start the node in a session of its own (start_new_session=True): its processes then
+    # share a process group that is not the caller's, and the whole group is the node.
+    groups = {table[p][1] for p in roots} - {my_group}
+    pids = roots | {pid for pid, (_, pgid, _) in table.items() if pgid in groups}
+    grew = True
+    while grew:
+        kids = {pid for pid, (ppid, _, _) in table.items() if ppid in pids} - pids
+        grew = bool(kids)
+        pids |= kids
+    pids.discard(os.getpid())
+    return pids
+
+
+def _gone(pid):
+    """True once ``pid`` has exited (a zombie waiting to be reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] in "ZX"
+
+
+def stop_pids(pids, grace_s=5.0):
+    """SIGTERM these processes, SIGKILL what is left after ``grace_s``; ``pids`` keeps the
+    ones still running. Each is signalled by PID (never `ray stop`, which stops every Ray
+    on the machine)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in list(pids):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pids.discard(pid)
+        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
+        while pids and time.monotonic() < deadline:
+            pids.difference_update([pid for pid in pids if _gone(pid)])
+            time.sleep(0.1)
+        if not pids:
+            return

@@ -82,7 +82,7 @@ def test_local_run_then_stats(web, tmp_path, capsys):
     assert cli.main(["run", str(cfgfile), "--local", "--out", str(out), "--no-progress"]) == 0
     summary = capsys.readouterr().out
     assert "crawl finished" in summary and "pages fetched" in summary
-    assert cli.main(["stats", str(out)]) == 0
+    assert cli.main(["stats", str(out), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["by_outcome"]["fetched"] >= len(web.web.must_fetch()) - 10
     assert stats["by_outcome"]["robots_blocked"] > 0

@@ -26,6 +26,7 @@ PUBLISHED = [
     ("last_modified", pa.string()), ("redirect_to", pa.string()), ("truncated", pa.bool_()),
     ("shard", pa.string()), ("referrer", pa.string()),
     ("url_hash", pa.string()), ("fetch_seq", pa.int32()), ("changed", pa.bool_()),
+    ("response_headers", pa.string()),
 ]
 
 

@@ -1,0 +1,69 @@
+"""A Ray cluster of several raylets on 127.0.0.1, owned by a child process of a test.
+
+    python -m tests.integration.local_cluster TEMP_DIR
+
+builds a head node (``ray.cluster_utils.Cluster``, every process bound to 127.0.0.1, no
+dashboard, its own temp dir) and prints one JSON line ``{"address", "head"}``, then obeys
+one command per line on stdin, answering one JSON line each:
+
+    add-worker        a second raylet ({"worker": node_id})
+    actors            the GCS actor table ({"actors": [{"name", "node", "state"}...]})
+    kill-worker       SIGKILL every process of that raylet, by PID ({"killed": node_id})
+    quit / EOF        shut the cluster down
+
+It runs in its own process so the test process (which may hold the session's Ray) stays
+out of it, and so ``Cluster``'s address file lands in TEMP_DIR, not in /tmp/ray. A second
+``ray start --address`` would bind some agents to the machine's primary address; this
+keeps every socket on loopback (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is set by the caller).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+#: Node death is noticed within about a second (Ray's defaults take 15-30 s), so a killed
+#: node's actors restart elsewhere while the test watches.
+HEALTH_CHECK = {"health_check_period_ms": 300, "health_check_timeout_ms": 300, "health_check_failure_threshold": 3}
+
+
+def main(temp_dir: str) -> None:
+    os.environ["RAY_TMPDIR"] = temp_dir
+    os.makedirs(os.path.join(temp_dir, "ray"), exist_ok=True)
+    from ray.cluster_utils import Cluster
+
+    common = {"node_ip_address": "127.0.0.1", "num_cpus": 2, "object_store_memory": 80 * 2**20}
+    cluster = Cluster(initialize_head=True, head_node_args={
+        **common, "temp_dir": temp_dir, "include_dashboard": False, "_system_config": HEALTH_CHECK,
+    })
+    worker = None
+
+    def say(obj: dict) -> None:
+        print(json.dumps(obj), flush=True)
+
+    say({"address": cluster.address, "head": cluster.head_node.node_id})
+    try:
+        for line in sys.stdin:
+            cmd = line.strip()
+            if cmd == "add-worker":
+                worker = cluster.add_node(**common, resources={"second_node": 1})
+                cluster.wait_for_nodes()
+                say({"worker": worker.node_id})
+            elif cmd == "actors":
+                table = cluster.global_state.actor_table(None)
+                say({"actors": [{"name": a.get("Name", ""), "node": a["Address"]["NodeID"], "state": a["State"]}
+                                for a in table.values()]})
+            elif cmd == "kill-worker":
+                assert worker is not None, "no worker to kill"
+                cluster.remove_node(worker, allow_graceful=False)  # SIGKILL by PID, as a machine loss
+                say({"killed": worker.node_id})
+                worker = None
+            elif cmd in ("quit", ""):
+                break
+    finally:
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
