@@ -20,7 +20,7 @@ from crawler.config import CrawlConfig, resolve_shards, to_dict
 from crawler.frontier import UrlItem
 from crawler.hostpolicy import HostTarget
 from crawler.local import seen_capacity_per_shard
-from crawler.session import Plan
+from crawler.runtime import Plan
 
 log = logging.getLogger(__name__)
 

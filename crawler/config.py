@@ -11,19 +11,16 @@ Overrides use the CLI form ``--set section.key=value``; the value is parsed as Y
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import math
 import os
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Union
+from typing import Any, Literal, Mapping
 
 import yaml
 
+from crawler.configtypes import apply_overrides, build, positive, to_dict
 from crawler.errors import ConfigError, SeedError
 
 Auto = Literal["auto"]
@@ -257,119 +254,17 @@ class CrawlConfig:
 
 
 # ---------------------------------------------------------------------------------------
-# loading
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (Union, types.UnionType):
-        return " | ".join(_type_name(a) for a in typing.get_args(tp))
-    if origin in (tuple, list):
-        return "list of " + _type_name(typing.get_args(tp)[0])
-    if origin in (dict, Mapping, typing.get_origin(Mapping[str, str])):
-        return "mapping"
-    if tp is type(None):
-        return "null"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """Check ``value`` against the annotation ``tp``; return the typed value."""
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        if value is None:
-            return tp()
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{key}: expected a mapping of settings, got {type(value).__name__}")
-        return _build(tp, value, key + ".")
-    if origin is Literal:
-        if value in typing.get_args(tp):
-            return value
-        raise ConfigError(f"{key}: expected one of {_type_name(tp)}, got {value!r}")
-    if origin in (Union, types.UnionType):
-        errors = []
-        for arg in typing.get_args(tp):
-            try:
-                return _coerce(value, arg, key)
-            except ConfigError as exc:
-                errors.append(exc)
-        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
-    if tp is type(None):
-        if value is None:
-            return None
-        raise ConfigError(f"{key}: expected null")
-    if origin is tuple:
-        if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {type(value).__name__}")
-        (item_tp, *_rest) = typing.get_args(tp)
-        return tuple(_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value))
-    if origin is not None and issubclass(origin, Mapping):
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
-        kt, vt = typing.get_args(tp)
-        return {str(_coerce(k, kt, key)): _coerce(v, vt, f"{key}.{k}") for k, v in value.items()}
-    if tp is Any:
-        return value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                number = float(value)
-            except OverflowError:  # an int too large for a float
-                number = math.inf
-            # YAML's .nan / .inf parse as floats; no setting means anything with them
-            # (a NaN interval would silently disable politeness comparisons).
-            if not math.isfinite(number):
-                raise ConfigError(f"{key}: expected a finite number, got {value!r}")
-            return number
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
-    raise ConfigError(f"{key}: unsupported setting type {_type_name(tp)}")  # pragma: no cover
-
-
-def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(map(str, data)) - names)
-    if unknown:
-        raise ConfigError(
-            f"unknown setting {prefix}{unknown[0]} (known keys here: {', '.join(sorted(names))})"
-        )
-    kwargs = {name: _coerce(data[name], hints[name], prefix + name) for name in names if name in data}
-    obj = cls(**kwargs)
-    _validate(obj, prefix)
-    return obj
-
-
-def _positive(obj: Any, prefix: str, *names: str, allow_zero: bool = False) -> None:
-    for n in names:
-        v = getattr(obj, n)
-        if v is None:
-            continue
-        if v < 0 or (v == 0 and not allow_zero):
-            raise ConfigError(f"{prefix}{n}: must be {'>= 0' if allow_zero else '> 0'}, got {v!r}")
+# loading (the generic part is crawler.configtypes)
 
 
 def _validate(obj: Any, prefix: str) -> None:
     """Value checks that types cannot express."""
     if isinstance(obj, LimitsConfig):
-        _positive(obj, prefix, "max_pages", "max_pages_per_host", "max_url_length", "max_body_bytes", "max_path_repeats")
-        _positive(obj, prefix, "max_depth", "max_query_params", allow_zero=True)
+        positive(obj, prefix, "max_pages", "max_pages_per_host", "max_url_length", "max_body_bytes", "max_path_repeats")
+        positive(obj, prefix, "max_depth", "max_query_params", allow_zero=True)
     elif isinstance(obj, PolitenessConfig):
-        _positive(obj, prefix, "robots_ttl_s", "robots_error_ttl_s", "max_interval_s")
-        _positive(obj, prefix, "interval_s", allow_zero=True)
+        positive(obj, prefix, "robots_ttl_s", "robots_error_ttl_s", "max_interval_s")
+        positive(obj, prefix, "interval_s", allow_zero=True)
         if obj.backoff_factor < 1.0:
             raise ConfigError(f"{prefix}backoff_factor: must be >= 1.0, got {obj.backoff_factor}")
         if not 0.0 < obj.recovery_factor <= 1.0:
@@ -379,8 +274,8 @@ def _validate(obj: Any, prefix: str) -> None:
                 f"{prefix}max_interval_s: must be >= interval_s ({obj.interval_s}), got {obj.max_interval_s}"
             )
     elif isinstance(obj, FetchConfig):
-        _positive(obj, prefix, "timeout_s", "connect_timeout_s", "attempts", "max_in_flight", "max_backoff_s")
-        _positive(obj, prefix, "backoff_s", "dns_ttl_s", "dns_negative_ttl_s", allow_zero=True)
+        positive(obj, prefix, "timeout_s", "connect_timeout_s", "attempts", "max_in_flight", "max_backoff_s")
+        positive(obj, prefix, "backoff_s", "dns_ttl_s", "dns_negative_ttl_s", allow_zero=True)
         import ipaddress
 
         for name, ip in obj.resolve.items():
@@ -405,9 +300,9 @@ def _validate(obj: Any, prefix: str) -> None:
             )
         if not 0.0 < obj.seen_error_rate < 1.0:
             raise ConfigError(f"{prefix}seen_error_rate: must be in (0, 1), got {obj.seen_error_rate}")
-        _positive(obj, prefix, "seen_capacity", "novelty_window")
+        positive(obj, prefix, "seen_capacity", "novelty_window")
     elif isinstance(obj, RecrawlConfig):
-        _positive(obj, prefix, "min_interval_s", "initial_interval_s", "max_interval_s", "grow_factor", "shrink_factor")
+        positive(obj, prefix, "min_interval_s", "initial_interval_s", "max_interval_s", "grow_factor", "shrink_factor")
         if not obj.min_interval_s <= obj.initial_interval_s <= obj.max_interval_s:
             raise ConfigError(f"{prefix.rstrip('.')}: need min_interval_s <= initial_interval_s <= max_interval_s")
         if obj.grow_factor < 1.0 or obj.shrink_factor > 1.0:
@@ -415,24 +310,24 @@ def _validate(obj: Any, prefix: str) -> None:
         if not 0.0 <= obj.refresh_share <= 1.0:
             raise ConfigError(f"{prefix}refresh_share: must be between 0 and 1, got {obj.refresh_share}")
         if obj.duration_s is not None:
-            _positive(obj, prefix, "duration_s")
+            positive(obj, prefix, "duration_s")
     elif isinstance(obj, SitemapsConfig):
-        _positive(obj, prefix, "max_files_per_host", "max_urls_per_file", "max_bytes_per_file")
+        positive(obj, prefix, "max_files_per_host", "max_urls_per_file", "max_bytes_per_file")
     elif isinstance(obj, RuntimeConfig):
         for n in ("shards", "seen_shards"):
             v = getattr(obj, n)
             if v != "auto" and v < 1:
                 raise ConfigError(f"{prefix}{n}: must be 'auto' or >= 1, got {v!r}")
-        _positive(
+        positive(
             obj, prefix, "batch_size", "link_flush_interval_s", "content_batch_size", "content_batch_delay_s",
             "budget_lease_max", "progress_interval_s", "frontier_window", "checkpoint_interval_s",
             "state_ship_interval_s", "content_snapshot_interval_s", "lease_ttl_s", "driver_timeout_s",
         )
-        _positive(obj, prefix, "max_restarts", allow_zero=True)
+        positive(obj, prefix, "max_restarts", allow_zero=True)
     elif isinstance(obj, OutputConfig):
         if not obj.path:
             raise ConfigError(f"{prefix}path: must not be empty")
-        _positive(obj, prefix, "rows_per_file", "row_flush_interval_s", "outbox_interval_s")
+        positive(obj, prefix, "rows_per_file", "row_flush_interval_s", "outbox_interval_s")
         if not 0 <= obj.blob_compresslevel <= 9:
             raise ConfigError(f"{prefix}blob_compresslevel: must be a gzip level 0-9, got {obj.blob_compresslevel}")
     elif isinstance(obj, ApiConfig):
@@ -449,55 +344,10 @@ def _validate(obj: Any, prefix: str) -> None:
             raise ConfigError(f"{prefix}redis_url: required with sink: redis (e.g. redis://127.0.0.1:6379/0)")
         if not obj.stream:
             raise ConfigError(f"{prefix}stream: must not be empty")
-        _positive(obj, prefix, "maxlen", "max_pending", "batch_size", "rotate_bytes", "drain_timeout_s")
+        positive(obj, prefix, "maxlen", "max_pending", "batch_size", "rotate_bytes", "drain_timeout_s")
     elif isinstance(obj, CrawlConfig):
         if not obj.user_agent.strip():
             raise ConfigError("user_agent: must not be empty (servers identify crawlers by it)")
-
-
-def parse_override(item: str) -> tuple[list[str], Any]:
-    """Split ``section.key=value`` into a key path and a YAML-parsed value."""
-    if "=" not in item:
-        raise ConfigError(f"--set {item!r}: expected section.key=value")
-    key, _, raw = item.partition("=")
-    path = [p for p in key.strip().split(".") if p]
-    if not path:
-        raise ConfigError(f"--set {item!r}: empty key")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {item!r}: value is not valid YAML: {exc}") from exc
-    return path, value
-
-
-def _copy_tree(value: Any) -> Any:
-    """Copy the dict/list structure (values as they are): overrides mutate the copy.
-
-    Not a JSON round trip: YAML values such as dates are not JSON, and they must reach
-    the type checks (which name the key) rather than fail here with a TypeError.
-    """
-    if isinstance(value, Mapping):
-        return {k: _copy_tree(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_copy_tree(v) for v in value]
-    return value
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """Return ``data`` with each ``section.key=value`` override applied (a deep copy)."""
-    out = _copy_tree(data) if data else {}
-    for item in overrides:
-        path, value = parse_override(item)
-        node = out
-        for p in path[:-1]:
-            nxt = node.get(p)
-            if nxt is None:
-                nxt = node[p] = {}
-            if not isinstance(nxt, dict):
-                raise ConfigError(f"--set {item!r}: {p} is not a section")
-            node = nxt
-        node[path[-1]] = value
-    return out
 
 
 def from_dict(data: Mapping[str, Any] | None, overrides: list[str] | tuple[str, ...] = ()) -> CrawlConfig:
@@ -507,7 +357,7 @@ def from_dict(data: Mapping[str, Any] | None, overrides: list[str] | tuple[str, 
     if not isinstance(data, Mapping):
         raise ConfigError(f"config: expected a mapping at the top level, got {type(data).__name__}")
     merged = apply_overrides(dict(data), overrides) if overrides else dict(data)
-    return _build(CrawlConfig, merged)
+    return build(CrawlConfig, merged, check=_validate)
 
 
 def load(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, ...] = ()) -> CrawlConfig:
@@ -536,21 +386,6 @@ def load(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, 
         return from_dict(data, overrides)
     except SeedError:
         raise
-
-
-def to_dict(cfg: Any) -> dict[str, Any]:
-    """A JSON/YAML-ready dict of a config (tuples become lists)."""
-
-    def conv(v: Any) -> Any:
-        if dataclasses.is_dataclass(v):
-            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
-        if isinstance(v, (tuple, list)):
-            return [conv(x) for x in v]
-        if isinstance(v, Mapping):
-            return {str(k): conv(x) for k, x in v.items()}
-        return v
-
-    return conv(cfg)
 
 
 def resolve_shards(value: int | str, cpus: int) -> int:

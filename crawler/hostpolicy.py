@@ -20,12 +20,15 @@ that hostname said for the same field (the newest word of the operator wins).
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from crawler.errors import ConfigError
 from crawler.urls import host_key, normalize
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,3 +111,124 @@ class HostPolicy:
 
     def to_json(self) -> dict[str, Any]:
         return {"max_rps": self.max_rps, "paused": self.paused, "max_pages": self.max_pages}
+
+
+Pacing = tuple[float | None, bool | None]  # (interval override, paused); None: not set here
+
+
+class PacingOverrides:
+    """The pacing half of operator policy (interval floor, pause) for politeness keys.
+
+    Two tables: per key (``host`` or ``host:port``) and hostname-wide (every key of a
+    hostname, including keys not seen yet). A key's own field wins over its hostname's;
+    a hostname-wide setting replaces what earlier per-key settings said for that field.
+    Kept apart from pacing state so forgetting an idle host never drops what an operator
+    asked for.
+    """
+
+    def __init__(self) -> None:
+        self._keys: dict[str, Pacing] = {}
+        self._names: dict[str, Pacing] = {}
+        self.restore_errors = 0
+
+    def lookup(self, key: str) -> Pacing | None:
+        """The policy in force for ``key`` (its own fields, the rest from its hostname's)."""
+        pol = self._keys.get(key)
+        if not self._names:  # the common case: no hostname-wide policy at all
+            return pol
+        npol = self._names.get(name_of(key))
+        if npol is None:
+            return pol
+        if pol is None:
+            return npol
+        return (npol[0] if pol[0] is None else pol[0], npol[1] if pol[1] is None else pol[1])
+
+    def override(self, key: str) -> tuple[float | None, bool]:
+        """(interval override or None, paused) in force for ``key``."""
+        pol = self.lookup(key)
+        return (None, False) if pol is None else (pol[0], bool(pol[1]))
+
+    def name_override(self, name: str) -> tuple[float | None, bool]:
+        """The hostname-wide policy of ``name``: (interval or None, paused)."""
+        pol = self._names.get(name)
+        return (None, False) if pol is None else (pol[0], bool(pol[1]))
+
+    def keys(self) -> list[str]:
+        """Keys with a policy of their own."""
+        return list(self._keys)
+
+    def set(self, key: str, interval_s: float | None = None, paused: bool | None = None) -> None:
+        """Set fields of ``key``'s own policy (None keeps a field as it is)."""
+        check_interval(key, interval_s)
+        old_interval, old_paused = self._keys.get(key, (None, None))
+        new = (
+            old_interval if interval_s is None else float(interval_s),
+            old_paused if paused is None else bool(paused),
+        )
+        # An explicit "not paused" matters only against a hostname-wide pause.
+        if new[0] is None and not new[1] and (new[1] is None or name_of(key) not in self._names):
+            self._keys.pop(key, None)
+        else:
+            self._keys[key] = new
+
+    def set_name(self, name: str, interval_s: float | None, paused: bool | None, known: list[str]) -> list[str]:
+        """Set fields of hostname ``name``'s policy; the keys of ``known`` with that
+        hostname lose their own setting of those fields. Returns those keys."""
+        check_interval(name, interval_s)
+        old_interval, old_paused = self._names.get(name, (None, None))
+        new = (
+            old_interval if interval_s is None else float(interval_s),
+            old_paused if paused is None else bool(paused),
+        )
+        if new[0] is None and not new[1]:
+            self._names.pop(name, None)
+        else:
+            self._names[name] = new
+        touched = [k for k in known if name_of(k) == name]
+        for key in touched:
+            pol = self._keys.get(key)
+            if pol is None:
+                continue
+            pol = (None if interval_s is not None else pol[0], None if paused is not None else pol[1])
+            if pol == (None, None) or (pol[0] is None and not pol[1] and name not in self._names):
+                self._keys.pop(key, None)
+            else:
+                self._keys[key] = pol
+        return touched
+
+    def clear(self, key: str) -> None:
+        """Remove ``key``'s own policy (its hostname's, if any, applies)."""
+        self._keys.pop(key, None)
+
+    def snapshot(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """``{"policies": per key, "names": per hostname}``, JSON-ready."""
+        return {
+            "policies": {h: {"interval_s": iv, "paused": p} for h, (iv, p) in self._keys.items()},
+            "names": {h: {"interval_s": iv, "paused": p} for h, (iv, p) in self._names.items()},
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load the tables of a :meth:`snapshot`; a malformed entry is skipped and counted."""
+        for section, table in (("names", self._names), ("policies", self._keys)):
+            for host, p in dict(state.get(section, {})).items():
+                try:
+                    iv, paused = p.get("interval_s"), p.get("paused")
+                    check_interval(str(host), iv)
+                    if paused is not None and not isinstance(paused, bool):
+                        raise ConfigError(f"paused must be true, false or null, got {paused!r}")
+                    table[str(host)] = (None if iv is None else float(iv), paused)
+                except (ConfigError, AttributeError) as exc:
+                    log.warning("host policy: skipping malformed policy for %r: %s", host, exc)
+                    self.restore_errors += 1
+
+
+def check_interval(host: str, interval_s: Any) -> None:
+    """Raise ConfigError unless ``interval_s`` is None or a finite number of seconds >= 0."""
+    if interval_s is not None and not (
+        isinstance(interval_s, (int, float)) and not isinstance(interval_s, bool)
+        and math.isfinite(interval_s) and interval_s >= 0
+    ):
+        raise ConfigError(
+            f"host policy for {host!r}: interval must be a finite number of seconds >= 0 "
+            f"(max_rps > 0), got {interval_s!r}"
+        )

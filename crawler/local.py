@@ -21,7 +21,8 @@ from crawler import state
 from crawler.scheduler import ShardScheduler
 from crawler.seen import SeenGroup, SeenSet
 from crawler.services import BudgetPool, ContentIndexService, LeasedBudget
-from crawler.session import CrawlSession, Plan
+from crawler.runtime import Plan
+from crawler.session import CrawlSession
 from crawler.shard import build_fence, build_shard
 
 

@@ -44,7 +44,7 @@ from datetime import timezone
 from typing import Any, Awaitable, Callable
 
 from crawler.errors import ConfigError
-from crawler.hostpolicy import name_of
+from crawler.hostpolicy import PacingOverrides
 
 __all__ = ["Politeness", "parse_retry_after"]
 
@@ -164,11 +164,8 @@ class Politeness:
         wall = getattr(clock, "wall", None)
         self._wall = wall if callable(wall) else time.time
         self._hosts: dict[str, _Host] = {}
-        # Operator policy, kept apart so forget() never drops it: key -> (interval, paused),
-        # each None when not set for the key (then the hostname's policy, if any, applies).
-        self._policy: dict[str, tuple[float | None, bool | None]] = {}
-        # Hostname-wide operator policy (crawler.hostpolicy): name -> (interval, paused).
-        self._names: dict[str, tuple[float | None, bool | None]] = {}
+        # Operator policy (interval floor, pause), kept apart so forget() never drops it.
+        self.overrides = PacingOverrides()
         self._in_flight = 0
         self._wait_s = 0.0  # politeness delay imposed on request starts, summed (metrics)
         self._stats = dict.fromkeys(
@@ -192,19 +189,8 @@ class Politeness:
         """The host's effective minimum time between request starts, in seconds."""
         return self._interval(host, self._hosts.get(host))
 
-    def _merged(self, host: str, pol: tuple[float | None, bool | None] | None) -> tuple[float | None, bool | None] | None:
-        """The key's own policy, its unset fields taken from its hostname's policy."""
-        npol = self._names.get(name_of(host))
-        if npol is None:
-            return pol
-        if pol is None:
-            return npol
-        return (npol[0] if pol[0] is None else pol[0], npol[1] if pol[1] is None else pol[1])
-
     def _floor(self, host: str, st: _Host | None) -> float:
-        pol = self._policy.get(host)
-        if self._names:  # rare: only while an operator set a hostname-wide policy
-            pol = self._merged(host, pol)
+        pol = self.overrides.lookup(host)
         base = self.interval_s if pol is None or pol[0] is None else pol[0]
         if st is not None and st.crawl_delay > base:
             return st.crawl_delay
@@ -227,9 +213,7 @@ class Politeness:
         is in flight, the value assumes it completes now (a lower bound; ``ready`` is
         False anyway): call :meth:`on_finish` before asking for the host's next slot.
         """
-        pol = self._policy.get(host)
-        if self._names:
-            pol = self._merged(host, pol)
+        pol = self.overrides.lookup(host)
         if pol is not None and pol[1]:
             return math.inf
         st = self._hosts.get(host)
@@ -267,13 +251,7 @@ class Politeness:
     def override(self, host: str) -> tuple[float | None, bool]:
         """The operator policy in force for key ``host`` (its own, else its hostname's):
         (interval override or None, paused)."""
-        pol = self._merged(host, self._policy.get(host)) if self._names else self._policy.get(host)
-        return (None, False) if pol is None else (pol[0], bool(pol[1]))
-
-    def name_override(self, name: str) -> tuple[float | None, bool]:
-        """The hostname-wide operator policy of ``name``: (interval or None, paused)."""
-        pol = self._names.get(name)
-        return (None, False) if pol is None else (pol[0], bool(pol[1]))
+        return self.overrides.override(host)
 
     def describe(self, host: str) -> dict[str, Any]:
         """What pacing of key ``host`` looks like now (the control API's host view):
@@ -296,7 +274,7 @@ class Politeness:
 
     def keys(self) -> list[str]:
         """Every key with pacing state or an operator policy."""
-        return list({**self._hosts, **self._policy})
+        return list(dict.fromkeys([*self._hosts, *self.overrides.keys()]))
 
     def backed_off(self) -> int:
         """Hosts slowed by backoff or a Retry-After now (a scan: for metrics, not per URL)."""
@@ -322,7 +300,7 @@ class Politeness:
         st.crawl_delay = float(seconds or 0.0)
 
     def set_override(self, host: str, interval_s: float | None = None, paused: bool | None = None) -> None:
-        """Operator policy (``PUT /hosts/:host/policy {max_rps, paused}``).
+        """Operator policy for key ``host`` (``PUT /hosts/:host/policy {max_rps, paused}``).
 
         ``interval_s`` replaces the configured interval for this host (1 / max_rps); it
         is a floor like Crawl-delay (the larger of the two applies) and is not capped.
@@ -330,49 +308,17 @@ class Politeness:
         request already in flight finishes normally. An argument left None keeps its
         current value; :meth:`clear_override` removes both.
         """
-        _check_interval(host, interval_s)
-        old_interval, old_paused = self._policy.get(host, (None, None))
-        new = (
-            old_interval if interval_s is None else float(interval_s),
-            old_paused if paused is None else bool(paused),
-        )
-        # An explicit "not paused" matters only against a hostname-wide pause.
-        if new[0] is None and not new[1] and (new[1] is None or name_of(host) not in self._names):
-            self._policy.pop(host, None)
-        else:
-            self._policy[host] = new
+        self.overrides.set(host, interval_s, paused)
 
     def set_name_override(self, name: str, interval_s: float | None = None, paused: bool | None = None) -> list[str]:
         """Hostname-wide operator policy: every key of ``name`` (any port), including keys
-        not seen yet. A field set here replaces what earlier per-key policies of the
-        hostname said for it (the operator's newest word wins); a key's own policy set
-        later wins over this one for its fields. Returns the keys whose policy changed
-        (callers that cache ``next_allowed`` reschedule them)."""
-        _check_interval(name, interval_s)
-        old_interval, old_paused = self._names.get(name, (None, None))
-        new = (
-            old_interval if interval_s is None else float(interval_s),
-            old_paused if paused is None else bool(paused),
-        )
-        if new[0] is None and not new[1]:
-            self._names.pop(name, None)
-        else:
-            self._names[name] = new
-        touched = [k for k in self.keys() if name_of(k) == name]
-        for key in touched:
-            pol = self._policy.get(key)
-            if pol is None:
-                continue
-            pol = (None if interval_s is not None else pol[0], None if paused is not None else pol[1])
-            if pol == (None, None) or (pol[0] is None and not pol[1] and name not in self._names):
-                self._policy.pop(key, None)
-            else:
-                self._policy[key] = pol
-        return touched
+        not seen yet (see :class:`~crawler.hostpolicy.PacingOverrides`). Returns the keys
+        whose policy changed (callers that cache ``next_allowed`` reschedule them)."""
+        return self.overrides.set_name(name, interval_s, paused, self.keys())
 
     def clear_override(self, host: str) -> None:
         """Remove the operator policy of key ``host`` (its hostname's policy, if any, applies)."""
-        self._policy.pop(host, None)
+        self.overrides.clear(host)
 
     # -- request life cycle --------------------------------------------------------------
 
@@ -536,9 +482,7 @@ class Politeness:
                 "adaptive": st.adaptive,
                 "successes": st.successes,
             }
-        policies = {h: {"interval_s": iv, "paused": p} for h, (iv, p) in self._policy.items()}
-        names = {h: {"interval_s": iv, "paused": p} for h, (iv, p) in self._names.items()}
-        return {"version": 1, "hosts": hosts, "policies": policies, "names": names}
+        return {"version": 1, "hosts": hosts, **self.overrides.snapshot()}
 
     def restore(self, state: dict) -> int:
         """Load a :meth:`snapshot` taken on any clock. Returns the number of hosts loaded.
@@ -571,34 +515,15 @@ class Politeness:
                 continue
             self._hosts[str(host)] = st
             loaded += 1
-        for section, table in (("names", self._names), ("policies", self._policy)):
-            for host, p in dict(state.get(section, {})).items():
-                try:
-                    iv, paused = p.get("interval_s"), p.get("paused")
-                    _check_interval(str(host), iv)
-                    if paused is not None and not isinstance(paused, bool):
-                        raise ConfigError(f"paused must be true, false or null, got {paused!r}")
-                    table[str(host)] = (None if iv is None else float(iv), paused)
-                except (ConfigError, AttributeError) as exc:
-                    log.warning("politeness: skipping malformed policy for %r: %s", host, exc)
-                    self._stats["restore_errors"] += 1
+        before = self.overrides.restore_errors
+        self.overrides.restore(state)
+        self._stats["restore_errors"] += self.overrides.restore_errors - before
         return loaded
 
     def stats(self) -> dict:
         """Counters: starts, early_starts, backoffs, recoveries, retry_after_applied/ignored,
         invalid_crawl_delays, forgotten, restore_errors; plus hosts and in_flight gauges."""
         return {**self._stats, "hosts": len(self._hosts), "in_flight": self._in_flight, "wait_s": self._wait_s}
-
-
-def _check_interval(host: str, interval_s: Any) -> None:
-    if interval_s is not None and not (
-        isinstance(interval_s, (int, float)) and not isinstance(interval_s, bool)
-        and math.isfinite(interval_s) and interval_s >= 0
-    ):
-        raise ConfigError(
-            f"host policy for {host!r}: interval must be a finite number of seconds >= 0 "
-            f"(max_rps > 0), got {interval_s!r}"
-        )
 
 
 def _number(name: str, value: Any) -> float:

@@ -178,7 +178,7 @@ class ShardScheduler:
             keys = {k for k in (*self.frontier.keys(), *self.politeness.keys()) if name_of(k) == target.name}
         else:
             keys = {target.key}
-        iv, paused = self.politeness.name_override(target.name)
+        iv, paused = self.politeness.overrides.name_override(target.name)
         limits, name_limits = self.host_budget.limits()
         out = []
         for key in sorted(keys):

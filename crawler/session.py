@@ -28,134 +28,27 @@ if another run took the lease, this one stops (it is fenced).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 from crawler import ledger
 from crawler.clock import SYSTEM_CLOCK, Clock
-from crawler.config import CrawlConfig, to_dict
+from crawler.config import CrawlConfig
+from crawler.crawlstats import crawl_stats, merge_status, read_stats, write_stats
 from crawler.errors import ConfigError, SeedError
-from crawler.sinks import sink_factory
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
-from crawler.hostpolicy import HostPolicy, HostTarget, parse_host
+from crawler.hostpolicy import HostPolicy, parse_host
 from crawler.lease import Lease, LeaseStore
-from crawler.state import is_remote
-from crawler.output import OUTCOMES, compact_pages, open_fs
+from crawler.output import compact_pages
 from crawler.resume import CrawlRecord, crawl_state_dir, mark_finished, prepare
+from crawler.runtime import Plan, Runtime
+from crawler.sinks import sink_factory
+from crawler.state import is_remote
 from crawler.termination import TerminationDetector
 from crawler.urls import host_key, normalize, url_hash, validate_seed
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a runtime starts: the shards and seen shards of this crawl, and where state lives."""
-
-    cfg: CrawlConfig
-    shard_ids: tuple[str, ...]
-    seen_shards: int
-    state_dir: str | None
-    seeds: tuple[str, ...]
-    epoch: int | None = None  # the output lease's fencing epoch (None: no durable state)
-
-
-class Runtime(Protocol):
-    """The services a session needs; see crawler.local and actors.runtime."""
-
-    def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
-        """(shards, seen shards) for a new crawl of ``cfg`` on this runtime."""
-
-    async def start(self, plan: Plan) -> None:
-        """Create the services and the shards; each shard resumes from its store."""
-
-    async def heartbeat(self) -> None:
-        """Tell every shard the driver is alive (shards of a silent driver stop fetching)."""
-
-    async def ship_state(self) -> None:
-        """With a remote output: copy the seen sets, content index and budget to OUT/state
-        (the shards copy their own stores); a crawl can then resume on another machine."""
-
-    async def seen_check(self, urls: list[str]) -> list[bool]:
-        """Mark URLs seen; True for the ones that were new."""
-
-    async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
-        """Hand a batch to the shard that owns its hosts (queued durably on return)."""
-
-    async def widen_scope(self, urls: list[str]) -> None:
-        """Tell every shard about new seeds (scope ``host``/``domain`` grows with them)."""
-
-    async def statuses(self) -> list[dict[str, Any]] | None:
-        """Every shard's status, or None when there is no consistent view (a restart)."""
-
-    async def set_host_policy(
-        self, shard_id: str | None, host: str, interval_s: float | None, paused: bool | None,
-        max_pages: int | None, hostname_wide: bool,
-    ) -> None:
-        """Apply an operator policy on shard ``shard_id``, or on every shard (None)."""
-
-    async def url_status(self, shard_id: str, url: str) -> dict[str, Any] | None:
-        """The owning shard's per-URL state (crawler.journal.FrontierStore.url_status)."""
-
-    async def url_for_hash(self, url_hash: str) -> str | None:
-        """The URL with this public id, from whichever shard's store has it."""
-
-    async def host_info(self, shard_id: str | None, target: HostTarget) -> list[dict[str, Any]]:
-        """Each asked shard's view of a host (crawler.scheduler.ShardScheduler.host_info)."""
-
-    async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
-        """Why the owning shard would refuse each seed (robots, trap rules), or None."""
-
-    async def stop(self) -> list[dict[str, Any]]:
-        """Stop every shard (rows flushed and acked); their final statuses, with ``store_counts``."""
-
-    async def service_stats(self) -> dict[str, Any]:
-        """``{"seen": {...}, "content": {...}}`` totals (after :meth:`stop`)."""
-
-    async def close(self) -> None:
-        """Release everything this runtime started."""
-
-
-def merge_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Sum per-shard statuses into crawl-wide totals (for progress and stats.json)."""
-    keys = ("queued", "in_flight", "in_transit", "hosts", "paused_hosts", "paused_urls", "refresh_waiting", "refresh_due")
-    total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}, "events": {}}
-    for s in statuses:
-        for k in keys:
-            total[k] += s.get(k, 0)
-        for section in ("counters", "dropped"):
-            for k, v in s[section].items():
-                total[section][k] = total[section].get(k, 0) + v
-        for k, v in (s.get("events") or {}).items():  # page.fetched events (crawler.events)
-            if isinstance(v, bool):
-                total["events"][k] = total["events"].get(k, False) or v
-            else:
-                total["events"][k] = total["events"].get(k, 0) + v
-    total["shards"] = len(statuses)
-    return total
-
-
-def write_stats(cfg: CrawlConfig, stats: dict[str, Any]) -> str:
-    """Write ``OUT/stats.json`` (through fsspec, so s3:// works); returns its path."""
-    fs, root = open_fs(cfg.output.path, dict(cfg.output.storage_options) or None)
-    path = f"{root.rstrip('/')}/stats.json"
-    fs.makedirs(root, exist_ok=True)
-    with fs.open(path, "w") as f:
-        json.dump(stats, f, indent=2, sort_keys=True, default=str)
-    return path
-
-
-def read_stats(cfg: CrawlConfig) -> dict[str, Any]:
-    """``OUT/stats.json`` (local or remote), or an empty dict."""
-    fs, root = open_fs(cfg.output.path, dict(cfg.output.storage_options) or None)
-    try:
-        with fs.open(f"{root.rstrip('/')}/stats.json", "r") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
 
 
 class CrawlSession:
@@ -336,7 +229,7 @@ class CrawlSession:
             await self.runtime.ship_state()
         services = await self.runtime.service_stats()
         await self.runtime.close()
-        stats = self._stats(finals, services, elapsed, finished)
+        stats = self._crawl_stats(finals, services, elapsed, finished)
         if finished and stats["events"].get("pending"):
             # Events the sink never took stay in the shards' logs: a crawl that still owes
             # them is not finished, so the next run on this output sends them.
@@ -485,7 +378,7 @@ class CrawlSession:
         statuses = await self.runtime.statuses() or []
         services = await self.runtime.service_stats()
         elapsed = self.clock.now() - (self.started_at or self.clock.now())
-        stats = self._stats(statuses, services, elapsed, False)
+        stats = self._crawl_stats(statuses, services, elapsed, False)
         total = merge_status(statuses)
         stats.update(running=True, in_flight=total["in_flight"], hosts=total["hosts"])
         stats.pop("config", None)
@@ -517,39 +410,9 @@ class CrawlSession:
         self.detector.note_driver_batches(len(by_owner))
         return verdicts
 
-    def _stats(self, finals: list[dict[str, Any]], services: dict[str, Any], elapsed: float, finished: bool) -> dict[str, Any]:
-        total = merge_status(finals)
-        c = total["counters"]
-        refresh = c.get("refresh_fetches", 0)
-        return {
-            "finished": finished,
-            "ended": "finished" if finished else self.ended,
-            "elapsed_s": round(elapsed, 3),
-            "pages_per_s": round(c.get("fetched", 0) / elapsed, 2) if elapsed > 0 else None,
-            "outcomes": {k: c.get(k, 0) for k in OUTCOMES},
-            "requests": c.get("requests", 0),
-            "robots_requests": c.get("robots_requests", 0),
-            "retries": c.get("retries", 0),
-            "bytes": c.get("bytes", 0),
-            "duplicates": {"exact": c.get("dup_exact", 0), "near": c.get("dup_near", 0)},
-            "events": total["events"],
-            "dropped": total["dropped"],
-            "queued_unfetched": total["queued"],
-            "paused": {"hosts": total["paused_hosts"], "urls": total["paused_urls"]},
-            "refresh": {
-                "fetches": refresh,
-                "not_modified": c.get("not_modified", 0),
-                "not_modified_share": round(c.get("not_modified", 0) / refresh, 4) if refresh else None,
-                "changes_found": c.get("changes_found", 0),
-                "due_now": total["refresh_due"],
-                "waiting": total["refresh_waiting"],
-            },
-            "shards": total["shards"],
-            "seen_shards": self.record.seen_shards if self.record is not None else None,
-            "seen": services.get("seen", {}),
-            "content": services.get("content", {}),
-            "resumed_urls": self.resumed,
-            "mode": self.mode,
-            "config_fingerprint": self.cfg.fingerprint(),
-            "config": to_dict(self.cfg),
-        }
+    def _crawl_stats(self, finals: list[dict[str, Any]], services: dict[str, Any], elapsed: float, finished: bool) -> dict[str, Any]:
+        return crawl_stats(
+            self.cfg, finals, services, elapsed, finished=finished, ended=self.ended,
+            seen_shards=self.record.seen_shards if self.record is not None else None,
+            resumed=self.resumed, mode=self.mode,
+        )

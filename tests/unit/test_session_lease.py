@@ -14,7 +14,8 @@ from typing import Any
 from crawler import config
 from crawler.clock import MockClock
 from crawler.lease import Lease
-from crawler.session import CrawlSession, Plan
+from crawler.runtime import Plan
+from crawler.session import CrawlSession
 
 
 class SlowStartRuntime:

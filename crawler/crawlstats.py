@@ -1,0 +1,103 @@
+"""Crawl-wide statistics: per-shard statuses summed, and ``OUT/stats.json``.
+
+``stats.json`` is the run's account: outcomes, requests, duplicates, what was dropped
+and why, refresh figures, the URL ledger (crawler.ledger, added by the session) and the
+config that ran. It is written through fsspec, so a crawl into ``s3://`` has one too.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from crawler.config import CrawlConfig, to_dict
+from crawler.output import OUTCOMES, open_fs
+
+
+def merge_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Sum per-shard statuses into crawl-wide totals (for progress and stats.json)."""
+    keys = ("queued", "in_flight", "in_transit", "hosts", "paused_hosts", "paused_urls", "refresh_waiting", "refresh_due")
+    total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}, "events": {}}
+    for s in statuses:
+        for k in keys:
+            total[k] += s.get(k, 0)
+        for section in ("counters", "dropped"):
+            for k, v in s[section].items():
+                total[section][k] = total[section].get(k, 0) + v
+        for k, v in (s.get("events") or {}).items():  # page.fetched events (crawler.events)
+            if isinstance(v, bool):
+                total["events"][k] = total["events"].get(k, False) or v
+            else:
+                total["events"][k] = total["events"].get(k, 0) + v
+    total["shards"] = len(statuses)
+    return total
+
+
+def write_stats(cfg: CrawlConfig, stats: dict[str, Any]) -> str:
+    """Write ``OUT/stats.json`` (through fsspec, so s3:// works); returns its path."""
+    fs, root = open_fs(cfg.output.path, dict(cfg.output.storage_options) or None)
+    path = f"{root.rstrip('/')}/stats.json"
+    fs.makedirs(root, exist_ok=True)
+    with fs.open(path, "w") as f:
+        json.dump(stats, f, indent=2, sort_keys=True, default=str)
+    return path
+
+
+def read_stats(cfg: CrawlConfig) -> dict[str, Any]:
+    """``OUT/stats.json`` (local or remote), or an empty dict."""
+    fs, root = open_fs(cfg.output.path, dict(cfg.output.storage_options) or None)
+    try:
+        with fs.open(f"{root.rstrip('/')}/stats.json", "r") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def crawl_stats(
+    cfg: CrawlConfig,
+    finals: list[dict[str, Any]],
+    services: dict[str, Any],
+    elapsed: float,
+    *,
+    finished: bool,
+    ended: str,
+    seen_shards: int | None,
+    resumed: int,
+    mode: str,
+) -> dict[str, Any]:
+    """The body of ``stats.json`` from the shards' final statuses and the services' stats."""
+    total = merge_status(finals)
+    c = total["counters"]
+    refresh = c.get("refresh_fetches", 0)
+    return {
+        "finished": finished,
+        "ended": "finished" if finished else ended,
+        "elapsed_s": round(elapsed, 3),
+        "pages_per_s": round(c.get("fetched", 0) / elapsed, 2) if elapsed > 0 else None,
+        "outcomes": {k: c.get(k, 0) for k in OUTCOMES},
+        "requests": c.get("requests", 0),
+        "robots_requests": c.get("robots_requests", 0),
+        "retries": c.get("retries", 0),
+        "bytes": c.get("bytes", 0),
+        "duplicates": {"exact": c.get("dup_exact", 0), "near": c.get("dup_near", 0)},
+        "events": total["events"],
+        "dropped": total["dropped"],
+        "queued_unfetched": total["queued"],
+        "paused": {"hosts": total["paused_hosts"], "urls": total["paused_urls"]},
+        "refresh": {
+            "fetches": refresh,
+            "not_modified": c.get("not_modified", 0),
+            "not_modified_share": round(c.get("not_modified", 0) / refresh, 4) if refresh else None,
+            "changes_found": c.get("changes_found", 0),
+            "due_now": total["refresh_due"],
+            "waiting": total["refresh_waiting"],
+        },
+        "shards": total["shards"],
+        "seen_shards": seen_shards,
+        "seen": services.get("seen", {}),
+        "content": services.get("content", {}),
+        "resumed_urls": resumed,
+        "mode": mode,
+        "config_fingerprint": cfg.fingerprint(),
+        "config": to_dict(cfg),
+    }
