@@ -89,8 +89,8 @@ class TimedFetcher:
         self.inner = inner
         self._observe = observe
 
-    async def fetch(self, url: str, headers: dict[str, str] | None = None) -> Any:
-        res = await self.inner.fetch(url, headers)
+    async def fetch(self, url: str, headers: dict[str, str] | None = None, **kw: Any) -> Any:
+        res = await self.inner.fetch(url, headers, **kw)  # kw: max_body_bytes for sitemaps
         if res.started_at is not None and res.finished_at is not None:
             self._observe(res.finished_at - res.started_at)
         return res

@@ -78,6 +78,8 @@ def crawl_stats(
         "requests": c.get("requests", 0),
         "robots_requests": c.get("robots_requests", 0),
         "retries": c.get("retries", 0),
+        # a bug that cost one URL (logged with its traceback): should stay 0
+        "internal_errors": c.get("internal_errors", 0),
         "bytes": c.get("bytes", 0),
         "duplicates": {"exact": c.get("dup_exact", 0), "near": c.get("dup_near", 0)},
         "events": total["events"],

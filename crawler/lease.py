@@ -63,7 +63,19 @@ class LeaseRecord:
             return True
         except PermissionError:  # alive, owned by someone else
             return False
+        return _zombie(self.pid)
+
+
+def _zombie(pid: int) -> bool:
+    """True if ``pid`` has exited and only waits to be reaped by its parent (Linux /proc;
+    elsewhere a process that answers signal 0 counts as alive)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
         return False
+    # "pid (comm) S ...": comm may hold spaces and parentheses, so read after the last ")".
+    return stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] in ("Z", "X")
 
 
 class LeaseStore:

@@ -15,8 +15,12 @@ from collections import Counter
 UNACKED_WINDOW_S = 0.2 + 0.25 + 0.5
 
 
-def _refetched_outside_window(server, kill_times):
-    """Pages requested twice whose first answer was durable long before every crash."""
+def _refetched_outside_window(server, kill_times, after_s=0.5):
+    """Pages requested twice whose first answer was durable long before every crash.
+
+    ``after_s``: how long after a kill a request of the killed run may still start (the
+    server thread logs a request sent just before the kill a moment later; orphaned
+    shards run until their watchdog stops them)."""
     web = server.web
     failing = set(web.failure_urls())
     first: dict[str, tuple[float, float]] = {}
@@ -30,11 +34,24 @@ def _refetched_outside_window(server, kill_times):
         if n < 2 or u in failing or u not in web.must_fetch():
             continue
         start, end = first[u]
-        # start <= k (+ slack: the server thread may log a request sent before the kill
-        # a moment later).
-        if not any(start <= k + 0.5 and end >= k - UNACKED_WINDOW_S for k in kill_times):
+        if not any(start <= k + after_s and end >= k - UNACKED_WINDOW_S for k in kill_times):
             bad.append((u, [round(start - k, 2) for k in kill_times], [round(end - k, 2) for k in kill_times]))
     return sorted(bad)
+
+
+def check_nothing_lost(server, kill_times, after_s=0.5):
+    """After crashes at ``kill_times``: every reachable page requested, none twice unless it
+    was in flight at a kill (see :func:`_refetched_outside_window`), nothing requested
+    that must never be."""
+    from tests.integration import checks
+
+    counts = Counter(server.request_counts())
+    missing = [u for u in server.web.must_fetch() if counts[u] == 0]
+    assert not missing, missing[:5]
+    again = _refetched_outside_window(server, kill_times, after_s)
+    twice = sum(1 for n in counts.values() if n > 1)
+    assert not again, f"{len(again)} pages fetched twice outside a kill's window ({twice} twice in all): {again[:5]}"
+    checks.check_never_requested(server)
 
 
 def _wait_requests(server, n, timeout=120):
@@ -52,8 +69,8 @@ def _spawn(cfgfile, ray_tmp):
     )
 
 
-def _kill_leftovers(marker):
-    """SIGKILL whatever of that Ray is still alive (we started it; nothing else is touched)."""
+def processes():
+    """(pid, cmdline bytes, environ bytes) of every process we may read."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -64,9 +81,15 @@ def _kill_leftovers(marker):
                 env = f.read()
         except OSError:
             continue
+        yield int(pid), cmd, env
+
+
+def _kill_leftovers(marker):
+    """SIGKILL whatever of that Ray is still alive (we started it; nothing else is touched)."""
+    for pid, cmd, env in processes():
         if marker.encode() in cmd or marker.encode() in env:
             try:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 

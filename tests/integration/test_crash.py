@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from contextlib import contextmanager
 
 import pyarrow.parquet as pq
@@ -28,7 +27,7 @@ from crawler.testing.fixtures import crawl_config_for
 from jobs.crawl import Crawl
 
 from tests.integration import checks
-from tests.integration.procs import _kill_leftovers, _refetched_outside_window, _spawn, _wait_requests
+from tests.integration.procs import _kill_leftovers, _spawn, _wait_requests, check_nothing_lost
 
 #: Seed of the point where the whole job is killed (set CRASH_SEED to replay or explore others).
 CRASH_SEED = int(os.environ.get("CRASH_SEED", "20240105"))
@@ -70,12 +69,7 @@ def test_killed_shard_and_seen_actor_are_restarted_and_lose_nothing(ray_cluster,
     assert stats["finished"] is True
     checks.check_ledger(stats)
 
-    counts = Counter(web.request_counts())
-    missing = [u for u in web.web.must_fetch() if counts[u] == 0]
-    assert not missing, missing[:5]
-    again = _refetched_outside_window(web, kills)
-    assert not again, again
-    checks.check_never_requested(web)
+    check_nothing_lost(web, kills)
     checks.check_politeness(web, cfg)
     rows = _check_output_whole(out)
     assert {r["url"] for r in rows} >= web.web.must_fetch()
@@ -133,12 +127,7 @@ def test_sigkill_of_the_whole_job_then_resume(web, tmp_path):
         assert "resuming the unfinished crawl" in stderr
         assert len(web.requests()) > before
 
-        counts = Counter(web.request_counts())
-        missing = [u for u in web.web.must_fetch() if counts[u] == 0]
-        assert not missing, missing[:5]
-        again = _refetched_outside_window(web, kills)
-        assert not again, again
-        checks.check_never_requested(web)
+        check_nothing_lost(web, kills)
         rows = _check_output_whole(out)
         assert {r["url"] for r in rows} >= web.web.must_fetch()
         assert json.loads((out / "state" / "crawl.json").read_text())["finished"] is True

@@ -16,32 +16,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 
 import yaml
 
+from crawler import config
 from crawler.testing.fixtures import crawl_config_for
 
 from tests.integration import checks
-from tests.integration.procs import _kill_leftovers, _refetched_outside_window, _spawn, _wait_requests
+from tests.integration.procs import _kill_leftovers, _spawn, _wait_requests, check_nothing_lost, processes
 
 
 def _shard_workers(marker: str) -> list[int]:
     """PIDs of HostShard actor processes of the Ray whose temp dir is ``marker``."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read()
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if cmd.startswith(b"ray::HostShard") and marker.encode() in env:
-            pids.append(int(pid))
-    return pids
+    return [pid for pid, cmd, env in processes() if cmd.startswith(b"ray::HostShard") and marker.encode() in env]
 
 
 def _epoch(out) -> int:
@@ -92,12 +79,10 @@ def test_sigkill_then_immediate_restart_never_crawls_beside_the_old_run(web, tmp
     # old run can start after it.
     assert old_gone_at is not None and old_gone_at <= new_first, (old_gone_at, new_first)
     # No page requested twice beyond those in flight (requested, not yet acked) at the kill.
-    again = _refetched_outside_window(web, [killed_at])
-    twice = sum(1 for n in Counter(web.request_counts()).values() if n > 1)
-    assert not again, f"{len(again)} pages fetched twice outside the kill's window ({twice} twice in all): {again[:5]}"
-    counts = Counter(web.request_counts())
-    assert not [u for u in web.web.must_fetch() if counts[u] == 0]
-    checks.check_never_requested(web)
+    # The old run's shards outlive its driver until their watchdog closes the gate
+    # (runtime.driver_timeout_s without a beat) or Ray reaps them, whichever is first; what
+    # they fetch meanwhile may not become durable, so it counts as in flight at the kill.
+    check_nothing_lost(web, [killed_at], after_s=config.load(cfgfile).runtime.driver_timeout_s + 0.5)
     checks.check_ledger(json.loads((out / "stats.json").read_text()))
 
 

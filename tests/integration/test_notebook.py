@@ -66,8 +66,8 @@ def test_the_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     # Watched live, plotted, steered, read while running, stopped cleanly with a balanced ledger.
     assert sum(1 for c in code for o in c.outputs if "image/png" in o.get("data", {})) >= 2
     # The second site's three seeds were new; its paused host held work until unpaused.
-    assert "add_seeds: {'accepted': 3, 'already_seen': 0}" in text
-    assert "the paused host's root: queued" in text
+    assert "add_seeds: {'accepted': 3, 'already_seen': 0, 'refused': 0}" in text
+    assert "the paused host's root: pending" in text
     assert re.search(r"paused: [1-9]\d* queued URLs on 1 host", text)
     assert re.search(r"\d+ rows so far", text)
     assert "finished: True" in text

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ from crawler.output import read_pages
 from crawler.testing.fixtures import crawl_config_for
 
 from tests.integration import checks
-from tests.integration.procs import _refetched_outside_window, _wait_requests, ray_node_pids, stop_pids
+from tests.integration.procs import _wait_requests, check_nothing_lost, ray_node_pids, stop_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = secrets.token_hex(32)  # this cluster's own token (never the machine's ~/.ray/auth_token)
@@ -187,12 +186,7 @@ def test_a_crawl_survives_losing_the_second_node(cluster, web, tmp_path):
     # Nothing lost: every reachable page fetched, none twice unless in flight at the kill,
     # every URL a row or a counted drop.
     _stats(out)
-    counts = Counter(web.request_counts())
-    missing = [u for u in web.web.must_fetch() if counts[u] == 0]
-    assert not missing, missing[:5]
-    again = _refetched_outside_window(web, kills)
-    assert not again, again
-    checks.check_never_requested(web)
+    check_nothing_lost(web, kills)
     rows = read_pages(str(out), dedupe=False).to_pylist()
     assert {r["url"] for r in rows} >= web.web.must_fetch()
     fetched = [(r["url"], r["content_sha256"]) for r in rows if r["outcome"] == "fetched"]

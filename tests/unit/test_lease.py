@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -74,6 +75,26 @@ def test_a_dead_holder_is_waited_out_then_replaced_with_a_higher_epoch(env):
     # Its shards may run until they notice: the new run waited for the old lease to end.
     assert sum(wall.slept) >= TTL
     assert wall() >= store.read().expires_at - TTL
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="zombies are read from Linux /proc")
+def test_a_killed_driver_not_yet_reaped_counts_as_gone(env):
+    """A SIGKILLed driver whose parent has not reaped it still answers signal 0; it runs
+    no more, so the next run waits out its lease instead of being refused."""
+    clock, wall, store, lease = env
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        proc.kill()
+        deadline = time.monotonic() + 30
+        while True:  # until the kernel has made it a zombie (no wait(): we do not reap it)
+            with open(f"/proc/{proc.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            assert time.monotonic() < deadline, "the killed child never became a zombie"
+        store.write(LeaseRecord(1, "old", socket.gethostname(), proc.pid, wall() + TTL, TTL))
+        assert lease().acquire() == 2 and sum(wall.slept) >= TTL
+    finally:
+        proc.wait()
 
 
 def test_an_expired_lease_of_another_machine_is_taken(env):

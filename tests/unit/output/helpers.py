@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import contextlib
 import os
+
+import pytest
 
 from crawler.output import OutcomeRow, open_fs
 
@@ -39,3 +42,23 @@ def s3_keys(out: str, opts: dict) -> list[str]:
     fs, root = open_fs(out, opts)
     fs.invalidate_cache()
     return sorted(p[len(root) + 1:] for p in fs.find(root))
+
+
+class Killed(BaseException):
+    """Stands for the process dying: no cleanup code gets to run."""
+
+
+@contextlib.contextmanager
+def dies_before_rename(monkeypatch):
+    """The body's write dies between writing its temp file and the rename (or unlink)
+    that would publish or clean it; afterwards the file system works again."""
+
+    def die(*a, **k):
+        raise Killed
+
+    monkeypatch.setattr(os, "replace", die)
+    monkeypatch.setattr(os, "unlink", die)
+    with pytest.raises(Killed):
+        yield
+    monkeypatch.undo()
+

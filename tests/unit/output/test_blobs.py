@@ -10,7 +10,7 @@ import pytest
 from crawler.errors import ConfigError, StorageError
 from crawler.output import DEFAULT_COMPRESSLEVEL, BlobStore
 
-from .helpers import sha
+from .helpers import dies_before_rename, sha
 
 
 def blob_files(root) -> list[str]:
@@ -87,17 +87,8 @@ def test_a_failed_blob_batch_leaves_only_whole_blobs(tmp_path, monkeypatch):
     assert store.stats()["blobs_written"] == 3
     assert all(store.get(BlobStore.key_for(h)) == b for h, b in bodies.items())
 
-    class Killed(BaseException):
-        """The process dies between write and rename: no cleanup runs."""
-
-    def die(*a, **k):
-        raise Killed
-
-    monkeypatch.setattr(os, "replace", die)
-    monkeypatch.setattr(os, "unlink", die)
-    with pytest.raises(Killed):
+    with dies_before_rename(monkeypatch):
         store.put(sha(b"fourth"), b"fourth")
-    monkeypatch.undo()
     leftovers = [os.path.basename(f) for f in blob_files(tmp_path)]
     assert len(leftovers) == 4 and sum(f.startswith(".") for f in leftovers) == 1
     with pytest.raises(StorageError):  # the half-done blob does not exist under its key

@@ -10,6 +10,8 @@ from crawler.errors import ConfigError, StorageError
 from crawler.output import open_fs
 from crawler.output.fs import is_local, list_names, publish, write_local_atomic
 
+from .helpers import dies_before_rename
+
 
 def test_local_paths_resolve_absolute_and_bad_ones_are_config_errors(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -43,17 +45,8 @@ def test_a_failed_rename_leaves_neither_file_nor_temp(tmp_path, monkeypatch):
 
 
 def test_a_crash_before_the_rename_leaves_only_a_hidden_temp(tmp_path, monkeypatch):
-    class Killed(BaseException):
-        """Stands for the process dying: no cleanup code gets to run."""
-
-    def die(*a, **k):
-        raise Killed
-
-    monkeypatch.setattr(os, "replace", die)
-    monkeypatch.setattr(os, "unlink", die)
-    with pytest.raises(Killed):
+    with dies_before_rename(monkeypatch):
         write_local_atomic(str(tmp_path / "f"), b"data")
-    monkeypatch.undo()
     [left] = os.listdir(tmp_path)
     assert left.startswith(".f.") and left.endswith(".tmp")
     assert (tmp_path / left).read_bytes() == b"data"

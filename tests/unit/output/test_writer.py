@@ -16,7 +16,7 @@ from crawler.clock import MockClock
 from crawler.errors import ConfigError, StorageError
 from crawler.output import PAGES_SCHEMA, BlobStore, OutcomeRow, ResultWriter, read_pages, summarize
 
-from .helpers import T0, page, part_files, sha
+from .helpers import T0, dies_before_rename, page, part_files, sha
 
 
 def test_a_flush_writes_one_zstd_part_named_for_the_writer(tmp_path):
@@ -277,17 +277,8 @@ def test_crash_between_write_and_rename_is_invisible_to_readers(tmp_path, monkey
     w = ResultWriter(str(tmp_path), "w0")
     w.add([page("http://a.test/1")[0]])
 
-    class Killed(BaseException):
-        """Stands for the process dying: no cleanup code gets to run."""
-
-    def die(*a, **k):
-        raise Killed
-
-    monkeypatch.setattr(os, "replace", die)
-    monkeypatch.setattr(os, "unlink", die)
-    with pytest.raises(Killed):
+    with dies_before_rename(monkeypatch):
         w.flush()
-    monkeypatch.undo()
     pages = tmp_path / "pages"
     leftovers = os.listdir(pages)
     assert len(leftovers) == 1 and leftovers[0].startswith(".part-w0-")
@@ -311,17 +302,8 @@ def test_a_restart_leaves_the_temps_of_a_prefix_sharing_writer_alone(tmp_path, m
     other = ResultWriter(str(tmp_path), "w0-x")
     other.add([page("http://a.test/x")[0]])
 
-    class Killed(BaseException):
-        """Stands for w0-x being stopped between its write and its rename."""
-
-    def die(*a, **k):
-        raise Killed
-
-    monkeypatch.setattr(os, "replace", die)
-    monkeypatch.setattr(os, "unlink", die)
-    with pytest.raises(Killed):
+    with dies_before_rename(monkeypatch):
         other.flush()
-    monkeypatch.undo()
     [temp] = os.listdir(tmp_path / "pages")
     ResultWriter(str(tmp_path), "w0")  # "w0" is a prefix of "w0-x", but not its id
     assert os.listdir(tmp_path / "pages") == [temp]
