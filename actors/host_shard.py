@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import ray
 
 from actors.metrics import ShardMetrics, TimedFetcher
-from actors.services import SeenGroupClient
+from actors.services import SeenGroupClient, call_service
 from crawler.config import from_dict
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
@@ -77,10 +77,10 @@ class HostShard:
             store, from_copy = state.open_shard_store(cfg.output.path, dict(cfg.output.storage_options) or None, shard_id, state_dir)
 
         async def content(items):
-            return await content_actor.check_and_add.remote(items)
+            return await call_service(lambda: content_actor.check_and_add.remote(items), "content index")
 
         async def lease(n: int) -> int:
-            return await budget_actor.lease.remote(n)
+            return await call_service(lambda: budget_actor.lease.remote(n), "page budget")
 
         self.fence = build_fence(cfg, epoch, SYSTEM_CLOCK)
         self.driver_timeout_s = cfg.runtime.driver_timeout_s

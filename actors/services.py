@@ -6,22 +6,46 @@ tested without Ray; this module only moves batches in and out.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
-from typing import Any, Sequence
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 import ray
 
 from actors.metrics import SeenMetrics
 from crawler import state
 from crawler.clock import SYSTEM_CLOCK
-from crawler.errors import StorageError
+from crawler.errors import ServiceUnavailableError, StorageError
 from crawler.seen import SeenGroup, SeenSet, ShardCall
 from crawler.services import BudgetPool, ContentIndexService
 
 
 #: Longest wait for a replaced run's actor to release a seen store.
 OPEN_WAIT_S = 20.0
+#: Longest wait for a restarting service actor (its node was lost: Ray restarts it
+#: elsewhere from its snapshot) before the call fails.
+SERVICE_RETRY_S = 120.0
+
+T = TypeVar("T")
+
+
+async def call_service(call: Callable[[], Awaitable[T]], what: str, give_up_s: float = SERVICE_RETRY_S) -> T:
+    """``await call()``, again while the actor behind it is restarting.
+
+    Safe only for calls that may run twice (Ray cannot say whether a call cut short by
+    the restart ran): the content index never calls a page a duplicate of itself, and a
+    budget lease granted twice only spends pages sooner (never more than ``max_pages``).
+    """
+    delay, deadline = 0.05, time.monotonic() + give_up_s
+    while True:
+        try:
+            return await call()
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            if time.monotonic() >= deadline:
+                raise ServiceUnavailableError(f"{what}: unavailable for {give_up_s:.0f}s ({exc})") from exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 @ray.remote(num_cpus=0)

@@ -410,13 +410,18 @@ class ContentIndex:
         """Classify each ``(url, sha256_hex, simhash_or_None)`` and store the originals.
 
         Items are handled in order, so a page repeated later in the same batch is an
-        exact duplicate of the earlier one.
+        exact duplicate of the earlier one. A page is never a duplicate of itself: a
+        refetch of a URL (a recrawl, or a call retried after the index restarted) that
+        matches only that URL's own earlier content is not a duplicate.
         """
         out: list[tuple[str | None, str | None]] = []
         for url, sha_hex, fp in items:
             sha = _sha_key(sha_hex)
             first = self._by_sha.get(sha)
             if first is not None:
+                if self._urls[first] == url:
+                    out.append((None, None))
+                    continue
                 self.exact_dups += 1
                 out.append(("exact", self._urls[first]))
                 continue
@@ -426,6 +431,9 @@ class ContentIndex:
                     fp = None
             if fp is not None:
                 hit = self._near.nearest(fp)
+                if hit is not None and hit[0] == url:
+                    out.append((None, None))  # its own earlier version, slightly changed
+                    continue
                 if hit is not None:
                     self.near_dups += 1
                     out.append(("near", hit[0]))

@@ -36,3 +36,9 @@ class OutputLeasedError(StorageError):
 
 class FencedError(StorageError):
     """This run's lease was taken over: it may no longer fetch, write or ack."""
+
+
+class ServiceUnavailableError(CrawlError):
+    """A crawl-wide service (content index, page budget) stayed unreachable past its
+    restart allowance; the URL being processed fails with this, the crawl goes on."""
+

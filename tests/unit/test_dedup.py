@@ -424,6 +424,21 @@ def test_near_duplicate_pages_point_to_the_original() -> None:
     assert idx.stats()["near_dups"] == 1
 
 
+def test_a_page_is_never_a_duplicate_of_itself() -> None:
+    """A recrawl of an unchanged page (or a check retried after the index restarted) must
+    not flag the page as a copy of itself: that would count against its host's novelty."""
+    corpus = Corpus(seed=5)
+    words = corpus.words(1500)
+    text, edited = " ".join(words), " ".join(corpus.edit(words, 1))
+    idx = ContentIndex()
+    assert idx.check_and_add([("u1", _sha(text), simhash64(text))]) == [(None, None)]
+    assert idx.check_and_add([("u1", _sha(text), simhash64(text))]) == [(None, None)]
+    assert idx.check_and_add([("u1", _sha(edited), simhash64(edited))]) == [(None, None)]
+    # Another URL with that content is still a duplicate of the original.
+    assert idx.check_and_add([("u2", _sha(text), simhash64(text))]) == [("exact", "u1")]
+    assert (idx.stats()["exact_dups"], idx.stats()["near_dups"], len(idx)) == (1, 0, 1)
+
+
 def test_dup_of_always_names_an_original() -> None:
     fp = 0xABCD_EF01_2345_6789
     idx = ContentIndex(simhash_distance=3)
