@@ -121,10 +121,27 @@ class HostShard:
             self._watchdog = asyncio.ensure_future(self._watch())
 
     async def _watch(self) -> None:
-        """Exit once the lease is lost: the driver is gone for good, or a newer run owns OUT."""
+        """Exit once the lease is lost: the driver is gone for good, or a newer run owns OUT.
+
+        When the driver falls silent the gate stops new fetches, and what was fetched is
+        made durable and acked at once rather than at the next row flush: if the driver
+        is dead, Ray reaps this actor within moments, and every page whose row is not
+        durable by then is fetched again by the next run.
+        """
         exported = 0.0
+        flushed_silence = False
         while not self._stopped:
             await asyncio.sleep(WATCH_INTERVAL_S)
+            silent = time.monotonic() - self._last_contact > self.driver_timeout_s
+            if silent and not flushed_silence:
+                flushed_silence = True
+                log.warning("%s: no word from the driver for %.1fs: fetching paused, rows flushed", self.shard_id, self.driver_timeout_s)
+                try:
+                    await self.shard.outbox.flush(final=True)
+                except Exception as exc:  # noqa: BLE001 - fenced or failing storage: the next run refetches
+                    log.error("%s: flush on driver silence failed: %r", self.shard_id, exc)
+            elif not silent:
+                flushed_silence = False
             if time.monotonic() - exported >= METRICS_INTERVAL_S:
                 exported = time.monotonic()
                 try:

@@ -6,8 +6,8 @@ project (``--repo``, default: this one) so a before/after pair is measured in th
 * ``kill``: a crawl of the synthetic web (``demo`` profile, Ray, 2 shards) is SIGKILLed
   (its whole process group, not its Ray workers) once it has made ``--kill-at`` requests,
   and the same command starts again at once on the same output. Reported: pages
-  requested twice (retries of failing URLs aside), and how many of them were not in
-  flight at the kill.
+  requested twice (retries of failing URLs aside), how many of them were first fetched
+  outside the kill's durability window, and whether the two runs overlapped.
 * ``traps``: a small site and a session-id trap (crawler.testing.trapweb) crawled once
   (``--local``) with ``max_pages_per_host`` 1,000, so the trap is the last work;
   reported: seconds from the last request to the normal site to the end of the crawl,
@@ -58,15 +58,43 @@ def _kill_tree(marker: str) -> None:
                 pass
 
 
+def _shard_workers(marker: str) -> list[int]:
+    """PIDs of the HostShard actor processes of the Ray whose temp dir is ``marker``."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read()
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read()
+            except OSError:
+                continue
+            if cmd.startswith(b"ray::HostShard") and marker.encode() in env:
+                pids.append(int(pid))
+    return pids
+
+
 def kill_restart(repo: str, kill_at: int) -> dict:
+    """Kill the job's process group (Ray's workers may outlive it), restart at once.
+
+    Pages requested twice are split by when their first request was made: in the
+    durability window of the kill (from ``output.row_flush_interval_s`` before it to the
+    moment the old run's shard processes were gone: fetched, row not yet durable), or
+    outside it (work that was durable and got redone: none may be). ``runs_overlap_s`` is
+    how long the old run's shard processes lived on after the new run's had started (a
+    run crawling beside its successor when > 0).
+    """
     with running_web(seed=0, profile="demo") as server, tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         cfgfile = tmp_path / "c.yaml"
         cfg = crawl_config_for(server, runtime={"shards": 2, "seen_shards": 1}, output={"path": str(tmp_path / "out")})
         cfg["politeness"]["interval_s"] = 0.05
         cfgfile.write_text(yaml.safe_dump(cfg))
+        flush_s = float(cfg.get("output", {}).get("row_flush_interval_s", 1.0))
         old_tmp, new_tmp = tempfile.mkdtemp(prefix="rayb-"), tempfile.mkdtemp(prefix="rayb-")
         old = _spawn(repo, cfgfile, old_tmp)
+        old_gone = new_up = None
         try:
             while len(server.requests()) < kill_at:
                 if old.poll() is not None:
@@ -75,21 +103,37 @@ def kill_restart(repo: str, kill_at: int) -> dict:
             os.killpg(old.pid, signal.SIGKILL)
             killed = time.monotonic()
             new = _spawn(repo, cfgfile, new_tmp)
+            while new.poll() is None:
+                if old_gone is None and not _shard_workers(old_tmp):
+                    old_gone = time.monotonic()
+                if new_up is None and _shard_workers(new_tmp):
+                    new_up = time.monotonic()
+                time.sleep(0.05)
             _, err = new.communicate(timeout=600)
         finally:
             _kill_tree(old_tmp)
             _kill_tree(new_tmp)
+        old_gone = old_gone if old_gone is not None else time.monotonic()
         log = sorted(server.requests(), key=lambda r: r.start)
         pages = [r for r in log if not r.path_qs.endswith("robots.txt")]
-        counts = Counter(server.web.url(r.host, r.path_qs) for r in pages)
+        first: dict[str, tuple[float, float]] = {}
+        counts: Counter = Counter()
+        for r in pages:
+            u = server.web.url(r.host, r.path_qs)
+            counts[u] += 1
+            first.setdefault(u, (r.start, r.end))
         failing = set(server.web.failure_urls())
         twice = sorted(u for u, n in counts.items() if n > 1 and u not in failing)
-        in_flight = {server.web.url(r.host, r.path_qs) for r in pages if r.start <= killed <= r.end}
+        outside = [u for u in twice if not (first[u][1] >= killed - flush_s - 0.5 and first[u][0] <= old_gone)]
         return {
             "requests": len(pages),
             "pages": len(counts),
             "requested_twice": len(twice),
-            "requested_twice_not_in_flight": len(set(twice) - in_flight),
+            "requested_twice_outside_durability_window": len(outside),
+            "old_shards_gone_after_kill_s": round(old_gone - killed, 2),
+            "new_shards_up_after_kill_s": round(new_up - killed, 2) if new_up is not None else None,
+            "runs_overlap_s": round(max(0.0, old_gone - new_up), 2) if new_up is not None else None,
+            "row_flush_interval_s": flush_s,
             "new_run_exit": new.returncode,
             "new_run_error": err.strip().splitlines()[-1] if new.returncode else None,
         }

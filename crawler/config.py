@@ -138,7 +138,7 @@ class RuntimeConfig:
     state_ship_interval_s: float = 60.0
     content_snapshot_interval_s: float = 30.0
     lease_ttl_s: float = 15.0
-    driver_timeout_s: float = 1.5
+    driver_timeout_s: float = 1.0
     max_restarts: int = 5
 
 
