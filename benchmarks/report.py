@@ -1,0 +1,276 @@
+"""Regenerate the README's Performance section from the committed results files.
+
+Every figure between the README's ``<!-- results:begin -->`` and ``<!-- results:end -->``
+markers is read from a JSON file under ``benchmarks/results/`` and each row names its
+file, so a number in the README always points at the measurement it came from.
+
+    python -m benchmarks.report            # rewrite the section in README.md
+    python -m benchmarks.report --check    # exit 1 if README.md differs from the files
+
+Only the standard library is used: the unit test that runs ``--check`` needs no
+benchmark tool installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+BEGIN = "<!-- results:begin -->"
+END = "<!-- results:end -->"
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+
+Results = dict[str, dict[str, Any]]
+
+
+def load(results_dir: str = RESULTS) -> Results:
+    """Every ``*.json`` of ``results_dir`` by file name."""
+    out: Results = {}
+    for name in sorted(os.listdir(results_dir)):
+        if name.endswith(".json"):
+            with open(os.path.join(results_dir, name)) as f:
+                out[name] = json.load(f)
+    return out
+
+
+def _n(x: float, digits: int = 0) -> str:
+    """A number with thousands separators and ``digits`` decimals."""
+    return f"{x:,.{digits}f}"
+
+
+def _src(name: str) -> str:
+    return f"[{name.removesuffix('.json')}](benchmarks/results/{name})"
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+Row = tuple[str, str, str, str]  # measurement, result, target and verdict, source file
+
+
+def _throughput_rows(r: Results) -> list[Row]:
+    name = "throughput.json" if "throughput.json" in r else "throughput_100k_all.json"
+    d = r[name]
+    ph = d["phases"]
+    rows: list[Row] = []
+    bare = ph.get("bare2") or ph.get("bare")
+    if bare is not None:
+        procs = bare.get("procs", 1)
+        label = f"bare fetch + parse loop, {procs} process{'es' if procs > 1 else ''}"
+        rows.append((label, f"{_n(bare['pages_per_s'], 1)} pages/s, {bare['cpu_ms_per_page']:.2f} CPU-ms/page",
+                     "(the ceiling)", _src(name)))
+    for mode, label in (("ray", "full pipeline on embedded Ray"), ("local", "full pipeline in one process (`--local`)")):
+        p = ph.get(mode)
+        if p is None:
+            continue
+        res = (f"{_n(p['pages_per_s'], 1)} pages/s, {p['cpu_ms_per_page']:.2f} CPU-ms/page "
+               f"({p['pages']:,} pages, {p['cpu_cores_busy']} cores busy)")
+        target = ""
+        if bare is not None:
+            speed = p.get("steady_pages_per_s") or p["pages_per_s"]
+            ratio = speed / bare["pages_per_s"]
+            cpu = p["cpu_ms_per_page"] / bare["cpu_ms_per_page"]
+            steady = " steady" if p.get("steady_pages_per_s") else ""
+            res += f"; **{ratio:.2f}** of the ceiling{steady}, CPU **{cpu:.2f}x**"
+            if mode == "ray":
+                target = f">= 0.5 of the ceiling: {_met(ratio >= 0.5)}; CPU <= 2x: {_met(cpu <= 2.0)}"
+        rows.append((f"{label}, same run", res, target, _src(name)))
+    return rows
+
+
+def _scrapy_rows(r: Results) -> list[Row]:
+    name = "scrapy_compare.json"
+    d = r.get(name)
+    if d is None:
+        return []
+    v = d["verdict"]
+    speed = v["speedup"]
+    return [(f"Scrapy on the same web, same politeness, {d['pages']:,} pages, same run",
+             f"crawler {_n(v['crawler_pages_per_s'], 1)} vs Scrapy {_n(v['scrapy_pages_per_s'], 1)} pages/s = "
+             f"**{speed:.1f}x**; CPU {v['crawler_cpu_ms_per_page']:.1f} vs {v['scrapy_cpu_ms_per_page']:.1f} ms/page",
+             f">= 10x: {_met(speed >= 10.0)}", _src(name))]
+
+
+def _politeness_rows(r: Results) -> list[Row]:
+    rows: list[Row] = []
+    found = [(n, d) for n, d in r.items() if isinstance(d, dict) and d.get("benchmark") == "politeness_bound"]
+    found.sort(key=lambda nd: (nd[1]["hosts"], -nd[1]["interval_s"]))
+    for name, d in found:
+        v, s = d["verdict"], d["server"]
+        eff = v["steady_state_efficiency"]
+        rate = 1.0 / d["interval_s"]
+        rows.append((f"politeness-bound: {d['hosts']:,} hosts at {rate:g} req/s",
+                     f"**{100 * eff:.1f}%** of the bound steady ({100 * v['whole_crawl_efficiency']:.1f}% whole crawl), "
+                     f"{s['violations']} interval violations at the server in {s['server_requests']:,} requests",
+                     f">= 95%, 0: {_met(eff >= 0.95 and s['violations'] == 0)}", _src(name)))
+    return rows
+
+
+def _result(d: dict[str, Any], kind: str, urls: int) -> dict[str, Any] | None:
+    for e in d.get("results", []):
+        if e.get("kind") == kind and e.get("urls") == urls:
+            return e
+    return None
+
+
+def _memory_rows(r: Results) -> list[Row]:
+    rows: list[Row] = []
+    name = "memory.json"
+    d = r.get(name)
+    if d is not None:
+        disk = _result(d, "seen-exact-disk", 10_000_000)
+        mem = _result(d, "seen-exact-mem", 10_000_000)
+        bloom = _result(d, "seen-bloom", 10_000_000)
+        if disk is not None:
+            others = []
+            if mem is not None:
+                others.append(f"in-memory exact: {mem['ram_bytes_per_url']:.1f} B")
+            if bloom is not None:
+                others.append(f"Bloom only: {bloom['ram_bytes_per_url']:.2f} B")
+            rows.append(("RAM per seen URL, exact disk-backed mode, 10M URLs",
+                         f"{disk['ram_bytes_per_url']:.2f} B ({'; '.join(others)})",
+                         f"<= 4 B: {_met(disk['ram_bytes_per_url'] <= 4)}", _src(name)))
+            lo = _result(d, "seen-exact-disk", 1_000_000)
+            disks = [e["disk_bytes_per_url"] for e in (lo, disk) if e is not None]
+            rows.append(("seen store on disk, 1M and 10M URLs",
+                         " and ".join(f"{x:.1f}" for x in disks) + " B per URL", "", _src(name)))
+    name = "memory_frontier_window4.json"
+    d = r.get(name)
+    if d is not None:
+        big = _result(d, "frontier-spill", 10_000_000)
+        small = _result(d, "frontier-spill", 1_000_000)
+        if big is not None and small is not None:
+            rows.append(("RAM per queued URL once spilled (10k hosts, window 4)",
+                         f"{big['ram_bytes_per_url']:.1f} B at 10M, {small['ram_bytes_per_url']:.1f} B at 1M; "
+                         f"{big['disk_bytes_per_url']:.0f} B on disk",
+                         f"<= 64 B: {_met(max(big['ram_bytes_per_url'], small['ram_bytes_per_url']) <= 64)}",
+                         _src(name)))
+    return rows
+
+
+def _content_rows(r: Results) -> list[Row]:
+    name = "content_index.json"
+    d = r.get(name)
+    if d is None:
+        return []
+    rows: list[Row] = []
+    for e in d["sizes"]:
+        rows.append((f"content index, {e['pages'] / 1e6:g}M pages, {d['shards']} shards x {d['tables']} tables",
+                     f"{e['ram_bytes_per_page']:.1f} B RAM per indexed page ({e['disk_bytes_per_page']:.1f} B in its "
+                     f"snapshot); {_n(e['lookups_per_s'])} lookups/s; {e['candidates_per_lookup']:.2f} candidates "
+                     f"checked per lookup", "", _src(name)))
+    for t in d.get("tables_sweep", []):
+        rows.append((f"content index, {t['tables']} tables ({t['pages'] / 1e6:g}M pages)",
+                     f"{t['candidates_per_lookup']:.2f} candidates per lookup, {_n(t['lookups_per_s'])} lookups/s, "
+                     f"{t['ram_bytes_per_page']:.1f} B per page", "", _src(name)))
+    return rows
+
+
+def _ring_rows(r: Results) -> list[Row]:
+    name = "ring.json"
+    d = r.get(name)
+    if d is None:
+        return []
+    worst, moved, ideal = d["busiest_over_mean_worst"], d["moved_pct_mean"], d["moved_pct_ideal"]
+    return [(f"hash ring, {d['shards']} shards x {d['hosts'] // 1000}k hosts ({len(d['schemes'])} shard namings)",
+             f"busiest shard {worst:.3f}x mean (worst naming); adding shard {d['shards'] + 1} moves {moved:.1f}% "
+             f"(ideal {ideal:.1f}%), all to the new shard" if d["all_moves_to_new_shard"] else
+             f"busiest shard {worst:.3f}x mean; adding one moves {moved:.1f}%",
+             f"<= 1.15x: {_met(worst <= 1.15)}", _src(name))]
+
+
+ROW_BUILDERS: tuple[Callable[[Results], list[Row]], ...] = (
+    _throughput_rows, _scrapy_rows, _politeness_rows, _memory_rows, _content_rows, _ring_rows,
+)
+
+
+def _profile_lines(r: Results) -> list[str]:
+    lines: list[str] = []
+    for name, label in (("profile_ray_before.json", "before"), ("profile_ray.json", "now")):
+        d = r.get(name)
+        if d is None:
+            continue
+        top = ", ".join(f"`{f.split(' (')[0]}` {pct:.1f}" for f, pct in d["top_self"][:10])
+        commit = d.get("git", {}).get("commit")
+        at = f" at {commit}" if commit else ""
+        lines.append(f"py-spy over a {d['pages']:,}-page Ray crawl{at} ({label}; self time, % of busy samples, "
+                     f"{_src(name)}): {top}.")
+    return lines
+
+
+def _stage_lines(r: Results) -> list[str]:
+    name = "stages.json"
+    d = r.get(name)
+    if d is None:
+        return []
+    ms = d["ms_per_page"]
+    parts = [f"parse {ms['parse']:.2f} ms", f"link policy {ms['follow']:.2f} ms "
+             f"({d['followed_per_page']:.0f} links followed of {d['links_per_page']:.0f})",
+             f"SimHash {ms['simhash']:.2f} ms", f"SHA-256 {ms['sha256']:.3f} ms",
+             f"gzip level 1 {ms['gzip1']:.2f} ms vs zstd level 1 {ms['zstd1']:.2f} ms"]
+    return [f"CPU per page by stage, in process ({d['pages']:,} bench pages, {_src(name)}): " + "; ".join(parts) + "."]
+
+
+def _intro(r: Results) -> list[str]:
+    name = "throughput.json" if "throughput.json" in r else "throughput_100k_all.json"
+    d = r[name]
+    m = d["machine"]
+    return [f"Throughput runs: {m['nproc']} cores ({m['cpu_model'].split()[0]} {m['cpu_model'].split()[1]}), "
+            f"{m['ram_gib']} GiB, Python {m['python']}, Ray {m['ray']}; a static web of {d['hosts']:,} hosts and "
+            f"{d['web_pages']:,} pages of ~{d['mean_page_bytes'] / 1000:.0f} KB served by nginx on loopback "
+            f"({_src(name)}). Ratios are taken within one run (the machine is shared).", ""]
+
+
+def render(r: Results) -> str:
+    """The README text between the markers (without them)."""
+    rows: list[Row] = []
+    for build in ROW_BUILDERS:
+        rows.extend(build(r))
+    out = _intro(r) + ["| measurement | result | target | results file |", "|---|---|---|---|"]
+    out += [f"| {m} | {res} | {t} | {src} |" for m, res, t, src in rows]
+    extra = _profile_lines(r) + _stage_lines(r)
+    for line in extra:
+        out += ["", line]
+    return "\n".join(out)
+
+
+def splice(readme: str, body: str) -> str:
+    """``readme`` with the text between the markers replaced by ``body``."""
+    try:
+        head, rest = readme.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+    except ValueError:
+        raise SystemExit(f"README has no {BEGIN} ... {END} section") from None
+    return f"{head}{BEGIN}\n{body}\n{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="regenerate the README's results table from benchmarks/results/")
+    p.add_argument("--check", action="store_true", help="exit 1 if the README differs from the results files")
+    p.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
+    p.add_argument("--results", default=RESULTS)
+    a = p.parse_args(argv)
+    with open(a.readme, encoding="utf-8") as f:
+        current = f.read()
+    wanted = splice(current, render(load(a.results)))
+    if a.check:
+        if wanted != current:
+            print(f"{a.readme}: the results section differs from {a.results}; run python -m benchmarks.report",
+                  file=sys.stderr)
+            return 1
+        return 0
+    if wanted != current:
+        with open(a.readme, "w", encoding="utf-8") as f:
+            f.write(wanted)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
