@@ -134,8 +134,10 @@ def _child_local(cfg, timeout_s: float, shards: int) -> tuple[dict[str, Any], fl
     async def run() -> dict[str, Any]:
         return await asyncio.wait_for(crawl.run(), timeout_s)
 
+    from crawler import eventloop
+
     common.mark("start")
-    stats = asyncio.run(run())
+    stats = eventloop.run(run())
     common.mark("end", sync=True)
     return stats, 0.0
 

@@ -12,6 +12,7 @@ import asyncio
 import threading
 from typing import Any, Coroutine, Sequence, TypeVar
 
+from crawler import eventloop
 from crawler.session import CrawlSession
 
 T = TypeVar("T")
@@ -26,7 +27,7 @@ class CrawlHandle:
 
     def __init__(self, session: CrawlSession) -> None:
         self.session = session
-        self._loop = asyncio.new_event_loop()
+        self._loop = eventloop.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="crawl-session", daemon=True)
         self._thread.start()
 

@@ -20,7 +20,7 @@ import sys
 from typing import Any, Sequence
 
 from crawler import config as config_mod
-from crawler import ledger
+from crawler import eventloop, ledger
 from crawler.config import CrawlConfig
 from crawler.errors import ConfigError, OutputExistsError, OutputLeasedError
 from crawler.handle import CrawlHandle
@@ -103,7 +103,7 @@ def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = No
     session = make_session(cfg, local=local, address=address, force=force, on_progress=prog.update, on_start=announce)
     stopped_by: list[int] = []
     try:
-        stats = asyncio.run(_run(session, stopped_by))
+        stats = eventloop.run(_run(session, stopped_by))
     except asyncio.CancelledError:  # a second Ctrl-C: abort without flushing
         raise KeyboardInterrupt from None
     finally:
