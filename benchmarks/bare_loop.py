@@ -207,6 +207,11 @@ def _run_part(args: tuple[list[str], int, int, float, int, int, bool]) -> dict:
     return c
 
 
+def _part_child(job: tuple, conn) -> None:
+    conn.send(_run_part(job))
+    conn.close()
+
+
 def crawl_parts(seed_urls: list[str], pages: int, concurrency: int, timeout_s: float, procs: int,
                 use_uvloop: bool) -> dict:
     """The crawl split over ``procs`` processes (one in-process when 1); summed counters."""
@@ -215,8 +220,19 @@ def crawl_parts(seed_urls: list[str], pages: int, concurrency: int, timeout_s: f
     if procs == 1:
         parts = [_run_part(jobs[0])]
     else:
-        with multiprocessing.get_context("fork").Pool(procs) as pool:
-            parts = pool.map(_run_part, jobs)
+        # Plain processes and pipes (a Pool's terminate can hang on a worker's queue lock).
+        ctx = multiprocessing.get_context("fork")
+        pipes, workers = [], []
+        for job in jobs:
+            recv, send = ctx.Pipe(duplex=False)
+            w = ctx.Process(target=_part_child, args=(job, send), daemon=True)
+            w.start()
+            send.close()
+            pipes.append(recv)
+            workers.append(w)
+        parts = [r.recv() for r in pipes]
+        for w in workers:
+            w.join()
     total: dict = {}
     for c in parts:
         for k, v in c.items():

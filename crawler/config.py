@@ -116,6 +116,7 @@ class RuntimeConfig:
     checkpoint_interval_s: float = 10.0
     state_ship_interval_s: float = 60.0
     content_snapshot_interval_s: float = 30.0
+    content_shards: int = 1
     lease_ttl_s: float = 6.0
     driver_timeout_s: float = 1.5
     max_restarts: int = 5
@@ -355,6 +356,7 @@ def _validate(obj: Any, prefix: str) -> None:
             obj, prefix, "batch_size", "link_flush_interval_s", "content_batch_size", "content_batch_delay_s",
             "budget_lease_max", "progress_interval_s", "frontier_window", "checkpoint_interval_s",
             "state_ship_interval_s", "content_snapshot_interval_s", "lease_ttl_s", "driver_timeout_s",
+            "content_shards",
         )
         _positive(obj, prefix, "max_restarts", allow_zero=True)
     elif isinstance(obj, OutputConfig):
@@ -362,7 +364,7 @@ def _validate(obj: Any, prefix: str) -> None:
             raise ConfigError(f"{prefix}path: must not be empty")
         _positive(obj, prefix, "rows_per_file", "row_flush_interval_s", "outbox_interval_s")
         if not 0 <= obj.blob_compresslevel <= 9:
-            raise ConfigError(f"{prefix}blob_compresslevel: must be a gzip level 0-9, got {obj.blob_compresslevel}")
+            raise ConfigError(f"{prefix}blob_compresslevel: must be a compression level 0-9, got {obj.blob_compresslevel}")
     elif isinstance(obj, CrawlConfig):
         if not obj.user_agent.strip():
             raise ConfigError("user_agent: must not be empty (servers identify crawlers by it)")
