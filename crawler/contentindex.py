@@ -7,10 +7,9 @@ verdict always names an original. It is split over ``shards`` :class:`ContentSha
 objects so that its memory is spread over processes and machines (DESIGN.md invariant 8):
 
 * exact entries by the first byte of the SHA-256;
-* the ``tables`` permuted SimHash tables (Manku et al., WWW 2007; pigeonhole: with at least
-  k + 1 blocks, a neighbour agrees with the page on one whole block) by table and by the
-  top bits of the block: one lookup probes one shard per table, and a batch of lookups is
-  one call per shard.
+* the ``tables`` permuted SimHash tables (:class:`TableLayout`) by table and by the top
+  bits of the table's key: one lookup probes one shard per table, and a batch of lookups
+  is one call per shard.
 
 Memory per indexed page, stated (``benchmarks/contentindex.py`` measures it): an exact
 entry is 16 B of SHA-256 (128 bits) + an 8 B reference + a 1 B flag; a near entry is 8 B
@@ -34,6 +33,8 @@ service, or the Ray content actor).
 from __future__ import annotations
 
 import hashlib
+import itertools
+import math
 import os
 import struct
 from dataclasses import dataclass, field
@@ -63,7 +64,23 @@ def ref_hex(ref: int) -> str:
 
 
 class TableLayout:
-    """Where each permuted table's block sits in the 64 bits, and who owns which block."""
+    """Which bits of a fingerprint key each table, and which shard owns which key.
+
+    The 64 bits are cut into ``B`` blocks. A fingerprint within distance ``k`` of another
+    differs in at most ``k`` blocks, so it agrees with it on at least ``B - k`` whole blocks
+    (pigeonhole). A table sorts the fingerprints by a key that puts ``B - k`` of the blocks
+    on top, and one table per choice of blocks finds every neighbour by an exact match on
+    that prefix (Manku, Jain, Das Sarma, WWW 2007):
+
+    * ``tables`` = B with B >= k + 1: one block on top per table (16-bit prefixes for 4
+      tables); the fewest tables, the most candidates per lookup (N / 2^16 per table);
+    * ``tables`` = C(B, k) with B > k + 1 (10, 20, 35 for k = 3): B - k blocks on top per
+      table (26-bit prefixes for 10 tables, 32 for 20): more memory per page, far fewer
+      candidates at scale.
+
+    A key is a permutation of the fingerprint's bits, so Hamming distances between keys
+    are the fingerprints' own.
+    """
 
     def __init__(self, k: int, tables: int, shards: int) -> None:
         if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= 63:
@@ -76,32 +93,45 @@ class TableLayout:
         if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 256:
             raise ConfigError(f"content index shards: must be an integer in 1..256, got {shards!r}")
         self.k, self.tables, self.shards = k, tables, shards
-        base, extra = divmod(64, tables)
-        self.widths: list[int] = []
-        self.rot: list[int] = []  # left rotation that moves table t's block to the top bits
-        shift = 0
-        for t in range(tables):
-            w = base + (1 if t < extra else 0)
-            self.widths.append(w)
-            self.rot.append((64 - shift - w) % 64)
-            shift += w
+        blocks, combos = tables, [[t] for t in range(tables)]
+        for b in range(k + 2, 65):
+            n = math.comb(b, k)
+            if n == tables and k > 0:
+                blocks = b
+                combos = [sorted(set(range(b)) - set(drop)) for drop in itertools.combinations(range(b), k)]
+                break
+            if n > tables:
+                break
+        base, extra = divmod(64, blocks)
+        widths = [base + (1 if i < extra else 0) for i in range(blocks)]
+        starts = [sum(widths[:i]) for i in range(blocks)]
+        self.blocks = blocks
+        self.prefix: list[int] = []  # key bits that must match exactly, per table
+        self._moves: list[list[tuple[int, int, int]]] = []  # per table: (source shift, mask, target shift)
+        for top in combos:
+            order = top + [i for i in range(blocks) if i not in top]
+            moves, dst = [], 64
+            for i in order:
+                dst -= widths[i]
+                moves.append((starts[i], (1 << widths[i]) - 1, dst))
+            self._moves.append(moves)
+            self.prefix.append(sum(widths[i] for i in top))
 
     def key(self, t: int, fps: np.ndarray) -> np.ndarray:
-        """Table ``t``'s sort key of each fingerprint: the fingerprint rotated so that its
-        block is on top. Rotation keeps Hamming distances, so keys compare directly."""
-        r = self.rot[t]
-        if r == 0:
-            return fps.copy()
-        return (fps << _U64(r)) | (fps >> _U64(64 - r))
+        """Table ``t``'s sort key of each fingerprint: its bits permuted, the table's blocks on top."""
+        out = np.zeros(len(fps), _U64)
+        for src, mask, dst in self._moves[t]:
+            out |= ((fps >> _U64(src)) & _U64(mask)) << _U64(dst)
+        return out
 
     def owner(self, t: int, keys: np.ndarray) -> np.ndarray:
-        """Shard of each table-``t`` key: by its top 8 bits (inside the block), and the table."""
+        """Shard of each table-``t`` key: by its top 8 bits (inside the prefix), and the table."""
         return ((keys >> _U64(56)).astype(np.int64) + 37 * t) % self.shards
 
     def bounds(self, t: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Smallest and largest key sharing each key's block."""
-        low_bits = 64 - self.widths[t]
-        low = _U64((1 << low_bits) - 1) if low_bits < 64 else _U64(_MASK64)
+        """Smallest and largest key sharing each key's prefix."""
+        low_bits = 64 - self.prefix[t]
+        low = _U64((1 << low_bits) - 1)
         lo = keys & ~low
         return lo, lo | low
 

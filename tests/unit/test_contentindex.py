@@ -71,7 +71,7 @@ def test_near_duplicates_within_one_batch_are_found():
     assert out == [(None, None), ("near", url_hash(_u(1))), (None, None)]
 
 
-@pytest.mark.parametrize("shards, tables", [(1, 4), (3, 4), (7, 5), (16, 6)])
+@pytest.mark.parametrize("shards, tables", [(1, 4), (3, 4), (7, 5), (16, 6), (4, 10), (5, 20)])
 def test_sharding_changes_where_entries_live_not_the_verdicts(shards, tables):
     rng = random.Random(shards * 100 + tables)
     bases = [rng.getrandbits(64) for _ in range(60)]
@@ -91,11 +91,13 @@ def test_sharding_changes_where_entries_live_not_the_verdicts(shards, tables):
     assert sum(per_shard) == st["near_index_entries"] and (shards == 1 or max(per_shard) < sum(per_shard))
 
 
-def test_near_verdicts_agree_with_a_scan_of_every_original():
-    # The permuted tables find every original within k (pigeonhole), and only those.
+@pytest.mark.parametrize("tables", [4, 10, 20])
+def test_near_verdicts_agree_with_a_scan_of_every_original(tables):
+    # The permuted tables find every original within k (pigeonhole), and only those,
+    # whether a table keys on one block (4) or on B - k of B blocks (10: B = 5; 20: B = 6).
     rng = random.Random(9)
     base = [rng.getrandbits(64) for _ in range(40)]
-    svc = ContentIndexService(3, 4, MockClock(), shards=5)
+    svc = ContentIndexService(3, tables, MockClock(), shards=5)
     originals: list[tuple[int, str]] = []
     for i in range(800):
         fp = _flip(base[i % 40], rng.sample(range(64), rng.randrange(0, 7)))
@@ -108,11 +110,11 @@ def test_near_verdicts_agree_with_a_scan_of_every_original():
             originals.append((fp, url_hash(_u(i))))
 
 
-def test_candidates_checked_per_lookup_grow_as_more_tables_narrow_the_blocks():
+def test_candidates_checked_per_lookup_follow_the_width_of_the_table_keys():
     rng = random.Random(3)
     fps = [rng.getrandbits(64) for _ in range(20000)]
     means = []
-    for tables in (4, 6, 8):
+    for tables in (10, 4, 6, 8):
         svc = ContentIndexService(3, tables, MockClock())
         asyncio.run(svc.check_and_add([(_u(i), _sha(str(i)), f) for i, f in enumerate(fps)]))
         before = asyncio.run(svc.stats())
@@ -120,8 +122,9 @@ def test_candidates_checked_per_lookup_grow_as_more_tables_narrow_the_blocks():
         after = asyncio.run(svc.stats())
         assert after["table_probes"] - before["table_probes"] == 500 * tables
         means.append(after["candidates_checked_mean"])
-    # 16-bit blocks: ~20000 * 4 / 65536 ~ 1.2 candidates per lookup; 8-bit blocks: ~625.
-    assert means[0] < means[1] < means[2]
+    # One 16-bit block per table: ~20000 * 4 / 65536 ~ 1.2 candidates per lookup; 8-bit
+    # blocks: ~625. Ten tables keyed on 2 of 5 blocks (25-26 bits): almost none.
+    assert means[0] < means[1] < means[2] < means[3]
 
 
 def test_the_log_restores_the_index_after_a_restart(tmp_path):
