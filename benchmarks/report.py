@@ -60,11 +60,15 @@ def _throughput_rows(r: Results) -> list[Row]:
     d = r[name]
     ph = d["phases"]
     rows: list[Row] = []
-    bare = ph.get("bare2") or ph.get("bare")
+    bare = d.get("ceiling") or ph.get("bare2") or ph.get("bare")
     if bare is not None:
         procs = bare.get("procs", 1)
         label = f"bare fetch + parse loop, {procs} process{'es' if procs > 1 else ''}"
-        rows.append((label, f"{_n(bare['pages_per_s'], 1)} pages/s, {bare['cpu_ms_per_page']:.2f} CPU-ms/page",
+        steady = f", {_n(bare['steady_pages_per_s'], 1)} steady" if bare.get("steady_pages_per_s") else ""
+        runs = len(bare.get("steady_pages_per_s_runs", [1]))
+        mean = f" (mean of {runs} runs, before and after the crawl)" if runs > 1 else ""
+        rows.append((label + (", uvloop" if bare.get("uvloop") else ""),
+                     f"{_n(bare['pages_per_s'], 1)} pages/s{steady}, {bare['cpu_ms_per_page']:.2f} CPU-ms/page{mean}",
                      "(the ceiling)", _src(name)))
     for mode, label in (("ray", "full pipeline on embedded Ray"), ("local", "full pipeline in one process (`--local`)")):
         p = ph.get(mode)

@@ -108,8 +108,8 @@ class RuntimeConfig:
     batch_size: int = 1000
     link_flush_interval_s: float = 0.05
     content_batch_size: int = 256
-    content_batch_delay_s: float = 0.005
-    budget_lease_max: int = 16
+    content_batch_delay_s: float = 0.05
+    budget_lease_max: int = 256
     progress_interval_s: float = 1.0
     frontier_window: int = 4
     state_dir: str | None = None
