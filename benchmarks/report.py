@@ -55,65 +55,122 @@ def _met(ok: bool) -> str:
 Row = tuple[str, str, str, str]  # measurement, result, target and verdict, source file
 
 
-def _throughput_rows(r: Results) -> list[Row]:
-    name = "throughput.json" if "throughput.json" in r else "throughput_100k_all.json"
-    d = r[name]
+def _ceiling_of(d: dict[str, Any]) -> dict[str, Any] | None:
     ph = d["phases"]
+    return d.get("ceiling") or ph.get("bare2") or ph.get("bare")
+
+
+def _ratios(d: dict[str, Any], mode: str = "ray") -> tuple[float, float] | None:
+    """(steady pages/s over the ceiling's, CPU per page over the ceiling's) of one run."""
+    bare, p = _ceiling_of(d), d["phases"].get(mode)
+    if bare is None or p is None:
+        return None
+    speed = (p.get("steady_pages_per_s") or p["pages_per_s"]) / (bare.get("steady_pages_per_s") or bare["pages_per_s"])
+    return speed, p["cpu_ms_per_page"] / bare["cpu_ms_per_page"]
+
+
+def _runs(r: Results, prefix: str) -> list[tuple[str, dict[str, Any]]]:
+    """Results files ``<prefix>_r<N>.json`` (repeated runs of one benchmark), in order."""
+    out = []
+    for name, d in r.items():
+        stem = name.removesuffix(".json")
+        if stem.startswith(prefix + "_r") and stem[len(prefix) + 2:].isdigit():
+            out.append((int(stem[len(prefix) + 2:]), name, d))
+    return [(name, d) for _, name, d in sorted(out)]
+
+
+def _spread(vals: list[float], digits: int = 2) -> str:
+    """``median (min-max over N runs)``, or the value alone for one run."""
+    vals = sorted(vals)
+    med = vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+    if len(vals) == 1:
+        return f"{med:.{digits}f}"
+    return f"{med:.{digits}f} ({vals[0]:.{digits}f}-{vals[-1]:.{digits}f} over {len(vals)} runs)"
+
+
+def _throughput_rows(r: Results) -> list[Row]:
+    runs = _runs(r, "throughput")
+    if not runs:
+        return []
+    before = _runs(r, "throughput_before")
+    srcs = ", ".join(_src(n) for n, _ in runs)
+    ceilings = [c for c in (_ceiling_of(d) for _, d in runs) if c is not None]
     rows: list[Row] = []
-    bare = d.get("ceiling") or ph.get("bare2") or ph.get("bare")
-    if bare is not None:
-        procs = bare.get("procs", 1)
-        label = f"bare fetch + parse loop, {procs} process{'es' if procs > 1 else ''}"
-        steady = f", {_n(bare['steady_pages_per_s'], 1)} steady" if bare.get("steady_pages_per_s") else ""
-        runs = len(bare.get("steady_pages_per_s_runs", [1]))
-        mean = f" (mean of {runs} runs, before and after the crawl)" if runs > 1 else ""
-        rows.append((label + (", uvloop" if bare.get("uvloop") else ""),
-                     f"{_n(bare['pages_per_s'], 1)} pages/s{steady}, {bare['cpu_ms_per_page']:.2f} CPU-ms/page{mean}",
-                     "(the ceiling)", _src(name)))
+    if ceilings:
+        c0 = ceilings[0]
+        procs = c0.get("procs", 1)
+        steady = [c.get("steady_pages_per_s") or c["pages_per_s"] for c in ceilings]
+        rows.append((f"bare fetch + parse loop, {procs} process{'es' if procs > 1 else ''}"
+                     + (", uvloop" if c0.get("uvloop") else "") + " (run before and after each crawl)",
+                     f"{_spread(steady, 0)} pages/s steady, {_spread([c['cpu_ms_per_page'] for c in ceilings])} "
+                     f"CPU-ms/page", "(the ceiling)", srcs))
     for mode, label in (("ray", "full pipeline on embedded Ray"), ("local", "full pipeline in one process (`--local`)")):
-        p = ph.get(mode)
-        if p is None:
+        got = [(d["phases"][mode], _ratios(d, mode)) for _, d in runs if mode in d["phases"]]
+        got = [(p, x) for p, x in got if x is not None]
+        if not got:
             continue
-        res = (f"{_n(p['pages_per_s'], 1)} pages/s, {p['cpu_ms_per_page']:.2f} CPU-ms/page "
-               f"({p['pages']:,} pages, {p['cpu_cores_busy']} cores busy)")
+        speed = [x[0] for _, x in got]
+        cpu = [x[1] for _, x in got]
+        res = (f"{_spread([p.get('steady_pages_per_s') or p['pages_per_s'] for p, _ in got], 0)} pages/s steady, "
+               f"{_spread([p['cpu_ms_per_page'] for p, _ in got])} CPU-ms/page; **{_spread(speed)}** of the ceiling, "
+               f"CPU **{_spread(cpu)}x**")
+        src = srcs
+        old = [x for x in (_ratios(d, mode) for _, d in before) if x is not None]
+        if old:
+            res += (f". Before this round (main, same harness, runs interleaved): {_spread([x[0] for x in old])} of "
+                    f"the ceiling, CPU {_spread([x[1] for x in old])}x")
+            src += ", " + ", ".join(_src(n) for n, _ in before)
         target = ""
-        if bare is not None:
-            speed = p.get("steady_pages_per_s") or p["pages_per_s"]
-            ratio = speed / bare["pages_per_s"]
-            cpu = p["cpu_ms_per_page"] / bare["cpu_ms_per_page"]
-            steady = " steady" if p.get("steady_pages_per_s") else ""
-            res += f"; **{ratio:.2f}** of the ceiling{steady}, CPU **{cpu:.2f}x**"
-            if mode == "ray":
-                target = f">= 0.5 of the ceiling: {_met(ratio >= 0.5)}; CPU <= 2x: {_met(cpu <= 2.0)}"
-        rows.append((f"{label}, same run", res, target, _src(name)))
+        if mode == "ray":
+            med_speed, med_cpu = sorted(speed)[len(speed) // 2], sorted(cpu)[len(cpu) // 2]
+            target = f">= 0.5 of the ceiling: {_met(med_speed >= 0.5)}; CPU <= 2x: {_met(med_cpu <= 2.0)}"
+        rows.append((f"{label}, same run as the ceiling", res, target, src))
     return rows
 
 
-def _scrapy_rows(r: Results) -> list[Row]:
-    name = "scrapy_compare.json"
+def _uvloop_rows(r: Results) -> list[Row]:
+    name = "uvloop.json"
     d = r.get(name)
     if d is None:
         return []
-    v = d["verdict"]
-    speed = v["speedup"]
-    return [(f"Scrapy on the same web, same politeness, {d['pages']:,} pages, same run",
-             f"crawler {_n(v['crawler_pages_per_s'], 1)} vs Scrapy {_n(v['scrapy_pages_per_s'], 1)} pages/s = "
-             f"**{speed:.1f}x**; CPU {v['crawler_cpu_ms_per_page']:.1f} vs {v['scrapy_cpu_ms_per_page']:.1f} ms/page",
-             f">= 10x: {_met(speed >= 10.0)}", _src(name))]
+
+    def mean(mode: str) -> float:
+        vals = [p["cpu_ms_per_page"] for k, p in d["phases"].items() if k == mode or k.startswith(mode + "_")]
+        return sum(vals) / len(vals)
+
+    plain, uv = mean("bare"), mean("bareuv")
+    return [("uvloop: the 1-process bare loop on asyncio's loop vs uvloop, same run",
+             f"{plain:.3f} vs {uv:.3f} CPU-ms/page ({100 * (plain - uv) / plain:.0f}% less)", "", _src(name))]
+
+
+def _scrapy_rows(r: Results) -> list[Row]:
+    rows: list[Row] = []
+    for name, when in (("scrapy_compare.json", "now"), ("scrapy_compare_before.json", "before this round")):
+        d = r.get(name)
+        if d is None:
+            continue
+        v = d["verdict"]
+        speed = v["speedup"]
+        rows.append((f"Scrapy on the same web, same politeness, {d['pages']:,} pages, same run ({when})",
+                     f"crawler {_n(v['crawler_pages_per_s'], 1)} vs Scrapy {_n(v['scrapy_pages_per_s'], 1)} pages/s = "
+                     f"**{speed:.1f}x**; CPU {v['crawler_cpu_ms_per_page']:.1f} vs {v['scrapy_cpu_ms_per_page']:.1f} ms/page",
+                     f">= 10x: {_met(speed >= 10.0)}" if when == "now" else "", _src(name)))
+    return rows
 
 
 def _politeness_rows(r: Results) -> list[Row]:
     rows: list[Row] = []
     found = [(n, d) for n, d in r.items() if isinstance(d, dict) and d.get("benchmark") == "politeness_bound"]
-    found.sort(key=lambda nd: (nd[1]["hosts"], -nd[1]["interval_s"]))
+    found.sort(key=lambda nd: (nd[0].endswith("_before.json"), nd[1]["hosts"], -nd[1]["interval_s"]))
     for name, d in found:
         v, s = d["verdict"], d["server"]
         eff = v["steady_state_efficiency"]
         rate = 1.0 / d["interval_s"]
-        rows.append((f"politeness-bound: {d['hosts']:,} hosts at {rate:g} req/s",
+        before = name.endswith("_before.json")
+        rows.append((f"politeness-bound: {d['hosts']:,} hosts at {rate:g} req/s" + (" (before this round)" if before else ""),
                      f"**{100 * eff:.1f}%** of the bound steady ({100 * v['whole_crawl_efficiency']:.1f}% whole crawl), "
                      f"{s['violations']} interval violations at the server in {s['server_requests']:,} requests",
-                     f">= 95%, 0: {_met(eff >= 0.95 and s['violations'] == 0)}", _src(name)))
+                     "" if before else f">= 95%, 0: {_met(eff >= 0.95 and s['violations'] == 0)}", _src(name)))
     return rows
 
 
@@ -191,21 +248,19 @@ def _ring_rows(r: Results) -> list[Row]:
 
 
 ROW_BUILDERS: tuple[Callable[[Results], list[Row]], ...] = (
-    _throughput_rows, _scrapy_rows, _politeness_rows, _memory_rows, _content_rows, _ring_rows,
+    _throughput_rows, _scrapy_rows, _politeness_rows, _uvloop_rows, _memory_rows, _content_rows, _ring_rows,
 )
 
 
 def _profile_lines(r: Results) -> list[str]:
     lines: list[str] = []
-    for name, label in (("profile_ray_before.json", "before"), ("profile_ray.json", "now")):
+    for name, label in (("profile_local_before.json", "before this round"), ("profile_local.json", "now")):
         d = r.get(name)
         if d is None:
             continue
         top = ", ".join(f"`{f.split(' (')[0]}` {pct:.1f}" for f, pct in d["top_self"][:10])
-        commit = d.get("git", {}).get("commit")
-        at = f" at {commit}" if commit else ""
-        lines.append(f"py-spy over a {d['pages']:,}-page Ray crawl{at} ({label}; self time, % of busy samples, "
-                     f"{_src(name)}): {top}.")
+        lines.append(f"py-spy over a {d['pages']:,}-page crawl in one process, {label} (self time, % of busy "
+                     f"samples, {_src(name)}): {top}.")
     return lines
 
 
@@ -223,8 +278,8 @@ def _stage_lines(r: Results) -> list[str]:
 
 
 def _intro(r: Results) -> list[str]:
-    name = "throughput.json" if "throughput.json" in r else "throughput_100k_all.json"
-    d = r[name]
+    runs = _runs(r, "throughput")
+    name, d = runs[0] if runs else ("throughput_100k_all.json", r["throughput_100k_all.json"])
     m = d["machine"]
     return [f"Throughput runs: {m['nproc']} cores ({m['cpu_model'].split()[0]} {m['cpu_model'].split()[1]}), "
             f"{m['ram_gib']} GiB, Python {m['python']}, Ray {m['ray']}; a static web of {d['hosts']:,} hosts and "

@@ -96,7 +96,7 @@ def _ceiling(phases: dict[str, Any]) -> dict[str, Any] | None:
     before and after the crawler, so load that changed in between counts for both), else
     the 1-process loop."""
     for mode in ("bare2", "bare"):
-        runs = [p for k, p in phases.items() if k == mode or k.startswith(mode + "_")]
+        runs = [p for k, p in phases.items() if k == mode or (k.startswith(mode + "_") and k[len(mode) + 1:].isdigit())]
         if runs:
             out = dict(runs[0])
             for key in ("pages_per_s", "steady_pages_per_s", "cpu_ms_per_page"):
@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--shards", default="auto", help="runtime.shards for the Ray crawl")
     p.add_argument("--timeout", type=float, default=900, help="per phase, seconds")
+    p.add_argument("--nginx-workers", type=int, default=2,
+                   help="nginx worker processes (one worker caps the 2-process ceiling on a busy machine)")
     p.add_argument("--json", default=None, help="also save the result here")
     a = p.parse_args(argv)
     common.exit_on_sigterm()
@@ -126,13 +128,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: the web has {web['pages']} pages < --pages {a.pages}; use more --hosts", file=sys.stderr)
     out: dict[str, Any] = {"benchmark": "throughput", "pages_target": a.pages, "interval_s": a.interval,
                            "hosts": a.hosts, "web_pages": web["pages"], "mean_page_bytes": web["mean_page_bytes"],
+                           "nginx_workers": a.nginx_workers,
                            "machine": common.machine_info(), "git": common.git_state(), "phases": {}}
     t0 = time.monotonic()
     for mode in modes:
         print(f"[throughput] phase {mode}: {a.pages} pages ...", file=sys.stderr, flush=True)
-        with Nginx(web["dir"], a.port) as ngx:
+        with Nginx(web["dir"], a.port, workers=a.nginx_workers) as ngx:
             if mode == "bare":
                 r = run_bare(a.pages, hosts=a.hosts, port=a.port, timeout_s=a.timeout)
+            elif mode == "bareuv":  # the 1-process loop on uvloop: what uvloop alone saves
+                r = run_bare(a.pages, hosts=a.hosts, port=a.port, timeout_s=a.timeout, use_uvloop=True)
+                r["mode"] = "bareuv"
             elif mode == "bare2":
                 r = run_bare(a.pages, hosts=a.hosts, port=a.port, timeout_s=a.timeout, procs=2, use_uvloop=True)
             else:
