@@ -8,7 +8,7 @@ of indexed pages (1-3 bits flipped) so hits are exercised too. Reported per size
 
 * ``ram_bytes_per_page``: growth of the process's RSS over the fill, per page;
 * ``array_bytes_per_page``: the index's own arrays (the stated 25 B + 16 B x tables);
-* ``disk_bytes_per_page``: the shards' logs after a save;
+* ``disk_bytes_per_page``: the shards' logs (written as entries are added, fsynced by a save);
 * ``lookups_per_s`` and ``candidates_per_lookup`` (fingerprints compared per page, all
   tables together);
 

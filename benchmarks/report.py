@@ -4,8 +4,8 @@ Every figure between the README's ``<!-- results:begin -->`` and ``<!-- results:
 markers is read from a JSON file under ``benchmarks/results/`` and each row names its
 file, so a number in the README always points at the measurement it came from.
 
-    python -m benchmarks.report            # rewrite the section in README.md
-    python -m benchmarks.report --check    # exit 1 if README.md differs from the files
+    python -m benchmarks.report            # rewrite the section in README.md and benchmarks/RESULTS.md
+    python -m benchmarks.report --check    # exit 1 if either differs from the files
 
 Only the standard library is used: the unit test that runs ``--check`` needs no
 benchmark tool installed.
@@ -133,14 +133,13 @@ def _uvloop_rows(r: Results) -> list[Row]:
     d = r.get(name)
     if d is None:
         return []
-
-    def mean(mode: str) -> float:
-        vals = [p["cpu_ms_per_page"] for k, p in d["phases"].items() if k == mode or k.startswith(mode + "_")]
-        return sum(vals) / len(vals)
-
-    plain, uv = mean("bare"), mean("bareuv")
-    return [("uvloop: the 1-process bare loop on asyncio's loop vs uvloop, same run",
-             f"{plain:.3f} vs {uv:.3f} CPU-ms/page ({100 * (plain - uv) / plain:.0f}% less)", "", _src(name))]
+    s = d["summary"]
+    plain, uv = s["asyncio"], s["uvloop"]
+    return [(f"uvloop: the 1-process bare loop on asyncio's loop vs uvloop, alternating in one process "
+             f"({d['rounds']} runs each, {d['pages']:,} pages)",
+             f"{plain['median_cpu_ms_per_page']:.3f} vs {uv['median_cpu_ms_per_page']:.3f} CPU-ms/page, median "
+             f"({plain['min']:.3f}-{plain['max']:.3f} vs {uv['min']:.3f}-{uv['max']:.3f}): "
+             f"{100 * d['uvloop_saving']:.0f}% less", "", _src(name))]
 
 
 def _scrapy_rows(r: Results) -> list[Row]:
@@ -312,23 +311,27 @@ def splice(readme: str, body: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="regenerate the README's results table from benchmarks/results/")
-    p.add_argument("--check", action="store_true", help="exit 1 if the README differs from the results files")
-    p.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
+    p.add_argument("--check", action="store_true", help="exit 1 if a document differs from the results files")
+    p.add_argument("--readme", action="append", default=None,
+                   help="document(s) with the markers (default: README.md and benchmarks/RESULTS.md)")
     p.add_argument("--results", default=RESULTS)
     a = p.parse_args(argv)
-    with open(a.readme, encoding="utf-8") as f:
-        current = f.read()
-    wanted = splice(current, render(load(a.results)))
-    if a.check:
-        if wanted != current:
-            print(f"{a.readme}: the results section differs from {a.results}; run python -m benchmarks.report",
-                  file=sys.stderr)
-            return 1
-        return 0
-    if wanted != current:
-        with open(a.readme, "w", encoding="utf-8") as f:
-            f.write(wanted)
-    return 0
+    docs = a.readme or [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "benchmarks", "RESULTS.md")]
+    body = render(load(a.results))
+    status = 0
+    for doc in docs:
+        with open(doc, encoding="utf-8") as f:
+            current = f.read()
+        wanted = splice(current, body)
+        if a.check:
+            if wanted != current:
+                print(f"{doc}: the results section differs from {a.results}; run python -m benchmarks.report",
+                      file=sys.stderr)
+                status = 1
+        elif wanted != current:
+            with open(doc, "w", encoding="utf-8") as f:
+                f.write(wanted)
+    return status
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ of fingerprint + the 8 B reference, once per table. With 4 tables an original co
 
 Entries are numpy arrays in sorted runs (a log-structured merge: each batch's additions
 become a run; runs of similar size are merged), so a lookup is a binary search per run,
-vectorized over the batch. Each shard appends its new entries to a log file on
-:meth:`ContentShard.save` (incremental: only what changed since the last save) and
-rebuilds its runs from it on restart.
+vectorized over the batch. Each shard appends its new entries to a log file as they come
+(no copy kept in memory), :meth:`ContentShard.save` makes them durable (fsync: only what
+changed since the last save is written), and a restarted shard rebuilds its runs from it.
 
 :class:`ContentIndexGroup` is the coordinator: it splits a batch into one request per
 shard and resolves the replies in order. Verdicts depend on every earlier batch, so one
@@ -214,9 +214,9 @@ _HEADER = struct.Struct("<4sBBI")  # magic, kind (0 exact, 1 near), table, count
 class ContentShard:
     """One shard of the index: its slice of the exact entries and of every table.
 
-    With ``path`` it keeps an append-only log there: :meth:`save` appends what was added
-    since the last save (fsynced), and a new shard on the same path reads it back.
-    A torn last record (a crash in the middle of a save) is ignored.
+    With ``path`` it keeps an append-only log there: additions are appended as they come,
+    :meth:`save` makes them durable, and a new shard on the same path reads it back. A
+    torn last record (a crash between two saves) is ignored.
     """
 
     def __init__(self, k: int = 3, tables: int = 4, path: str | None = None) -> None:
@@ -224,7 +224,7 @@ class ContentShard:
         self.path = path
         self.exact = _Runs([_U64, _U64, np.uint8])  # key k1 -> k2, ref, near flag
         self.near = [_Runs([_U64]) for _ in range(tables)]  # key -> ref
-        self._unsaved: list[tuple[int, int, list[np.ndarray]]] = []
+        self._log: Any = None  # the log, open for appending (buffered; fsynced by save)
         self.lookups = 0
         self.candidates = 0
         if path and os.path.exists(path):
@@ -235,11 +235,11 @@ class ContentShard:
         if req.add_exact is not None and len(req.add_exact[0]):
             k1, k2, ref, flag = req.add_exact
             self.exact.add(k1, [k2, ref, flag])
-            self._unsaved.append((0, 0, [k1, k2, ref, flag]))
+            self._append(0, 0, [k1, k2, ref, flag])
         for t, keys, refs in req.add_near:
             if len(keys):
                 self.near[t].add(keys, [refs])
-                self._unsaved.append((1, t, [keys, refs]))
+                self._append(1, t, [keys, refs])
         reply = ShardReply()
         if req.exact is not None:
             reply.exact = self._exact(*req.exact)
@@ -286,19 +286,30 @@ class ContentShard:
 
     # -- durability --------------------------------------------------------------------
 
-    def save(self) -> None:
-        """Append the entries added since the last save to the log (fsynced)."""
-        if not self.path or not self._unsaved:
+    def _append(self, kind: int, t: int, arrays: list[np.ndarray]) -> None:
+        # Written as they are added (buffered, no copy kept in memory); save() makes them
+        # durable. A crash loses at most what was written since the last save.
+        if not self.path:
             return
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        with open(self.path, "ab") as f:
-            for kind, t, arrays in self._unsaved:
-                f.write(_HEADER.pack(_LOG_MAGIC, kind, t, len(arrays[0])))
-                for a in arrays:
-                    f.write(np.ascontiguousarray(a).tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        self._unsaved = []
+        if self._log is None:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            self._log = open(self.path, "ab")
+        self._log.write(_HEADER.pack(_LOG_MAGIC, kind, t, len(arrays[0])))
+        for a in arrays:
+            self._log.write(np.ascontiguousarray(a).tobytes())
+
+    def save(self) -> None:
+        """Make the entries added since the last save durable (flush + fsync of the log)."""
+        if self._log is not None:
+            self._log.flush()
+            os.fsync(self._log.fileno())
+
+    def close(self) -> None:
+        """Save and close the log."""
+        if self._log is not None:
+            self.save()
+            self._log.close()
+            self._log = None
 
     def _load(self, path: str) -> None:
         try:

@@ -17,7 +17,7 @@ def _report(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
-def test_readme_results_section_matches_the_results_files():
+def test_readme_and_results_md_sections_match_the_results_files():
     r = _report("--check")
     assert r.returncode == 0, r.stderr
 
