@@ -152,9 +152,19 @@ def _scrapy_rows(r: Results) -> list[Row]:
         speed = v["speedup"]
         rows.append((f"Scrapy on the same web, same politeness, {d['pages']:,} pages, same run ({when})",
                      f"crawler {_n(v['crawler_pages_per_s'], 1)} vs Scrapy {_n(v['scrapy_pages_per_s'], 1)} pages/s = "
-                     f"**{speed:.1f}x**; CPU {v['crawler_cpu_ms_per_page']:.1f} vs {v['scrapy_cpu_ms_per_page']:.1f} ms/page",
+                     f"**{speed:.1f}x**; CPU {v['crawler_cpu_ms_per_page']:.1f} vs {v['scrapy_cpu_ms_per_page']:.1f} ms/page"
+                     f"{_load(d)}",
                      f">= 10x: {_met(speed >= 10.0)}" if when == "now" else "", _src(name)))
     return rows
+
+
+def _load(d: dict[str, Any]) -> str:
+    """The machine's 1-minute load average at the start and the end of a run."""
+    m = d.get("machine", {})
+    a, b = m.get("load_avg_1m"), m.get("load_avg_1m_end")
+    if a is None:
+        return ""
+    return f"; load {a:g}" + (f"-{b:g}" if b is not None else "")
 
 
 def _politeness_rows(r: Results) -> list[Row]:
@@ -168,7 +178,8 @@ def _politeness_rows(r: Results) -> list[Row]:
         before = name.endswith("_before.json")
         rows.append((f"politeness-bound: {d['hosts']:,} hosts at {rate:g} req/s" + (" (before this round)" if before else ""),
                      f"**{100 * eff:.1f}%** of the bound steady ({100 * v['whole_crawl_efficiency']:.1f}% whole crawl), "
-                     f"{s['violations']} interval violations at the server in {s['server_requests']:,} requests",
+                     f"{s['violations']} interval violations at the server in {s['server_requests']:,} requests; "
+                     f"crawler {v['cpu_ms_per_page']:.2f} CPU-ms/page, {d['crawl']['cpu_cores_busy']} cores busy{_load(d)}",
                      "" if before else f">= 95%, 0: {_met(eff >= 0.95 and s['violations'] == 0)}", _src(name)))
     return rows
 
@@ -264,6 +275,12 @@ def _profile_lines(r: Results) -> list[str]:
         top = ", ".join(f"`{f.split(' (')[0]}` {pct:.1f}" for f, pct in d["top_self"][:10])
         lines.append(f"py-spy over a {d['pages']:,}-page crawl in one process, {label} (self time, % of busy "
                      f"samples, {_src(name)}): {top}.")
+    d = r.get("profile_ray_shards.json")
+    if d is not None:
+        top = ", ".join(f"`{f.split(' (')[0]}` {pct:.1f}" for f, pct in d["top_self"][:10])
+        comp = ", ".join(f"{c} {pct:.1f}" for c, pct in d["by_component"][:8])
+        lines.append(f"py-spy attached to the {d['shards_profiled']} HostShard actors of a Ray crawl for "
+                     f"{d['duration_s']:g} s, now ({_src('profile_ray_shards.json')}): {top}. By component: {comp}.")
     return lines
 
 
