@@ -43,6 +43,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from crawler.errors import ConfigError, StorageError
+from crawler.sortedruns import SortedRuns
 from crawler.urls import url_hash
 
 __all__ = ["ContentIndexGroup", "ContentShard", "ShardReply", "ShardRequest", "ref_of", "ref_hex"]
@@ -136,57 +137,6 @@ class TableLayout:
         return lo, lo | low
 
 
-class _Runs:
-    """A growing multiset of ``(uint64 key, columns...)`` kept as sorted runs."""
-
-    def __init__(self, dtypes: Sequence[Any]) -> None:
-        self.dtypes = list(dtypes)
-        self.runs: list[tuple[np.ndarray, list[np.ndarray]]] = []
-
-    def __len__(self) -> int:
-        return sum(len(k) for k, _ in self.runs)
-
-    def nbytes(self) -> int:
-        return sum(k.nbytes + sum(c.nbytes for c in cols) for k, cols in self.runs)
-
-    def add(self, keys: np.ndarray, cols: Sequence[np.ndarray]) -> None:
-        if len(keys) == 0:
-            return
-        order = np.argsort(keys, kind="stable")
-        self.runs.append((keys[order], [c[order] for c in cols]))
-        # Size-tiered merging: runs shrink geometrically from the first, so there are at
-        # most ~log2(N / batch) of them and each entry is merged ~log2 times in all.
-        while len(self.runs) >= 2 and len(self.runs[-2][0]) < 2 * len(self.runs[-1][0]):
-            (kb, cb), (ka, ca) = self.runs.pop(), self.runs.pop()
-            keys = np.concatenate([ka, kb])
-            order = np.argsort(keys, kind="stable")  # two sorted runs: a linear merge
-            self.runs.append((keys[order], [np.concatenate([x, y])[order] for x, y in zip(ca, cb)]))
-
-    def within(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """Every stored entry with ``lo[i] <= key <= hi[i]``: (query index, key, columns)."""
-        qs, ks, cs = [], [], [[] for _ in self.dtypes]
-        for keys, cols in self.runs:
-            left = np.searchsorted(keys, lo, side="left")
-            right = np.searchsorted(keys, hi, side="right")
-            counts = right - left
-            total = int(counts.sum())
-            if total == 0:
-                continue
-            q = np.repeat(np.arange(len(lo)), counts)
-            starts = np.repeat(left - (np.cumsum(counts) - counts), counts)
-            pos = np.arange(total) + starts
-            qs.append(q)
-            ks.append(keys[pos])
-            for acc, col in zip(cs, cols):
-                acc.append(col[pos])
-        if not qs:
-            return np.empty(0, np.int64), np.empty(0, _U64), [np.empty(0, d) for d in self.dtypes]
-        return np.concatenate(qs), np.concatenate(ks), [np.concatenate(c) for c in cs]
-
-    def column(self, i: int) -> np.ndarray:
-        return np.concatenate([cols[i] for _, cols in self.runs]) if self.runs else np.empty(0, self.dtypes[i])
-
-
 @dataclass
 class ShardRequest:
     """One batch's work for one shard: additions first (from the previous batch), then
@@ -222,8 +172,8 @@ class ContentShard:
     def __init__(self, k: int = 3, tables: int = 4, path: str | None = None) -> None:
         self.layout = TableLayout(k, tables, 1)
         self.path = path
-        self.exact = _Runs([_U64, _U64, np.uint8])  # key k1 -> k2, ref, near flag
-        self.near = [_Runs([_U64]) for _ in range(tables)]  # key -> ref
+        self.exact = SortedRuns([_U64, _U64, np.uint8])  # key k1 -> k2, ref, near flag
+        self.near = [SortedRuns([_U64]) for _ in range(tables)]  # key -> ref
         self._log: Any = None  # the log, open for appending (buffered; fsynced by save)
         self.lookups = 0
         self.candidates = 0
