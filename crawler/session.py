@@ -135,6 +135,12 @@ def read_stats(cfg: CrawlConfig) -> dict[str, Any]:
         return {}
 
 
+def _log_missed_beat(task: asyncio.Future[None]) -> None:
+    """A heartbeat round that failed (a shard restarting misses one beat): noted, not raised."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("heartbeat: %r", task.exception())
+
+
 class CrawlSession:
     """One crawl, start to stop (see the module docstring for the order of a run).
 
@@ -216,8 +222,15 @@ class CrawlSession:
         ids = tuple(f"shard-{i:03d}" for i in range(n))
         self.ring = HashRing(list(ids))
         self._started = True
-        await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch))
+        # The lease is renewed while the runtime starts: creating actors can take longer
+        # than lease_ttl_s on a busy machine, and a shard that first reads an expired lease
+        # fences itself off for good.
         self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
+        try:
+            await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch))
+        except BaseException:
+            self._heartbeat_task.cancel()
+            raise
         self.started_at = self.clock.now()
         if self.mode == "resume":
             self.resumed = sum(s.get("resumed", 0) for s in await self.runtime.statuses() or [])
@@ -315,12 +328,14 @@ class CrawlSession:
         renew_every = rt.lease_ttl_s / 4
         renewed = shipped = self.clock.now()
         remote = is_remote(self.cfg.output.path)
+        beat_task: asyncio.Future[None] | None = None
         while True:
             await self.clock.sleep(beat)
-            try:
-                await self.runtime.heartbeat()
-            except Exception as exc:  # noqa: BLE001 - a shard restarting misses one beat
-                log.debug("heartbeat: %r", exc)
+            # Sent without waiting for the answers: actors still being created (or
+            # restarted) answer late, and the lease renewal below must not wait for them.
+            if beat_task is None or beat_task.done():
+                beat_task = asyncio.ensure_future(self.runtime.heartbeat())
+                beat_task.add_done_callback(_log_missed_beat)
             if remote and self.clock.now() - shipped >= rt.state_ship_interval_s:
                 shipped = self.clock.now()
                 try:
