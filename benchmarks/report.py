@@ -144,7 +144,8 @@ def _uvloop_rows(r: Results) -> list[Row]:
 
 def _scrapy_rows(r: Results) -> list[Row]:
     rows: list[Row] = []
-    for name, when in (("scrapy_compare.json", "now"), ("scrapy_compare_before.json", "before this round")):
+    runs = [(n, f"now, run {i + 1}") for i, (n, _) in enumerate(_runs(r, "scrapy_compare"))]
+    for name, when in (*runs, ("scrapy_compare_before.json", "before this round")):
         d = r.get(name)
         if d is None:
             continue
@@ -154,7 +155,7 @@ def _scrapy_rows(r: Results) -> list[Row]:
                      f"crawler {_n(v['crawler_pages_per_s'], 1)} vs Scrapy {_n(v['scrapy_pages_per_s'], 1)} pages/s = "
                      f"**{speed:.1f}x**; CPU {v['crawler_cpu_ms_per_page']:.1f} vs {v['scrapy_cpu_ms_per_page']:.1f} ms/page"
                      f"{_load(d)}",
-                     f">= 10x: {_met(speed >= 10.0)}" if when == "now" else "", _src(name)))
+                     f">= 10x: {_met(speed >= 10.0)}" if when.startswith("now") else "", _src(name)))
     return rows
 
 
