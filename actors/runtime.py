@@ -21,6 +21,7 @@ from crawler.frontier import UrlItem
 from crawler.hostpolicy import HostTarget
 from crawler.local import seen_capacity_per_shard
 from crawler.runtime import Plan
+from crawler.services import CONTENT_LOG
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,8 @@ class RayRuntime:
         ]
         self._seen = SeenGroupClient(self.seen_actors)
         self.content_actor = ContentIndexActor.options(**restart).remote(
-            d.simhash_distance, d.simhash_tables, os.path.join(sdir, "content.snapshot") if sdir else None,
-            rt.content_snapshot_interval_s, remote,
+            d.simhash_distance, d.simhash_tables, os.path.join(sdir, CONTENT_LOG) if sdir else None,
+            rt.content_snapshot_interval_s, remote, rt.content_shards, restart,
         )
         self.budget_actor = Budget.options(**restart).remote(
             cfg.limits.max_pages, os.path.join(sdir, "budget.json") if sdir else None, remote

@@ -18,7 +18,8 @@ from crawler import state
 from crawler.clock import SYSTEM_CLOCK
 from crawler.errors import ServiceUnavailableError, StorageError
 from crawler.seen import SeenGroup, SeenSet, ShardCall
-from crawler.services import BudgetPool, ContentIndexService
+from crawler.contentindex import ContentShard, ShardReply, ShardRequest
+from crawler.services import BudgetPool, ContentIndexService, shard_log
 
 
 #: Longest wait for a replaced run's actor to release a seen store.
@@ -118,30 +119,87 @@ class SeenGroupClient:
 
 
 @ray.remote(num_cpus=0)
-class ContentIndexActor:
-    """The crawl-wide duplicate-content index (crawler.services.ContentIndexService)."""
+class ContentShardActor:
+    """One shard of the duplicate-content index (crawler.contentindex.ContentShard), for
+    an index spread over several actors (``runtime.content_shards`` > 1)."""
 
-    def __init__(
-        self, distance: int, tables: int, path: str | None, every_s: float, remote: tuple[str, dict | None] | None = None
-    ) -> None:
+    def __init__(self, distance: int, tables: int, path: str | None, remote: tuple[str, dict | None] | None = None) -> None:
         self.path, self.remote = path, remote
         if path and remote:
-            state.fetch_local(remote[0], remote[1], "content.snapshot", path)
-        self.service = ContentIndexService(distance, tables, SYSTEM_CLOCK, path=path, every_s=every_s)
+            state.fetch_local(remote[0], remote[1], os.path.basename(path), path)
+        self.shard = ContentShard(distance, tables, path)
+
+    def call(self, req: ShardRequest) -> ShardReply:
+        return self.shard.call(req)
+
+    def save(self) -> None:
+        self.shard.save()
 
     def ship(self, wall: float) -> None:
         if self.path and self.remote is not None:
-            self.service.save()
-            state.ship_file(self.remote[0], self.remote[1], "content.snapshot", self.path, wall)
+            self.shard.save()
+            state.ship_file(self.remote[0], self.remote[1], os.path.basename(self.path), self.path, wall)
 
-    def check_and_add(self, items: list[tuple[str, str, int | None]]) -> list[tuple[str | None, str | None]]:
-        return self.service.check_and_add(items)
+    def stats(self) -> dict[str, int]:
+        return self.shard.stats()
 
-    def save(self) -> None:
-        self.service.save()
 
-    def stats(self) -> dict[str, Any]:
-        return self.service.stats()
+class _RemoteShard:
+    """A ContentShardActor behind crawler.services.ShardHandle (an ObjectRef is awaitable)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def call(self, req: ShardRequest) -> Any:
+        return self.actor.call.remote(req)
+
+    def save(self) -> Any:
+        return self.actor.save.remote()
+
+    def stats(self) -> Any:
+        return self.actor.stats.remote()
+
+
+@ray.remote(num_cpus=0)
+class ContentIndexActor:
+    """The crawl-wide duplicate-content index (crawler.services.ContentIndexService): its
+    one shard in this actor, or ``shards`` ContentShardActors it coordinates."""
+
+    def __init__(
+        self, distance: int, tables: int, path: str | None, every_s: float, remote: tuple[str, dict | None] | None = None,
+        shards: int = 1, restart: dict[str, Any] | None = None,
+    ) -> None:
+        self.path, self.remote = path, remote
+        self.shard_actors: list[Any] = []
+        handles = None
+        if shards > 1:
+            self.shard_actors = [
+                ContentShardActor.options(**(restart or {})).remote(distance, tables, shard_log(path, i) if path else None, remote)
+                for i in range(shards)
+            ]
+            handles = [_RemoteShard(a) for a in self.shard_actors]
+        elif path and remote:
+            state.fetch_local(remote[0], remote[1], os.path.basename(shard_log(path, 0)), shard_log(path, 0))
+        self.service = ContentIndexService(distance, tables, SYSTEM_CLOCK, path=path, every_s=every_s, shards=shards,
+                                           handles=handles)
+
+    async def ship(self, wall: float) -> None:
+        if self.path and self.remote is not None:
+            await self.service.save()
+            if self.shard_actors:
+                await asyncio.gather(*(a.ship.remote(wall) for a in self.shard_actors))
+            else:
+                name = os.path.basename(shard_log(self.path, 0))
+                state.ship_file(self.remote[0], self.remote[1], name, shard_log(self.path, 0), wall)
+
+    async def check_and_add(self, items: list[tuple[str, str, int | None]]) -> list[tuple[str | None, str | None]]:
+        return await self.service.check_and_add(items)
+
+    async def save(self) -> None:
+        await self.service.save()
+
+    async def stats(self) -> dict[str, Any]:
+        return await self.service.stats()
 
 
 @ray.remote(num_cpus=0)

@@ -11,7 +11,14 @@ politeness interval, no normalization rules, no traps, no storage, no fingerprin
 Its CPU per page is the floor the crawler's pipeline is compared with
 (``benchmarks/throughput.py`` runs both against the same nginx in one run).
 
+``--procs 2 --uvloop`` is the *ceiling* the issue's targets are stated against: the
+hosts are split between N processes by a stable hash of the host name (as shards split
+them), each process crawls its own hosts with an uvloop event loop and drops links to
+the others' hosts (the others fetch them: every host of the bench web is a seed), and
+the page target is split evenly. Pages/s and CPU are summed over the processes.
+
     python -m benchmarks.bare_loop --pages 20000
+    python -m benchmarks.bare_loop --pages 20000 --procs 2 --uvloop
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
+import zlib
 import resource
 import socket
 import sys
@@ -54,6 +63,11 @@ class LoopbackResolver(AbstractResolver):
         return None
 
 
+def owner(host: str, procs: int) -> int:
+    """Which of ``procs`` processes crawls ``host`` (stable across processes)."""
+    return zlib.crc32(host.encode()) % procs
+
+
 def canonical(url: str) -> tuple[str, str] | None:
     """(url, host) of a resolved link on the bench web, minimally canonicalized; None = skip."""
     try:
@@ -87,8 +101,13 @@ def extract(body: bytes, url: str) -> list[str]:
     return out
 
 
-async def crawl(seed_urls: list[str], pages: int, concurrency: int = 256, timeout_s: float = 600.0) -> dict:
-    """BFS until ``pages`` 200 responses (or the web runs out); returns counters."""
+async def crawl(seed_urls: list[str], pages: int, concurrency: int = 256, timeout_s: float = 600.0,
+                part: tuple[int, int] = (0, 1)) -> dict:
+    """BFS until ``pages`` 200 responses (or the web runs out); returns counters.
+
+    ``part = (i, n)``: crawl only the hosts that :func:`owner` gives to process ``i`` of ``n``.
+    """
+    me, procs = part
     connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, resolver=LoopbackResolver(),
                                      use_dns_cache=False, keepalive_timeout=5.0)
     session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
@@ -106,6 +125,8 @@ async def crawl(seed_urls: list[str], pages: int, concurrency: int = 256, timeou
 
     def enqueue(u: str, host: str) -> None:
         if u in seen:
+            return
+        if procs > 1 and owner(host, procs) != me:
             return
         seen.add(u)
         q = queues.get(host)
@@ -170,13 +191,66 @@ async def crawl(seed_urls: list[str], pages: int, concurrency: int = 256, timeou
     return c
 
 
+def _run_part(args: tuple[list[str], int, int, float, int, int, bool]) -> dict:
+    """One process of a ``--procs N`` run: its share of hosts and pages; counters + CPU."""
+    seed_urls, pages, concurrency, timeout_s, me, procs, use_uvloop = args
+    if use_uvloop:
+        import uvloop
+
+        uvloop.install()
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.monotonic()
+    c = asyncio.run(crawl(seed_urls, pages, concurrency, timeout_s, (me, procs)))
+    c["wall_s"] = time.monotonic() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    c["cpu_s"] = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return c
+
+
+def _part_child(job: tuple, conn) -> None:
+    conn.send(_run_part(job))
+    conn.close()
+
+
+def crawl_parts(seed_urls: list[str], pages: int, concurrency: int, timeout_s: float, procs: int,
+                use_uvloop: bool) -> dict:
+    """The crawl split over ``procs`` processes (one in-process when 1); summed counters."""
+    share = [pages // procs + (1 if i < pages % procs else 0) for i in range(procs)]
+    jobs = [(seed_urls, share[i], concurrency, timeout_s, i, procs, use_uvloop) for i in range(procs)]
+    if procs == 1:
+        parts = [_run_part(jobs[0])]
+    else:
+        # Plain processes and pipes (a Pool's terminate can hang on a worker's queue lock).
+        ctx = multiprocessing.get_context("fork")
+        pipes, workers = [], []
+        for job in jobs:
+            recv, send = ctx.Pipe(duplex=False)
+            w = ctx.Process(target=_part_child, args=(job, send), daemon=True)
+            w.start()
+            send.close()
+            pipes.append(recv)
+            workers.append(w)
+        parts = [r.recv() for r in pipes]
+        for w in workers:
+            w.join()
+    total: dict = {}
+    for c in parts:
+        for k, v in c.items():
+            if k not in ("wall_s",):
+                total[k] = total.get(k, 0) + v
+    total["part_wall_s"] = [round(c["wall_s"], 2) for c in parts]
+    return total
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="bare aiohttp + selectolax + urljoin BFS baseline")
     p.add_argument("--pages", type=int, default=20000)
     p.add_argument("--hosts", type=int, default=DEFAULT_HOSTS)
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--web", default=None, help="static web directory (default: generated/reused)")
-    p.add_argument("--concurrency", type=int, default=256)
+    p.add_argument("--concurrency", type=int, default=256, help="requests in flight per process")
+    p.add_argument("--procs", type=int, default=1, help="processes, hosts split between them")
+    p.add_argument("--uvloop", action="store_true", help="run each process on uvloop")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--no-nginx", action="store_true", help="nginx is already serving --port")
     p.add_argument("--child", action="store_true", help="print @@MARK/@@RESULT lines for a measuring parent")
@@ -191,25 +265,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.child:
             common.mark("start")
-        r0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.monotonic()
-        c = asyncio.run(crawl(seeds(a.hosts, a.port), a.pages, a.concurrency, a.timeout))
+        c = crawl_parts(seeds(a.hosts, a.port), a.pages, a.concurrency, a.timeout, a.procs, a.uvloop)
         wall = time.monotonic() - t0
-        r1 = resource.getrusage(resource.RUSAGE_SELF)
         if a.child:
             common.mark("end")
     finally:
         if ngx is not None:
             ngx.stop()
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    cpu = c.pop("cpu_s")
     out = {
         "benchmark": "bare_loop",
+        "procs": a.procs,
+        "uvloop": a.uvloop,
         **c,
         "wall_s": round(wall, 2),
         "pages_per_s": round(c["pages"] / wall, 1),
         "cpu_s": round(cpu, 2),
         "cpu_ms_per_page": round(1000 * cpu / max(1, c["pages"]), 3),
-        "max_rss_mb": round(r1.ru_maxrss / 1024, 1),
     }
     if a.child:
         common.emit_result(out)

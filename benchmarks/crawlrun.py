@@ -38,7 +38,9 @@ def crawl_config(*, hosts: int, port: int, pages: int | None, interval: float, o
         "fetch": {"resolve": {f"*.{DOMAIN}": "127.0.0.1"}, "timeout_s": 10, "connect_timeout_s": 5,
                   "attempts": 3, "backoff_s": 0.5, "max_backoff_s": 5},
         "output": {"path": out, "store_bodies": True},
-        "runtime": {"shards": shards, "progress_interval_s": 5.0},
+        # Generous driver and lease timeouts: on a shared machine a starved driver can miss
+        # the default 1.5 s of heartbeats, and the shards would stop (fenced) mid-benchmark.
+        "runtime": {"shards": shards, "progress_interval_s": 5.0, "driver_timeout_s": 10.0, "lease_ttl_s": 30.0},
     }
     for section, values in (extra or {}).items():
         if isinstance(values, dict):
@@ -134,8 +136,10 @@ def _child_local(cfg, timeout_s: float, shards: int) -> tuple[dict[str, Any], fl
     async def run() -> dict[str, Any]:
         return await asyncio.wait_for(crawl.run(), timeout_s)
 
+    from crawler import eventloop
+
     common.mark("start")
-    stats = asyncio.run(run())
+    stats = eventloop.run(run())
     common.mark("end", sync=True)
     return stats, 0.0
 

@@ -12,6 +12,11 @@ the driver and every Python worker process), then folds the samples into
 
     python -m benchmarks.profile_crawl --mode local --pages 20000
     python -m benchmarks.profile_crawl --mode ray --pages 20000 --svg /tmp/profile.svg
+    python -m benchmarks.profile_crawl --mode ray --attach --pages 30000   # HostShard actors only
+
+``--attach`` runs the Ray crawl unprofiled and attaches py-spy to each HostShard actor
+process for ``--duration`` seconds once the crawl is running: the shards' mix of work at
+full speed (wrapping every Ray process in py-spy slows a crawl ~10x and starves it).
 
 ``--svg`` additionally writes a flame graph (a second py-spy format needs a second
 run, so the SVG is rendered from the collapsed file by py-spy's format only when asked).
@@ -196,6 +201,78 @@ def profile(mode: str, pages: int, *, hosts: int, port: int, interval: float, ra
             shutil.rmtree(work, ignore_errors=True)
 
 
+def profile_attached(pages: int, *, hosts: int, port: int, interval: float, rate: int, timeout_s: float,
+                     duration: float, warmup: float) -> dict[str, Any]:
+    """Profile the HostShard actors of an unprofiled Ray crawl (see the module docstring)."""
+    import time
+
+    import psutil
+
+    web = generate(default_dir(hosts, port), hosts=hosts, port=port)["dir"]
+    work = tempfile.mkdtemp(prefix="rcb-prof-")
+    cfg = crawl_config(hosts=hosts, port=port, pages=pages, interval=interval, out=os.path.join(work, "out"))
+    cfg_path = os.path.join(work, "cfg.json")
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    child = [sys.executable, "-m", "benchmarks.crawlrun", "--mode", "ray", "--cfg", cfg_path,
+             "--timeout", str(timeout_s), "--ray-tmp", os.path.join(work, "ray")]
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    raws: list[str] = []
+    try:
+        with Nginx(web, port, access_log=False, workers=2):
+            proc = subprocess.Popen(child, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    text=True, env=env, cwd=_REPO, start_new_session=True)
+            assert proc.stdout is not None and proc.stdin is not None
+            for line in proc.stdout:  # wait for the crawl to start
+                if line.startswith(common.MARK + " start"):
+                    break
+            time.sleep(warmup)
+            shards = [p for p in psutil.Process(proc.pid).children(recursive=True) if "HostShard" in " ".join(p.cmdline()[:1])]
+            spies = []
+            for sp in shards:
+                raw = os.path.join(work, f"shard-{sp.pid}.txt")
+                raws.append(raw)
+                spies.append(subprocess.Popen(["py-spy", "record", "--format", "raw", "--rate", str(rate), "--nonblocking",
+                                               "--duration", str(int(duration)), "--output", raw, "--pid", str(sp.pid)],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            for spy in spies:
+                spy.wait()
+            result = None
+            for line in proc.stdout:
+                if line.startswith(common.MARK) and line.rstrip().endswith("sync"):
+                    proc.stdin.write("ok\n")
+                    proc.stdin.flush()
+                elif line.startswith(common.RESULT):
+                    result = json.loads(line[len(common.RESULT):])
+            proc.wait()
+        merged = os.path.join(work, "merged.txt")
+        with open(merged, "w") as out:
+            for raw in raws:
+                if os.path.exists(raw):
+                    with open(raw) as f:
+                        out.write(f.read())
+        total, self_t, incl, files, comps = fold(merged)
+        pct = lambda c: round(100.0 * c / total, 2) if total else 0.0
+        stats = (result or {}).get("stats", {})
+        return {
+            "benchmark": "profile",
+            "mode": "ray-attach",
+            "processes": "HostShard actors only",
+            "shards_profiled": len(raws),
+            "duration_s": duration,
+            "pages": stats.get("outcomes", {}).get("fetched"),
+            "pages_per_s": stats.get("pages_per_s"),
+            "samples": total,
+            "rate_hz": rate,
+            "top_self": [(fn, pct(c)) for fn, c in self_t.most_common(30)],
+            "top_inclusive": [(fn, pct(c)) for fn, c in incl.most_common(45)],
+            "self_by_file": [(fn, pct(c)) for fn, c in files.most_common(25)],
+            "by_component": [(fn, pct(c)) for fn, c in comps.most_common()],
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def _raw_to_svg(raw: str, svg: str) -> None:
     """Render collapsed stacks as a flame graph if ``flamegraph.pl`` or ``inferno`` is around."""
     for tool in ("inferno-flamegraph", "flamegraph.pl"):
@@ -219,10 +296,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--svg", default=None, help="also write a flame graph here (needs inferno or flamegraph.pl)")
     p.add_argument("--raw", default=None, help="keep py-spy's collapsed stacks here")
     p.add_argument("--json", default=None, help="also save the result here")
+    p.add_argument("--attach", action="store_true", help="ray only: profile the HostShard actors of an unprofiled crawl")
+    p.add_argument("--duration", type=float, default=30.0, help="--attach: seconds of sampling")
+    p.add_argument("--warmup", type=float, default=10.0, help="--attach: seconds after the start before sampling")
     a = p.parse_args(argv)
     common.exit_on_sigterm()
-    r = profile(a.mode, a.pages, hosts=a.hosts, port=a.port, interval=a.interval, rate=a.rate,
-                timeout_s=a.timeout, svg=a.svg, raw_out=a.raw)
+    if a.attach:
+        r = profile_attached(a.pages, hosts=a.hosts, port=a.port, interval=a.interval, rate=a.rate,
+                             timeout_s=a.timeout, duration=a.duration, warmup=a.warmup)
+    else:
+            r = profile(a.mode, a.pages, hosts=a.hosts, port=a.port, interval=a.interval, rate=a.rate,
+                    timeout_s=a.timeout, svg=a.svg, raw_out=a.raw)
     common.write_json(a.json, r)
     print("\ntop self time (% of samples):", file=sys.stderr)
     for fn, v in r["top_self"][:25]:

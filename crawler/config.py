@@ -129,14 +129,15 @@ class RuntimeConfig:
     batch_size: int = 1000
     link_flush_interval_s: float = 0.05
     content_batch_size: int = 256
-    content_batch_delay_s: float = 0.005
-    budget_lease_max: int = 16
+    content_batch_delay_s: float = 0.05
+    budget_lease_max: int = 256
     progress_interval_s: float = 1.0
     frontier_window: int = 4
     state_dir: str | None = None
     checkpoint_interval_s: float = 10.0
     state_ship_interval_s: float = 60.0
     content_snapshot_interval_s: float = 30.0
+    content_shards: int = 1
     lease_ttl_s: float = 15.0
     driver_timeout_s: float = 1.0
     max_restarts: int = 5
@@ -322,6 +323,7 @@ def _validate(obj: Any, prefix: str) -> None:
             obj, prefix, "batch_size", "link_flush_interval_s", "content_batch_size", "content_batch_delay_s",
             "budget_lease_max", "progress_interval_s", "frontier_window", "checkpoint_interval_s",
             "state_ship_interval_s", "content_snapshot_interval_s", "lease_ttl_s", "driver_timeout_s",
+            "content_shards",
         )
         positive(obj, prefix, "max_restarts", allow_zero=True)
     elif isinstance(obj, OutputConfig):
@@ -329,7 +331,7 @@ def _validate(obj: Any, prefix: str) -> None:
             raise ConfigError(f"{prefix}path: must not be empty")
         positive(obj, prefix, "rows_per_file", "row_flush_interval_s", "outbox_interval_s")
         if not 0 <= obj.blob_compresslevel <= 9:
-            raise ConfigError(f"{prefix}blob_compresslevel: must be a gzip level 0-9, got {obj.blob_compresslevel}")
+            raise ConfigError(f"{prefix}blob_compresslevel: must be a compression level 0-9, got {obj.blob_compresslevel}")
     elif isinstance(obj, ApiConfig):
         if not 0 <= obj.port <= 65535:
             raise ConfigError(f"{prefix}port: must be 0-65535 (0: any free port), got {obj.port}")

@@ -14,6 +14,7 @@ import threading
 import sys
 from typing import Any, Callable, Coroutine, Sequence, TypeVar
 
+from crawler import eventloop
 from crawler.api import ControlApi
 from crawler.session import CrawlSession
 
@@ -34,7 +35,7 @@ class CrawlHandle:
         self.api_url: str | None = None
         self._waiting = False
         self._stop_task: asyncio.Future[Any] | None = None
-        self._loop = asyncio.new_event_loop()
+        self._loop = eventloop.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="crawl-session", daemon=True)
         self._thread.start()
 

@@ -20,8 +20,8 @@ from crawler.hostpolicy import HostTarget
 from crawler import state
 from crawler.scheduler import ShardScheduler
 from crawler.seen import SeenGroup, SeenSet
-from crawler.services import BudgetPool, ContentIndexService, LeasedBudget
 from crawler.runtime import Plan
+from crawler.services import CONTENT_LOG, BudgetPool, ContentIndexService, LeasedBudget, content_log_names
 from crawler.session import CrawlSession
 from crawler.shard import build_fence, build_shard
 
@@ -65,7 +65,7 @@ class LocalRuntime:
             for i in range(plan.seen_shards):
                 name = state.seen_name(i, d.seen_exact)
                 state.fetch_local(out, opts, name, os.path.join(sdir, name))
-            for name in ("content.snapshot", "budget.json"):
+            for name in [*content_log_names(cfg), "budget.json"]:
                 state.fetch_local(out, opts, name, os.path.join(sdir, name))
         cap = seen_capacity_per_shard(cfg, plan.seen_shards)
         self.seen = [
@@ -80,8 +80,9 @@ class LocalRuntime:
             d.simhash_distance,
             d.simhash_tables,
             self.clock,
-            path=os.path.join(sdir, "content.snapshot") if sdir else None,
+            path=os.path.join(sdir, CONTENT_LOG) if sdir else None,
             every_s=cfg.runtime.content_snapshot_interval_s,
+            shards=cfg.runtime.content_shards,
         )
         pool = BudgetPool(cfg.limits.max_pages, os.path.join(sdir, "budget.json") if sdir else None)
 
@@ -90,7 +91,7 @@ class LocalRuntime:
 
         async def content(items):
             assert self.content is not None
-            return self.content.check_and_add(items)
+            return await self.content.check_and_add(items)
 
         ring = HashRing(list(plan.shard_ids))
         for sid in plan.shard_ids:
@@ -122,8 +123,8 @@ class LocalRuntime:
         out, opts, wall = self.cfg.output.path, dict(self.cfg.output.storage_options) or None, self.clock.wall()
         for i, s in enumerate(self.seen):
             await asyncio.to_thread(state.ship, s.backup, out, state.seen_name(i, s.exact), wall, opts)
-        self.content.save()
-        for name in ("content.snapshot", "budget.json"):
+        await self.content.save()
+        for name in [*self.content.log_names(), "budget.json"]:
             await asyncio.to_thread(state.ship_file, out, opts, name, os.path.join(self.sdir, name), wall)
 
     async def check_and_add(self, urls: list[str]) -> list[bool]:
@@ -203,11 +204,11 @@ class LocalRuntime:
                     seen[k] = seen.get(k, 0) + v
                 else:
                     seen.setdefault(k, v)
-        return {"seen": seen, "content": self.content.stats() if self.content is not None else {}}
+        return {"seen": seen, "content": await self.content.stats() if self.content is not None else {}}
 
     async def close(self) -> None:
         if self.content is not None:
-            self.content.save()
+            await self.content.save()
         for s in self.seen:
             s.close()
         self.seen = []

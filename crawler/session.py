@@ -51,6 +51,12 @@ from crawler.urls import host_key, normalize, url_hash, validate_seed
 log = logging.getLogger(__name__)
 
 
+def _log_missed_beat(task: asyncio.Future[None]) -> None:
+    """A heartbeat round that failed (a shard restarting misses one beat): noted, not raised."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("heartbeat: %r", task.exception())
+
+
 class CrawlSession:
     """One crawl, start to stop (see the module docstring for the order of a run).
 
@@ -261,12 +267,14 @@ class CrawlSession:
         renew_every = rt.lease_ttl_s / 4
         renewed = shipped = self.clock.now()
         remote = is_remote(self.cfg.output.path)
+        beat_task: asyncio.Future[None] | None = None
         while True:
             await self.clock.sleep(beat)
-            try:
-                await self.runtime.heartbeat()
-            except Exception as exc:  # noqa: BLE001 - a shard restarting misses one beat
-                log.debug("heartbeat: %r", exc)
+            # Sent without waiting for the answers: actors still being created (or
+            # restarted) answer late, and the lease renewal below must not wait for them.
+            if beat_task is None or beat_task.done():
+                beat_task = asyncio.ensure_future(self.runtime.heartbeat())
+                beat_task.add_done_callback(_log_missed_beat)
             if remote and self.clock.now() - shipped >= rt.state_ship_interval_s:
                 shipped = self.clock.now()
                 try:

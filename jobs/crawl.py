@@ -22,7 +22,7 @@ import sys
 from typing import Any, Sequence
 
 from crawler import config as config_mod
-from crawler import ledger
+from crawler import eventloop, ledger
 from crawler.config import CrawlConfig
 from crawler.api import ControlApi
 from crawler.errors import ConfigError, OutputExistsError, OutputLeasedError
@@ -121,7 +121,7 @@ def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = No
     try:
         # Made before anything starts: a non-loopback API without a token is refused here.
         api = ControlApi(session, cfg.api, on_request=None if local else api_metrics()) if cfg.api.enabled else None
-        stats = asyncio.run(_run(session, stopped_by, api))
+        stats = eventloop.run(_run(session, stopped_by, api))
     except asyncio.CancelledError:  # a second Ctrl-C: abort without flushing
         raise KeyboardInterrupt from None
     finally:

@@ -1,14 +1,15 @@
-"""Crawl output: the Parquet page dataset and the content-addressed blob store.
+"""Crawl output: the Parquet page dataset and the blob store of page bodies.
 
 This is the public contract indexers read (see :mod:`crawler.output.layout`)::
 
     OUT/pages/part-<writer_id>-<seq:06d>.parquet   one OutcomeRow per URL outcome, zstd
-    OUT/blobs/<sha[0:2]>/<sha[2:4]>/<sha>.gz       gzip of the decoded body, keyed by its SHA-256
+    OUT/blobs/packs/<writer_id>-<seq:06d>.pack     the bodies of one flush, a zstd frame each
+    OUT/blobs/<sha[0:2]>/<sha[2:4]>/<sha>.gz       one gzip file per body (older outputs)
 
 Modules, each importing only the ones before it (nothing imports back up)::
 
     schema   OutcomeRow (the one row type), PAGES_SCHEMA derived from it, OUTCOMES...
-    layout   paths and names: pages/, blobs/, part files, blob keys, temp names
+    layout   paths and names: pages/, blobs/, part files, packs, blob keys, temp names
     fs       open_fs, local/remote, atomic publication (fsync + rename, or one PUT)
     blobs    BlobStore                                       (layout, fs)
     rows     OutcomeRow -> checked Arrow values               (schema, layout)

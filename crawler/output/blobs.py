@@ -1,9 +1,17 @@
-"""The content-addressed blob store: ``OUT/blobs/ab/cd/<sha>.gz``, gzip of a decoded body.
+"""The blob store: page bodies, written in one pack per flush, read back by key.
 
-A blob is written once, under a key derived from the body's SHA-256 only
-(:func:`~crawler.output.layout.blob_key`), and is whole or absent: a rename locally, one
-PUT on object storage. The result writer stores a flush's bodies before its rows, so a
-row never points at a missing blob (DESIGN.md invariant 6).
+The crawl writes each flush's new bodies as one **pack** (``OUT/blobs/packs/<writer>-<seq>.pack``):
+the zstd frames of the bodies back to back, published whole or not at all (a rename
+locally, one PUT on object storage) with one fsync, where a file per body cost a create,
+an fsync and a rename per page (the largest output cost in the profile:
+benchmarks/RESULTS.md). A body's key names its pack, offset, length and SHA-256
+(:func:`~crawler.output.layout.pack_key`): nothing in it comes from the page. Each frame
+decompresses alone, so a reader fetches only its byte range.
+
+Older outputs hold one gzip file per body, content-addressed
+(``OUT/blobs/ab/cd/<sha>.gz``, :meth:`BlobStore.put_many`); :meth:`BlobStore.get` reads
+both. The result writer stores a flush's bodies before its rows, so a row never points
+at a missing blob (DESIGN.md invariant 6).
 """
 
 from __future__ import annotations
@@ -20,17 +28,18 @@ from concurrent.futures import ThreadPoolExecutor
 import fsspec
 from fsspec.asyn import AsyncFileSystem
 from fsspec.asyn import sync as _fsspec_sync
+import zstandard
 
 from crawler.errors import ConfigError, StorageError
-from crawler.output.fs import fsync_path, is_local, open_fs, remove_quietly
-from crawler.output.layout import blob_key, blob_sha, temp_name
+from crawler.output.fs import ensure_dir, fsync_path, is_local, open_fs, publish, remove_quietly
+from crawler.output.layout import PACKS_DIR, blob_key, blob_sha, pack_key, parse_pack_key, temp_name
 
-__all__ = ["DEFAULT_COMPRESSLEVEL", "BlobStore", "RecentKeys"]
+__all__ = ["DEFAULT_COMPRESSLEVEL", "BlobStore", "RecentKeys", "RecentMap"]
 
 DEFAULT_COMPRESSLEVEL = 1
-"""gzip level of stored bodies. Measured on bench pages (benchmarks/stages.py): 0.27 ms per
-25 KB page at level 1 against 0.67 ms at level 5, for ~10% more bytes; compressing the
-body is the largest CPU cost of storing a page."""
+"""Compression level of stored bodies (zstd in packs, gzip in per-body files). Measured on
+bench pages (benchmarks/stages.py): zstd level 1 costs 0.08 ms per 25 KB page and is 5%
+smaller than gzip level 1 at 0.27 ms (gzip level 5: 0.67 ms)."""
 
 
 class RecentKeys:
@@ -55,6 +64,27 @@ class RecentKeys:
         self._cur.add(key)
         if len(self._cur) >= self._half:
             self._old, self._cur = self._cur, set()
+
+
+class RecentMap:
+    """A mapping that keeps only the most recent ~``capacity`` keys (two generations, as
+    :class:`RecentKeys`): memory bounded by configuration, recent repeats still found."""
+
+    def __init__(self, capacity: int) -> None:
+        self._half = max(1, capacity // 2)
+        self._cur: dict = {}
+        self._old: dict = {}
+
+    def get(self, key: object) -> object | None:
+        """The value stored under ``key``, or None if it is unknown or was pushed out."""
+        v = self._cur.get(key)
+        return v if v is not None else self._old.get(key)
+
+    def put(self, key: object, value: object) -> None:
+        """Remember ``value`` under ``key`` (it may push out the oldest generation)."""
+        self._cur[key] = value
+        if len(self._cur) >= self._half:
+            self._old, self._cur = self._cur, {}
 
 
 def _short(sha: str) -> int:
@@ -88,6 +118,8 @@ class BlobStore:
         self._fsync = fsync
         self._concurrency = max(1, concurrency)
         self._known = RecentKeys(known_capacity)  # shas known present: skips an exists() probe
+        self._packed = RecentMap(known_capacity)  # sha -> key of a body already in a pack
+        self._zstd = zstandard.ZstdCompressor(level=max(1, compresslevel), write_content_size=True)
         self._lock = threading.Lock()
         self._stats = {"blobs_written": 0, "blob_bytes": 0, "blobs_skipped_existing": 0}
 
@@ -195,6 +227,43 @@ class BlobStore:
             for _, tmp, _, _ in temps[done:]:  # not renamed: a failure cut the batch short
                 remove_quietly(tmp)
 
+    def write_pack(self, name: str, bodies: Mapping[str, bytes]) -> dict[str, str]:
+        """Store new bodies (sha -> decoded body) as the pack ``name``; return every sha's key.
+
+        A body this store packed recently is not written again: its earlier key is
+        returned. The pack is durable when this returns (fsync + rename locally, one PUT
+        remotely), and nothing of it is remembered until then, so a failed call can be
+        retried under the same name. Not thread-safe: the writer calls it under its flush lock.
+        """
+        keys: dict[str, str] = {}
+        frames: list[bytes] = []
+        new: dict[str, str] = {}
+        offset = 0
+        compress = self._zstd.compress
+        for sha, body in bodies.items():
+            short = _short(sha)
+            with self._lock:
+                known = self._packed.get(short)
+            if known is not None:
+                keys[sha] = known  # type: ignore[assignment]
+                self._note(skipped=1)
+                continue
+            frame = compress(body)
+            frames.append(frame)
+            keys[sha] = new[sha] = pack_key(name, offset, len(frame), sha)
+            offset += len(frame)
+        if frames:
+            try:
+                ensure_dir(self._fs, f"{self._root}/{PACKS_DIR}")
+                publish(self._fs, f"{self._root}/{PACKS_DIR}/{name}", b"".join(frames), fsync=self._fsync)
+            except Exception as exc:  # botocore/aiohttp/OS errors alike: the caller retries the flush
+                raise StorageError(f"writing blob pack {name} under {self._root!r} failed: {exc}") from exc
+            self._note(written=len(frames), nbytes=offset)
+        with self._lock:
+            for sha, key in new.items():
+                self._packed.put(_short(sha), key)
+        return keys
+
     def _exists_many(self, paths: list[str]) -> list[bool]:
         if self._local:
             return [os.path.exists(p) for p in paths]
@@ -226,22 +295,31 @@ class BlobStore:
         return list(await asyncio.gather(*(one(p) for p in paths)))
 
     def get(self, key: str) -> bytes:
-        """Return the decoded body stored under ``key`` (as written by :meth:`key_for`).
+        """Return the decoded body stored under ``key`` (a pack key or a :meth:`key_for` key).
 
         Raises ValueError for a malformed key and StorageError if the blob is missing or
         does not match its hash.
         """
         sha = blob_sha(key)
+        packed = parse_pack_key(key)
         try:
-            data = self._fs.cat_file(self._path(key))
+            if packed is None:
+                data = self._fs.cat_file(self._path(key))
+            else:
+                path, offset, length, _ = packed
+                data = self._fs.cat_file(self._path(path), start=offset, end=offset + length)
+                if len(data) != length:
+                    raise StorageError(f"blob {key} is cut short ({len(data)} of {length} bytes)")
         except FileNotFoundError as exc:
             raise StorageError(f"blob {key} is missing under {self._root!r}") from exc
+        except StorageError:
+            raise
         except Exception as exc:
             raise StorageError(f"reading blob {key} failed: {exc}") from exc
         try:
-            body = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise StorageError(f"blob {key} is not valid gzip") from exc
+            body = gzip.decompress(data) if packed is None else zstandard.ZstdDecompressor().decompress(data)
+        except (OSError, EOFError, zlib.error, zstandard.ZstdError) as exc:
+            raise StorageError(f"blob {key} is not valid {'gzip' if packed is None else 'zstd'}") from exc
         if hashlib.sha256(body).hexdigest() != sha:
             raise StorageError(f"blob {key} does not match its hash (corrupt storage)")
         return body

@@ -1,7 +1,11 @@
 """Where things live under an output root ``OUT`` (a local folder or ``s3://bucket/prefix``)::
 
     OUT/pages/part-<writer_id>-<seq:06d>.parquet   one row per URL outcome (PAGES_SCHEMA), zstd
-    OUT/blobs/<sha[0:2]>/<sha[2:4]>/<sha>.gz       gzip of the decoded body, keyed by its SHA-256
+    OUT/blobs/packs/<writer_id>-<seq:06d>.pack     the bodies of that flush: one zstd frame each
+    OUT/blobs/<sha[0:2]>/<sha[2:4]>/<sha>.gz       one gzip file per body (older outputs)
+
+A body in a pack is named by ``blobs/packs/<pack>:<offset>:<length>:<sha256>``: where
+its frame starts, how long it is, and the SHA-256 of the decoded body it must match.
 
 Two rules keep readers safe:
 
@@ -19,10 +23,15 @@ import uuid
 
 __all__ = [
     "BLOBS_DIR",
+    "PACKS_DIR",
     "PAGES_DIR",
     "PART_RE",
     "blob_key",
     "blob_sha",
+    "pack_key",
+    "pack_name",
+    "pack_seq",
+    "parse_pack_key",
     "check_sha256",
     "check_writer_id",
     "part_name",
@@ -33,12 +42,14 @@ __all__ = [
 
 PAGES_DIR = "pages"
 BLOBS_DIR = "blobs"
+PACKS_DIR = f"{BLOBS_DIR}/packs"
 
 PART_RE = re.compile(r"part-.+-\d{6,}\.parquet")
 """Basename of a finished part file (any writer)."""
 
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
 _KEY_RE = re.compile(r"blobs/([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{64})\.gz")
+_PACK_KEY_RE = re.compile(r"blobs/packs/([A-Za-z0-9][A-Za-z0-9_.=-]{0,127}-\d{6,}\.pack):(\d{1,15}):(\d{1,15}):([0-9a-f]{64})")
 # Not starting with "." or "_" (hidden from dataset discovery) or "-" (ambiguous in names).
 _WRITER_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=-]{0,127}")
 _TEMP_SUFFIX = ".tmp"
@@ -58,8 +69,41 @@ def blob_key(sha256_hex: str) -> str:
     return f"{BLOBS_DIR}/{sha[0:2]}/{sha[2:4]}/{sha}.gz"
 
 
+def pack_name(writer_id: str, seq: int) -> str:
+    """Basename of the pack holding the bodies of a writer's ``seq``-th flush."""
+    return f"{check_writer_id(writer_id)}-{seq:06d}.pack"
+
+
+def pack_seq(name: str, writer_id: str) -> int | None:
+    """The sequence number if ``name`` is a pack of exactly this writer, else None."""
+    prefix = f"{writer_id}-"
+    if not name.startswith(prefix) or not name.endswith(".pack"):
+        return None
+    digits = name[len(prefix) : -len(".pack")]
+    if len(digits) < 6 or not digits.isdigit() or not digits.isascii():
+        return None
+    return int(digits)
+
+
+def pack_key(pack: str, offset: int, length: int, sha256_hex: str) -> str:
+    """The key of one body inside a pack (see the module docstring)."""
+    return f"{PACKS_DIR}/{pack}:{offset}:{length}:{check_sha256(sha256_hex)}"
+
+
+def parse_pack_key(key: str) -> tuple[str, int, int, str] | None:
+    """``(pack path under OUT, offset, length, sha256)`` of a pack key; None for any other string."""
+    m = _PACK_KEY_RE.fullmatch(key) if isinstance(key, str) else None
+    if m is None:
+        return None
+    return f"{PACKS_DIR}/{m.group(1)}", int(m.group(2)), int(m.group(3)), m.group(4)
+
+
 def blob_sha(key: str) -> str:
-    """The SHA-256 a blob key names (inverse of :func:`blob_key`); ValueError if it is not one."""
+    """The SHA-256 a blob key names (a pack key or a :func:`blob_key`); ValueError if it is
+    not a blob key."""
+    packed = parse_pack_key(key)
+    if packed is not None:
+        return packed[3]
     m = _KEY_RE.fullmatch(key) if isinstance(key, str) else None
     if m is None or m.group(3)[0:2] != m.group(1) or m.group(3)[2:4] != m.group(2):
         raise ValueError(f"not a blob key: {key!r}")

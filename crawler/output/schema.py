@@ -86,9 +86,11 @@ class OutcomeRow:
     dup_kind: str | None = field(default=None, metadata=_arrow(_STR))
     """One of :data:`DUP_KINDS`, or None for original content."""
     dup_of: str | None = field(default=None, metadata=_arrow(_STR))
-    """URL of the original a duplicate matches."""
+    """``url_hash`` of the original a duplicate matches (join it to ``url_hash`` for its URL:
+    the content index keeps no URL strings, crawler.contentindex)."""
     blob_key: str | None = field(default=None, metadata=_arrow(_STR))
-    """``blobs/ab/cd/<sha>.gz``; always the key of ``content_sha256``."""
+    """Where the body is: ``blobs/packs/<pack>:<offset>:<length>:<sha256>`` (older outputs:
+    ``blobs/ab/cd/<sha>.gz``); always a key of ``content_sha256`` (crawler.output.layout)."""
     etag: str | None = field(default=None, metadata=_arrow(_STR))
     """ETag validator, for conditional recrawl."""
     last_modified: str | None = field(default=None, metadata=_arrow(_STR))

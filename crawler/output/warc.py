@@ -137,7 +137,7 @@ def _metadata(row: dict[str, Any], decoded: str | None) -> bytes:
         ("via", row["referrer"]), ("hopsFromSeed", row["depth"]), ("attempts", row["attempts"]),
         ("fetchSeq", row["fetch_seq"]), ("shard", row["shard"]),
         ("simhash", None if row["simhash"] is None else f"{row['simhash'] & (2**64 - 1):016x}"),
-        ("duplicateKind", row["dup_kind"]), ("duplicateOf", row["dup_of"]),
+        ("duplicateKind", row["dup_kind"]), ("duplicateOfUrlHash", row["dup_of"]),
         ("decodedContentEncoding", decoded),
         ("responseHeaders", "from the row" if row["response_headers"] is not None else "rebuilt from content_type, etag, last_modified"),
     ]

@@ -24,10 +24,13 @@ from crawler.errors import ConfigError, StorageError
 from crawler.output.blobs import DEFAULT_COMPRESSLEVEL, BlobStore, RecentKeys
 from crawler.output.fs import ensure_dir, is_local, list_names, open_fs, publish, remove_quietly
 from crawler.output.layout import (
+    PACKS_DIR,
     PAGES_DIR,
-    blob_key,
+    blob_sha,
     check_sha256,
     check_writer_id,
+    pack_name,
+    pack_seq,
     part_name,
     part_seq,
     temp_target,
@@ -36,6 +39,13 @@ from crawler.output.rows import I_BLOB, I_SHA, I_URL, build_table, row_key, to_v
 from crawler.output.schema import COLUMNS, OutcomeRow, encode_part
 
 __all__ = ["ResultWriter"]
+
+
+def _key_sha(key: str) -> str | None:
+    try:
+        return blob_sha(key)
+    except ValueError:
+        return None
 
 
 class ResultWriter:
@@ -120,6 +130,12 @@ class ResultWriter:
                     # Left by a crash of this same writer between write and rename; ids
                     # are unique per live writer, so nobody else is writing it.
                     remove_quietly(f"{self._pages}/{name}")
+        # A pack written by a flush whose part never followed (a crash between the two)
+        # is not overwritten either: its name is never reused.
+        for name in list_names(self._fs, f"{self._root}/{PACKS_DIR}"):
+            seq = pack_seq(name, self.writer_id)
+            if seq is not None:
+                top = max(top, seq)
         return top + 1
 
     # -- buffering -------------------------------------------------------------
@@ -127,10 +143,10 @@ class ResultWriter:
     def add(self, rows: Sequence[OutcomeRow], bodies: Mapping[str, bytes] = {}) -> None:
         """Buffer outcome rows (and the bodies they stored, content SHA-256 -> decoded body).
 
-        Bodies are written to the blob store before any row of the same flush, and a row
-        whose ``content_sha256`` has a body here gets ``blob_key`` set to the key derived
-        from that hash. A row may also carry a ``blob_key`` for a body stored earlier, but
-        it must be the key of its own hash. Repeats of ``(url, content_sha256)`` -- or
+        Bodies are written to the blob store (one pack per flush) before any row of the
+        same flush, and a row whose ``content_sha256`` has a body here gets ``blob_key`` set
+        to that body's key in the pack. A row may also carry a ``blob_key`` for a body
+        stored earlier, but it must be a key of its own hash. Repeats of ``(url, content_sha256)`` -- or
         ``(url, outcome)`` when the hash is null -- are dropped and counted.
         Text is cleaned to valid UTF-8; wrong types and values raise ValueError (TypeError
         for something that is not an OutcomeRow) before anything of the call is buffered.
@@ -149,14 +165,12 @@ class ResultWriter:
         for vals in normalized:
             sha = vals[I_SHA]
             given = vals[I_BLOB]
+            if given is not None and (sha is None or _key_sha(given) != sha):
+                # Keys come only from hashes and pack positions, never from page data
+                # (crawler.output.layout).
+                raise ValueError(f"blob_key {given!r} is not a key of content_sha256 {sha!r}")
             if sha is not None and sha in checked:
-                key = blob_key(sha)
-                if given is not None and given != key:
-                    raise ValueError(f"blob_key {given!r} is not the key of {sha}")
-                vals[I_BLOB] = key
-            elif given is not None and (sha is None or given != blob_key(sha)):
-                # Keys come only from hashes, never from page data (crawler.output.layout).
-                raise ValueError(f"blob_key {given!r} is not the key of content_sha256 {sha!r}")
+                vals[I_BLOB] = None  # the key of this flush's pack, set by flush()
         with self._lock:
             if self._closed:
                 raise RuntimeError("ResultWriter is closed")
@@ -210,13 +224,29 @@ class ResultWriter:
                 self._bodies, self._n, self._body_bytes = {}, 0, 0
                 self._inflight = n
                 self._first_at = None
+            filled: list[int] = []
+            packed = False
             try:
-                if bodies:
-                    self.blobs.put_many(bodies, verify=False)  # bodies before rows, always
+                if bodies:  # bodies before rows, always
+                    keys = self.blobs.write_pack(pack_name(self.writer_id, self._seq), bodies)
+                    packed = True
+                    blob_col = cols[I_BLOB]
+                    for i, sha in enumerate(cols[I_SHA]):
+                        if blob_col[i] is None and sha is not None:
+                            key = keys.get(sha)
+                            if key is not None:
+                                blob_col[i] = key
+                                filled.append(i)
                 if n:
                     self._write_part(encode_part(build_table(cols)))
             except Exception as exc:
+                for i in filled:  # keys are set again by the retry
+                    cols[I_BLOB][i] = None
                 with self._lock:
+                    if packed:
+                        # The pack is durable and its keys are remembered: its name is
+                        # burnt, so a retry with more bodies cannot overwrite it.
+                        self._seq += 1
                     # Put the batch back in front so order and the next retry keep every row.
                     self._cols = [old + new for old, new in zip(cols, self._cols)]
                     for sha, body in self._bodies.items():
@@ -231,8 +261,9 @@ class ResultWriter:
                 raise StorageError(f"flushing results to {self._pages!r} failed: {exc}") from exc
             with self._lock:
                 self._inflight = 0
+                if n or packed:
+                    self._seq += 1  # a pack's name is never reused: keys point into it
                 if n:
-                    self._seq += 1
                     self._stats["rows_written"] += n
                     self._stats["files_written"] += 1
                 if self._first_at is None and (self._n or self._bodies):

@@ -7,7 +7,6 @@ crash, politeness holds across the restart, and the output is whole and de-dupli
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import random
@@ -22,7 +21,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from crawler import config
-from crawler.output import read_pages
+from crawler.output import BlobStore, read_pages
 from crawler.testing.fixtures import crawl_config_for
 from jobs.crawl import Crawl
 
@@ -40,10 +39,10 @@ def _check_output_whole(out):
     rows = read_pages(str(out), dedupe=False).to_pylist()
     fetched = [(r["url"], r["content_sha256"]) for r in rows if r["outcome"] == "fetched"]
     assert len(fetched) == len(set(fetched)), "duplicate (url, content_sha256) fetched rows"
+    blobs = BlobStore(str(out))
     for r in rows:
         if r["blob_key"]:
-            with open(out / r["blob_key"], "rb") as f:
-                gzip.decompress(f.read())  # every referenced blob exists and is whole
+            blobs.get(r["blob_key"])  # every referenced body exists, is whole and matches its hash
     return rows
 
 

@@ -11,7 +11,6 @@ guard switched off shows the same targets *are* reachable: the log would show th
 from __future__ import annotations
 
 import asyncio
-import gzip
 import hashlib
 import re
 import resource
@@ -28,7 +27,7 @@ from crawler import config
 from crawler.local import local_session
 from crawler.session import CrawlSession
 from crawler.shard import build_fetcher
-from crawler.output import read_pages
+from crawler.output import BlobStore, read_pages
 from crawler.testing.hostile import TRAVERSAL_STRINGS, HostileServer, loopback_only
 from crawler.urls import normalize
 
@@ -170,7 +169,8 @@ def test_gzip_bomb_is_cut_at_max_body_bytes_with_bounded_memory(server, tmp_path
 # --------------------------------------------------------------- stored bodies are data
 
 
-_BLOB_KEY = re.compile(r"^blobs/([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{64})\.gz$")
+_BLOB_KEY = re.compile(r"^blobs/packs/(shard-\d+-\d{6}\.pack):(\d+):(\d+):([0-9a-f]{64})$")
+_PACK = re.compile(r"^blobs/packs/shard-\d+-\d{6}\.pack$")
 
 
 def test_bodies_and_urls_that_look_like_paths_stay_data(server, tmp_path):
@@ -185,26 +185,26 @@ def test_bodies_and_urls_that_look_like_paths_stay_data(server, tmp_path):
     _, stats, violations = _run(cfg, FakeResolver({}))
     assert stats["finished"] and not violations
     rows = _rows(cfg)
+    store = BlobStore(str(out))
     fetched = [r for r in rows.values() if r["outcome"] == "fetched"]
     assert len(fetched) >= 4  # the seeds (dot segments resolved) and the page's own links
     for row in fetched:
         assert "/../" not in row["url"] and "/./" not in row["url"]
         m = _BLOB_KEY.match(row["blob_key"] or "")
         assert m, row["blob_key"]
-        sha = m.group(3)
-        assert sha == row["content_sha256"] and m.group(1) == sha[:2] and m.group(2) == sha[2:4]
-        body = gzip.decompress((out / row["blob_key"]).read_bytes())
+        sha = m.group(4)
+        assert sha == row["content_sha256"]
+        body = store.get(row["blob_key"])  # verifies the hash
         assert hashlib.sha256(body).hexdigest() == sha
         assert b"etc/passwd" in body  # the hostile text is stored verbatim, as data
-    assert any(TRAVERSAL_STRINGS[0].encode() in gzip.decompress((out / r["blob_key"]).read_bytes())
-               for r in fetched)
-    # Every file the crawl wrote is inside OUT; blob files are named by hash alone, and no
-    # name anywhere comes from the page or its URL.
+    assert any(TRAVERSAL_STRINGS[0].encode() in store.get(r["blob_key"]) for r in fetched)
+    # Every file the crawl wrote is inside OUT; blob packs are named by shard and flush
+    # number alone, and no name anywhere comes from the page or its URL.
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert written and all(out in p.parents for p in written), [p for p in written if out not in p.parents]
     blobs = [p.relative_to(out).as_posix() for p in written if p.relative_to(out).parts[0] == "blobs"]
-    assert blobs and all(_BLOB_KEY.match(b) for b in blobs), blobs
-    assert {b for b in blobs} == {r["blob_key"] for r in fetched}
+    assert blobs and all(_PACK.match(b) for b in blobs), blobs
+    assert {b for b in blobs} == {_BLOB_KEY.match(r["blob_key"]).group(0).split(":")[0] for r in fetched}
     names = {part for p in written for part in p.relative_to(tmp_path).parts}
     suspicious = [n for n in names if n in ("etc", "tmp") or any(bad in n for bad in ("passwd", "pwned", ".."))]
     assert not suspicious, suspicious

@@ -1,4 +1,5 @@
-"""Content fingerprints, the permuted-table SimHash index and the content index."""
+"""Content fingerprints and the reference permuted-table SimHash index (the crawl's sharded
+content index is tested in test_contentindex.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from simhash import Simhash
 
 from crawler.dedup import (
     SHINGLE_WORDS,
-    ContentIndex,
     SimHashIndex,
     _features,
     _word_hashes,
@@ -28,7 +28,7 @@ from crawler.dedup import (
     to_uint64,
     token_count,
 )
-from crawler.errors import ConfigError, StorageError
+from crawler.errors import ConfigError
 
 M64 = 2**64 - 1
 
@@ -385,136 +385,3 @@ def test_a_fingerprint_found_through_several_tables_is_reported_once() -> None:
 def test_index_needs_at_least_k_plus_one_tables(k: int, tables: int) -> None:
     with pytest.raises(ConfigError, match="tables|distance"):
         SimHashIndex(k=k, tables=tables)
-    if k >= 0 and tables <= k:
-        with pytest.raises(ConfigError, match="tables"):
-            ContentIndex(k, tables)
-
-
-# --- ContentIndex -----------------------------------------------------------------------
-
-
-def _sha(s: str) -> str:
-    return content_sha256(s.encode())
-
-
-def test_exact_duplicates_point_to_the_first_url_even_within_a_batch() -> None:
-    idx = ContentIndex()
-    out = idx.check_and_add([("u1", _sha("A"), None), ("u2", _sha("B"), None), ("u3", _sha("A"), None)])
-    assert out == [(None, None), (None, None), ("exact", "u1")]
-    assert idx.check_and_add([("u4", _sha("A"), 5), ("u5", _sha("B"), None)]) == [("exact", "u1"), ("exact", "u2")]
-    st_ = idx.stats()
-    assert (st_["originals"], st_["exact_dups"], st_["near_dups"]) == (2, 3, 0)
-    assert len(idx) == 2
-
-
-def test_near_duplicate_pages_point_to_the_original() -> None:
-    corpus = Corpus(seed=21)
-    base = corpus.words(1500)
-    a, b = " ".join(base), " ".join(corpus.edit(base, 1))
-    other = " ".join(corpus.words(1500))
-    idx = ContentIndex()
-    out = idx.check_and_add(
-        [
-            ("https://a.example/", _sha(a), simhash64(a)),
-            ("https://mirror.example/a", _sha(b), simhash64(b)),
-            ("https://c.example/", _sha(other), simhash64(other)),
-        ]
-    )
-    assert out == [(None, None), ("near", "https://a.example/"), (None, None)]
-    assert idx.stats()["near_dups"] == 1
-
-
-def test_a_page_is_never_a_duplicate_of_itself() -> None:
-    """A recrawl of an unchanged page (or a check retried after the index restarted) must
-    not flag the page as a copy of itself: that would count against its host's novelty."""
-    corpus = Corpus(seed=5)
-    words = corpus.words(1500)
-    text, edited = " ".join(words), " ".join(corpus.edit(words, 1))
-    idx = ContentIndex()
-    assert idx.check_and_add([("u1", _sha(text), simhash64(text))]) == [(None, None)]
-    assert idx.check_and_add([("u1", _sha(text), simhash64(text))]) == [(None, None)]
-    assert idx.check_and_add([("u1", _sha(edited), simhash64(edited))]) == [(None, None)]
-    # Another URL with that content is still a duplicate of the original.
-    assert idx.check_and_add([("u2", _sha(text), simhash64(text))]) == [("exact", "u1")]
-    assert (idx.stats()["exact_dups"], idx.stats()["near_dups"], len(idx)) == (1, 0, 1)
-
-
-def test_dup_of_always_names_an_original() -> None:
-    fp = 0xABCD_EF01_2345_6789
-    idx = ContentIndex(simhash_distance=3)
-    out = idx.check_and_add(
-        [
-            ("orig", _sha("1"), fp),
-            ("near1", _sha("2"), _flip(fp, [1, 2])),  # near orig: not stored
-            ("same-as-near1", _sha("2"), _flip(fp, [1, 2])),  # not "exact of near1"
-            ("chain", _sha("3"), _flip(fp, [1, 2, 3, 4])),  # 2 bits from near1, 4 from orig
-        ]
-    )
-    assert out == [(None, None), ("near", "orig"), ("near", "orig"), (None, None)]
-
-
-def test_pages_without_fingerprint_get_the_exact_check_only() -> None:
-    idx = ContentIndex()
-    short_a = text_fingerprint("404 Not Found")
-    short_b = text_fingerprint("403 Forbidden")
-    assert short_a is None and short_b is None
-    out = idx.check_and_add(
-        [
-            ("a", _sha("404 Not Found"), short_a),
-            ("b", _sha("403 Forbidden"), short_b),
-            ("c", _sha("x"), 0),  # simhash64 of a page without words: treated as None
-            ("d", _sha("y"), 0),
-            ("pdf", _sha("%PDF"), None),
-        ]
-    )
-    assert out == [(None, None)] * 5
-    assert idx.stats()["near_index_entries"] == 0
-
-
-def test_short_shell_pages_are_not_near_duplicates_of_each_other() -> None:
-    # Two unrelated sites whose visible text is only a JavaScript shell: raw SimHash
-    # makes them identical; the min_tokens rule keeps them apart.
-    pages = [
-        ("https://shop.example/", "<html><div id=app>Loading, please wait</div><script src=shop.js></script>"),
-        ("https://news.example/", "<html><body><p>Loading, please wait</p><script src=news.js></script>"),
-    ]
-    text = "Loading, please wait"
-    raw = ContentIndex().check_and_add([(url, _sha(html), simhash64(text)) for url, html in pages])
-    assert raw[1] == ("near", "https://shop.example/")
-    guarded = ContentIndex().check_and_add([(url, _sha(html), text_fingerprint(text)) for url, html in pages])
-    assert guarded == [(None, None), (None, None)]
-
-
-def test_invalid_sha_strings_still_work_as_keys() -> None:
-    idx = ContentIndex()
-    assert idx.check_and_add([("a", "not-hex", None), ("b", "not-hex", None), ("c", "NOT-HEX", None)]) == [
-        (None, None),
-        ("exact", "a"),
-        (None, None),
-    ]
-
-
-def test_content_index_snapshot_round_trip() -> None:
-    rng = random.Random(4)
-    idx = ContentIndex(simhash_distance=3, tables=5)
-    items = []
-    for i in range(5000):
-        fp = rng.getrandbits(64) if i % 3 else None
-        items.append((f"https://h{i % 50}.example/\u00e9/{i}", _sha(str(i % 4000)), fp))
-    idx.check_and_add(items)
-    blob = idx.snapshot()
-    assert len(blob) < 5000 * (32 + 8 + 40)  # compact: no per-object pickling
-    restored = ContentIndex.restore(blob)
-    assert restored.stats() == idx.stats()
-    probe = [
-        ("p1", _sha("7"), None),
-        ("p2", _sha("new"), _flip(items[1][2], [0, 9])),
-        ("p3", _sha("new2"), rng.getrandbits(64)),
-    ]
-    assert restored.check_and_add(probe) == idx.check_and_add(probe)
-    assert restored.check_and_add([("p4", _sha("7"), None)])[0] == ("exact", items[7][0])
-
-
-def test_content_index_restore_rejects_garbage() -> None:
-    with pytest.raises(StorageError):
-        ContentIndex.restore(b"\x00garbage")

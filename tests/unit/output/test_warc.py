@@ -143,7 +143,12 @@ def test_a_directory_destination_rotates_files_by_size(tmp_path):
 
 def test_a_missing_blob_is_counted_and_the_rest_exported(tmp_path):
     out = _out(tmp_path)
-    (tmp_path / "out" / blob_key(sha(OTHER))).unlink()
+    # Zero one body's frame inside its pack (blobs/packs/<pack>:<offset>:<length>:<sha256>).
+    [key] = [r["blob_key"] for r in read_pages(out).to_pylist() if r["url"] == "http://b.test/big"]
+    pack, offset, length, _ = key.rsplit(":", 3)
+    with open(tmp_path / "out" / pack, "r+b") as f:
+        f.seek(int(offset))
+        f.write(b"\0" * int(length))
     result = export_warc(out, str(tmp_path / "x.warc.gz"))
     assert result.skipped["missing_or_corrupt_blob"] == 1
     assert result.records["response"] == 1 and result.records["revisit"] == 1

@@ -15,6 +15,7 @@ import pytest
 from crawler.clock import MockClock
 from crawler.errors import ConfigError, StorageError
 from crawler.output import PAGES_SCHEMA, BlobStore, OutcomeRow, ResultWriter, read_pages, summarize
+from crawler.output.layout import blob_sha
 
 from .helpers import T0, dies_before_rename, page, part_files, sha
 
@@ -47,7 +48,8 @@ def test_rows_round_trip_with_utc_timestamps_and_signed_simhash(tmp_path):
     got = rows["http://a.test/x"]
     assert got["fetched_at"] == dt.datetime(2024, 5, 1, 12, 0, 0, 250000, tzinfo=dt.timezone.utc)
     assert got["simhash"] < 0
-    assert got["blob_key"] == BlobStore.key_for(sha(body))
+    assert blob_sha(got["blob_key"]) == sha(body) and got["blob_key"].startswith("blobs/packs/w0-000000.pack:")
+    assert BlobStore(str(tmp_path)).get(got["blob_key"]) == body
     assert (got["depth"], got["attempts"], got["etag"], got["truncated"]) == (3, 2, '"v1"', False)
     assert got["error"].startswith("bad ")  # cleaned, and the file was still written
     failed = rows["http://b.test/gone"]
@@ -91,10 +93,15 @@ def test_blob_keys_come_from_the_hash_never_from_page_data(tmp_path):
         w.add([r2], b2)
     blobs = [os.path.relpath(os.path.join(d, f), tmp_path)
              for d, _, fs in os.walk(tmp_path / "blobs") for f in fs]
-    assert blobs == [BlobStore.key_for(h)]
-    assert gzip.decompress((tmp_path / blobs[0]).read_bytes()) == body
+    assert blobs == ["blobs/packs/w0-000000.pack"]  # named by the writer, not by the page
     assert w.stats()["blobs_written"] == 1 and w.stats()["blobs_skipped_existing"] == 1
-    assert {r["blob_key"] for r in read_pages(str(tmp_path)).to_pylist()} == {blobs[0]}
+    [key] = {r["blob_key"] for r in read_pages(str(tmp_path)).to_pylist()}
+    assert key.startswith("blobs/packs/w0-000000.pack:") and blob_sha(key) == h
+    assert BlobStore(str(tmp_path)).get(key) == body
+    # A key naming another hash, or a range outside what was written, is refused.
+    other = key.replace(h, sha(b"other"))
+    with pytest.raises(StorageError):
+        BlobStore(str(tmp_path)).get(other)
 
 
 def test_bodies_and_keys_must_match_their_hash(tmp_path):
@@ -121,7 +128,7 @@ def test_blobs_are_durable_before_the_rows_that_point_at_them(tmp_path, monkeypa
     real = ResultWriter._write_part
 
     def spy(self, data):
-        seen.append(os.path.exists(tmp_path / BlobStore.key_for(sha(body))))
+        seen.append(os.path.exists(tmp_path / "blobs" / "packs"))
         return real(self, data)
 
     def disk_error(*a, **k):
@@ -129,7 +136,7 @@ def test_blobs_are_durable_before_the_rows_that_point_at_them(tmp_path, monkeypa
 
     monkeypatch.setattr(ResultWriter, "_write_part", spy)
     # If the blob write fails, no row is written and nothing is lost.
-    monkeypatch.setattr(BlobStore, "put_many", disk_error)
+    monkeypatch.setattr(BlobStore, "write_pack", disk_error)
     with pytest.raises(StorageError):
         w.flush()
     assert seen == [] and part_files(tmp_path) == [] and w.pending_rows() == 1
@@ -321,3 +328,44 @@ def test_restarted_writer_continues_its_sequence_without_overwriting(tmp_path):
     assert part_files(tmp_path) == ["part-w0-000000.parquet", "part-w0-000001.parquet",
                                     "part-w0-000002.parquet", "part-w0-x-000000.parquet"]
     assert read_pages(str(tmp_path)).num_rows == 4
+
+
+def test_a_failed_part_after_its_pack_never_lets_a_retry_overwrite_that_pack(tmp_path, monkeypatch):
+    first, second = b"<p>first</p>" * 20, b"<p>second</p>" * 20
+    w = ResultWriter(str(tmp_path), "w0")
+    r1, b1 = page("http://a.test/1", first)
+    w.add([r1], b1)
+
+    def disk_full(self, data):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ResultWriter, "_write_part", disk_full)
+    with pytest.raises(StorageError):
+        w.flush()  # the pack is durable, the rows are not
+    monkeypatch.undo()
+    r2, b2 = page("http://a.test/2", second)
+    w.add([r2], b2)  # the retry has a new body to pack as well
+    assert w.flush() == 2
+    store = BlobStore(str(tmp_path))
+    got = {r["url"]: store.get(r["blob_key"]) for r in read_pages(str(tmp_path)).to_pylist()}
+    assert got == {"http://a.test/1": first, "http://a.test/2": second}
+
+
+def test_a_restarted_writer_never_reuses_the_name_of_a_pack_left_without_rows(tmp_path, monkeypatch):
+    def crash(self, data):
+        raise OSError("killed")
+
+    w = ResultWriter(str(tmp_path), "w0")
+    r, b = page("http://a.test/1", b"one")
+    w.add([r], b)
+    monkeypatch.setattr(ResultWriter, "_write_part", crash)
+    with pytest.raises(StorageError):
+        w.flush()
+    monkeypatch.undo()
+    packs = sorted(os.listdir(tmp_path / "blobs" / "packs"))
+    assert packs == ["w0-000000.pack"]
+    with ResultWriter(str(tmp_path), "w0") as again:  # a new process: nothing remembered
+        r, b = page("http://a.test/2", b"two")
+        again.add([r], b)
+    assert sorted(os.listdir(tmp_path / "blobs" / "packs")) == ["w0-000000.pack", "w0-000001.pack"]
+    assert part_files(tmp_path) == ["part-w0-000001.parquet"]

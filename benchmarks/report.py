@@ -1,0 +1,360 @@
+"""Regenerate the README's Performance section from the committed results files.
+
+Every figure between the README's ``<!-- results:begin -->`` and ``<!-- results:end -->``
+markers is read from a JSON file under ``benchmarks/results/`` and each row names its
+file, so a number in the README always points at the measurement it came from.
+
+    python -m benchmarks.report            # rewrite the section in README.md and benchmarks/RESULTS.md
+    python -m benchmarks.report --check    # exit 1 if either differs from the files
+
+Only the standard library is used: the unit test that runs ``--check`` needs no
+benchmark tool installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+BEGIN = "<!-- results:begin -->"
+END = "<!-- results:end -->"
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+
+Results = dict[str, dict[str, Any]]
+
+
+def load(results_dir: str = RESULTS) -> Results:
+    """Every ``*.json`` of ``results_dir`` by file name."""
+    out: Results = {}
+    for name in sorted(os.listdir(results_dir)):
+        if name.endswith(".json"):
+            with open(os.path.join(results_dir, name)) as f:
+                out[name] = json.load(f)
+    return out
+
+
+def _n(x: float, digits: int = 0) -> str:
+    """A number with thousands separators and ``digits`` decimals."""
+    return f"{x:,.{digits}f}"
+
+
+def _src(name: str) -> str:
+    return f"[{name.removesuffix('.json')}](benchmarks/results/{name})"
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+Row = tuple[str, str, str, str]  # measurement, result, target and verdict, source file
+
+
+def _ceiling_of(d: dict[str, Any]) -> dict[str, Any] | None:
+    ph = d["phases"]
+    return d.get("ceiling") or ph.get("bare2") or ph.get("bare")
+
+
+def _ratios(d: dict[str, Any], mode: str = "ray") -> tuple[float, float] | None:
+    """(steady pages/s over the ceiling's, CPU per page over the ceiling's) of one run."""
+    bare, p = _ceiling_of(d), d["phases"].get(mode)
+    if bare is None or p is None:
+        return None
+    speed = (p.get("steady_pages_per_s") or p["pages_per_s"]) / (bare.get("steady_pages_per_s") or bare["pages_per_s"])
+    return speed, p["cpu_ms_per_page"] / bare["cpu_ms_per_page"]
+
+
+def _runs(r: Results, prefix: str) -> list[tuple[str, dict[str, Any]]]:
+    """Results files ``<prefix>_r<N>.json`` (repeated runs of one benchmark), in order."""
+    out = []
+    for name, d in r.items():
+        stem = name.removesuffix(".json")
+        if stem.startswith(prefix + "_r") and stem[len(prefix) + 2:].isdigit():
+            out.append((int(stem[len(prefix) + 2:]), name, d))
+    return [(name, d) for _, name, d in sorted(out)]
+
+
+def _spread(vals: list[float], digits: int = 2) -> str:
+    """``median (min-max over N runs)``, or the value alone for one run."""
+    vals = sorted(vals)
+    med = vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+    if len(vals) == 1:
+        return f"{med:.{digits}f}"
+    return f"{med:.{digits}f} ({vals[0]:.{digits}f}-{vals[-1]:.{digits}f} over {len(vals)} runs)"
+
+
+def _throughput_rows(r: Results) -> list[Row]:
+    runs = _runs(r, "throughput")
+    if not runs:
+        return []
+    before = _runs(r, "throughput_before")
+    srcs = ", ".join(_src(n) for n, _ in runs)
+    ceilings = [c for c in (_ceiling_of(d) for _, d in runs) if c is not None]
+    rows: list[Row] = []
+    if ceilings:
+        c0 = ceilings[0]
+        procs = c0.get("procs", 1)
+        steady = [c.get("steady_pages_per_s") or c["pages_per_s"] for c in ceilings]
+        rows.append((f"bare fetch + parse loop, {procs} process{'es' if procs > 1 else ''}"
+                     + (", uvloop" if c0.get("uvloop") else "") + " (run before and after each crawl)",
+                     f"{_spread(steady, 0)} pages/s steady, {_spread([c['cpu_ms_per_page'] for c in ceilings])} "
+                     f"CPU-ms/page", "(the ceiling)", srcs))
+    for mode, label in (("ray", "full pipeline on embedded Ray"), ("local", "full pipeline in one process (`--local`)")):
+        got = [(d["phases"][mode], _ratios(d, mode)) for _, d in runs if mode in d["phases"]]
+        got = [(p, x) for p, x in got if x is not None]
+        if not got:
+            continue
+        speed = [x[0] for _, x in got]
+        cpu = [x[1] for _, x in got]
+        res = (f"{_spread([p.get('steady_pages_per_s') or p['pages_per_s'] for p, _ in got], 0)} pages/s steady, "
+               f"{_spread([p['cpu_ms_per_page'] for p, _ in got])} CPU-ms/page; **{_spread(speed)}** of the ceiling, "
+               f"CPU **{_spread(cpu)}x**")
+        src = srcs
+        old = [x for x in (_ratios(d, mode) for _, d in before) if x is not None]
+        if old:
+            res += (f". Before this round (main, same harness, runs interleaved): {_spread([x[0] for x in old])} of "
+                    f"the ceiling, CPU {_spread([x[1] for x in old])}x")
+            src += ", " + ", ".join(_src(n) for n, _ in before)
+        target = ""
+        if mode == "ray":
+            med_speed, med_cpu = sorted(speed)[len(speed) // 2], sorted(cpu)[len(cpu) // 2]
+            target = f">= 0.5 of the ceiling: {_met(med_speed >= 0.5)}; CPU <= 2x: {_met(med_cpu <= 2.0)}"
+        rows.append((f"{label}, same run as the ceiling", res, target, src))
+    return rows
+
+
+def _uvloop_rows(r: Results) -> list[Row]:
+    name = "uvloop.json"
+    d = r.get(name)
+    if d is None:
+        return []
+    s = d["summary"]
+    plain, uv = s["asyncio"], s["uvloop"]
+    return [(f"uvloop: the 1-process bare loop on asyncio's loop vs uvloop, alternating in one process "
+             f"({d['rounds']} runs each, {d['pages']:,} pages)",
+             f"{plain['median_cpu_ms_per_page']:.3f} vs {uv['median_cpu_ms_per_page']:.3f} CPU-ms/page, median "
+             f"({plain['min']:.3f}-{plain['max']:.3f} vs {uv['min']:.3f}-{uv['max']:.3f}): "
+             f"{100 * d['uvloop_saving']:.0f}% less", "", _src(name))]
+
+
+def _scrapy_rows(r: Results) -> list[Row]:
+    rows: list[Row] = []
+    runs = [(n, f"now, run {i + 1}") for i, (n, _) in enumerate(_runs(r, "scrapy_compare"))]
+    for name, when in (*runs, ("scrapy_compare_before.json", "before this round")):
+        d = r.get(name)
+        if d is None:
+            continue
+        v = d["verdict"]
+        speed = v["speedup"]
+        rows.append((f"Scrapy on the same web, same politeness, {d['pages']:,} pages, same run ({when})",
+                     f"crawler {_n(v['crawler_pages_per_s'], 1)} vs Scrapy {_n(v['scrapy_pages_per_s'], 1)} pages/s = "
+                     f"**{speed:.1f}x**; CPU {v['crawler_cpu_ms_per_page']:.1f} vs {v['scrapy_cpu_ms_per_page']:.1f} ms/page"
+                     f"{_load(d)}",
+                     f">= 10x: {_met(speed >= 10.0)}" if when.startswith("now") else "", _src(name)))
+    return rows
+
+
+def _load(d: dict[str, Any]) -> str:
+    """The machine's 1-minute load average at the start and the end of a run."""
+    m = d.get("machine", {})
+    a, b = m.get("load_avg_1m"), m.get("load_avg_1m_end")
+    if a is None:
+        return ""
+    return f"; load {a:g}" + (f"-{b:g}" if b is not None else "")
+
+
+def _politeness_rows(r: Results) -> list[Row]:
+    rows: list[Row] = []
+    found = [(n, d) for n, d in r.items() if isinstance(d, dict) and d.get("benchmark") == "politeness_bound"]
+    found.sort(key=lambda nd: (nd[0].endswith("_before.json"), nd[1]["hosts"], -nd[1]["interval_s"]))
+    for name, d in found:
+        v, s = d["verdict"], d["server"]
+        eff = v["steady_state_efficiency"]
+        rate = 1.0 / d["interval_s"]
+        before = name.endswith("_before.json")
+        rows.append((f"politeness-bound: {d['hosts']:,} hosts at {rate:g} req/s" + (" (before this round)" if before else ""),
+                     f"**{100 * eff:.1f}%** of the bound steady ({100 * v['whole_crawl_efficiency']:.1f}% whole crawl), "
+                     f"{s['violations']} interval violations at the server in {s['server_requests']:,} requests; "
+                     f"crawler {v['cpu_ms_per_page']:.2f} CPU-ms/page, {d['crawl']['cpu_cores_busy']} cores busy{_load(d)}",
+                     "" if before else f">= 95%, 0: {_met(eff >= 0.95 and s['violations'] == 0)}", _src(name)))
+    return rows
+
+
+def _result(d: dict[str, Any], kind: str, urls: int) -> dict[str, Any] | None:
+    for e in d.get("results", []):
+        if e.get("kind") == kind and e.get("urls") == urls:
+            return e
+    return None
+
+
+def _memory_rows(r: Results) -> list[Row]:
+    rows: list[Row] = []
+    name = "memory.json"
+    d = r.get(name)
+    if d is not None:
+        disk = _result(d, "seen-exact-disk", 10_000_000)
+        mem = _result(d, "seen-exact-mem", 10_000_000)
+        bloom = _result(d, "seen-bloom", 10_000_000)
+        if disk is not None:
+            others = []
+            if mem is not None:
+                others.append(f"in-memory exact: {mem['ram_bytes_per_url']:.1f} B")
+            if bloom is not None:
+                others.append(f"Bloom only: {bloom['ram_bytes_per_url']:.2f} B")
+            rows.append(("RAM per seen URL, exact disk-backed mode, 10M URLs",
+                         f"{disk['ram_bytes_per_url']:.2f} B ({'; '.join(others)})",
+                         f"<= 4 B: {_met(disk['ram_bytes_per_url'] <= 4)}", _src(name)))
+            lo = _result(d, "seen-exact-disk", 1_000_000)
+            disks = [e["disk_bytes_per_url"] for e in (lo, disk) if e is not None]
+            rows.append(("seen store on disk, 1M and 10M URLs",
+                         " and ".join(f"{x:.1f}" for x in disks) + " B per URL", "", _src(name)))
+    name = "memory_frontier_window4.json"
+    d = r.get(name)
+    if d is not None:
+        big = _result(d, "frontier-spill", 10_000_000)
+        small = _result(d, "frontier-spill", 1_000_000)
+        if big is not None and small is not None:
+            rows.append(("RAM per queued URL once spilled (10k hosts, window 4)",
+                         f"{big['ram_bytes_per_url']:.1f} B at 10M, {small['ram_bytes_per_url']:.1f} B at 1M; "
+                         f"{big['disk_bytes_per_url']:.0f} B on disk",
+                         f"<= 64 B: {_met(max(big['ram_bytes_per_url'], small['ram_bytes_per_url']) <= 64)}",
+                         _src(name)))
+    return rows
+
+
+def _content_rows(r: Results) -> list[Row]:
+    name = "content_index.json"
+    d = r.get(name)
+    if d is None:
+        return []
+    rows: list[Row] = []
+    for e in d["sizes"]:
+        rows.append((f"duplicate-content index, {e['pages'] / 1e6:g}M pages, {e['shards']} shards x {e['tables']} tables",
+                     f"{e['array_bytes_per_page']:.0f} B of arrays per indexed page (RSS growth {e['ram_bytes_per_page']:.0f} B), "
+                     f"{e['disk_bytes_per_page']:.0f} B of log; {_n(e['lookups_per_s'])} lookups/s, "
+                     f"{_n(e['inserts_per_s'])} inserts/s; {e['candidates_per_lookup']:.2f} candidates checked per lookup",
+                     "memory stated, no URL resident", _src(name)))
+    sweep = sorted(d.get("tables_sweep", []) + [e for e in d["sizes"] if e["pages"] == d["sizes"][0]["pages"]],
+                   key=lambda e: e["tables"])
+    if sweep:
+        parts = [f"{e['tables']}: {e['candidates_per_lookup']:.2f} ({e['array_bytes_per_page']:.0f} B, "
+                 f"{_n(e['lookups_per_s'])}/s)" for e in sweep]
+        rows.append((f"candidates checked per lookup as the table count varies ({sweep[0]['pages'] / 1e6:g}M pages, k = 3)",
+                     "tables " + "; ".join(parts), "", _src(name)))
+    return rows
+
+
+def _ring_rows(r: Results) -> list[Row]:
+    name = "ring.json"
+    d = r.get(name)
+    if d is None:
+        return []
+    worst, moved, ideal = d["busiest_over_mean_worst"], d["moved_pct_mean"], d["moved_pct_ideal"]
+    return [(f"hash ring, {d['shards']} shards x {d['hosts'] // 1000}k hosts ({len(d['schemes'])} shard namings)",
+             f"busiest shard {worst:.3f}x mean (worst naming); adding shard {d['shards'] + 1} moves {moved:.1f}% "
+             f"(ideal {ideal:.1f}%), all to the new shard" if d["all_moves_to_new_shard"] else
+             f"busiest shard {worst:.3f}x mean; adding one moves {moved:.1f}%",
+             f"<= 1.15x: {_met(worst <= 1.15)}", _src(name))]
+
+
+ROW_BUILDERS: tuple[Callable[[Results], list[Row]], ...] = (
+    _throughput_rows, _scrapy_rows, _politeness_rows, _uvloop_rows, _memory_rows, _content_rows, _ring_rows,
+)
+
+
+def _profile_lines(r: Results) -> list[str]:
+    lines: list[str] = []
+    for name, label in (("profile_local_before.json", "before this round"), ("profile_local.json", "now")):
+        d = r.get(name)
+        if d is None:
+            continue
+        top = ", ".join(f"`{f.split(' (')[0]}` {pct:.1f}" for f, pct in d["top_self"][:10])
+        lines.append(f"py-spy over a {d['pages']:,}-page crawl in one process, {label} (self time, % of busy "
+                     f"samples, {_src(name)}): {top}.")
+    d = r.get("profile_ray_shards.json")
+    if d is not None:
+        top = ", ".join(f"`{f.split(' (')[0]}` {pct:.1f}" for f, pct in d["top_self"][:10])
+        comp = ", ".join(f"{c} {pct:.1f}" for c, pct in d["by_component"][:8])
+        lines.append(f"py-spy attached to the {d['shards_profiled']} HostShard actors of a Ray crawl for "
+                     f"{d['duration_s']:g} s, now ({_src('profile_ray_shards.json')}): {top}. By component: {comp}.")
+    return lines
+
+
+def _stage_lines(r: Results) -> list[str]:
+    name = "stages.json"
+    d = r.get(name)
+    if d is None:
+        return []
+    ms = d["ms_per_page"]
+    parts = [f"parse {ms['parse']:.2f} ms", f"link policy {ms['follow']:.2f} ms "
+             f"({d['followed_per_page']:.0f} links followed of {d['links_per_page']:.0f})",
+             f"SimHash {ms['simhash']:.2f} ms", f"SHA-256 {ms['sha256']:.3f} ms",
+             f"gzip level 1 {ms['gzip1']:.2f} ms vs zstd level 1 {ms['zstd1']:.2f} ms"]
+    return [f"CPU per page by stage, in process ({d['pages']:,} bench pages, {_src(name)}): " + "; ".join(parts) + "."]
+
+
+def _intro(r: Results) -> list[str]:
+    runs = _runs(r, "throughput")
+    name, d = runs[0] if runs else ("throughput_100k_all.json", r["throughput_100k_all.json"])
+    m = d["machine"]
+    return [f"Throughput runs: {m['nproc']} cores ({m['cpu_model'].split()[0]} {m['cpu_model'].split()[1]}), "
+            f"{m['ram_gib']} GiB, Python {m['python']}, Ray {m['ray']}; a static web of {d['hosts']:,} hosts and "
+            f"{d['web_pages']:,} pages of ~{d['mean_page_bytes'] / 1000:.0f} KB served by nginx on loopback "
+            f"({_src(name)}). Ratios are taken within one run (the machine is shared).", ""]
+
+
+def render(r: Results) -> str:
+    """The README text between the markers (without them)."""
+    rows: list[Row] = []
+    for build in ROW_BUILDERS:
+        rows.extend(build(r))
+    out = _intro(r) + ["| measurement | result | target | results file |", "|---|---|---|---|"]
+    out += [f"| {m} | {res} | {t} | {src} |" for m, res, t, src in rows]
+    extra = _profile_lines(r) + _stage_lines(r)
+    for line in extra:
+        out += ["", line]
+    return "\n".join(out)
+
+
+def splice(readme: str, body: str) -> str:
+    """``readme`` with the text between the markers replaced by ``body``."""
+    try:
+        head, rest = readme.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+    except ValueError:
+        raise SystemExit(f"README has no {BEGIN} ... {END} section") from None
+    return f"{head}{BEGIN}\n{body}\n{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="regenerate the README's results table from benchmarks/results/")
+    p.add_argument("--check", action="store_true", help="exit 1 if a document differs from the results files")
+    p.add_argument("--readme", action="append", default=None,
+                   help="document(s) with the markers (default: README.md and benchmarks/RESULTS.md)")
+    p.add_argument("--results", default=RESULTS)
+    a = p.parse_args(argv)
+    docs = a.readme or [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "benchmarks", "RESULTS.md")]
+    body = render(load(a.results))
+    status = 0
+    for doc in docs:
+        with open(doc, encoding="utf-8") as f:
+            current = f.read()
+        wanted = splice(current, body)
+        if a.check:
+            if wanted != current:
+                print(f"{doc}: the results section differs from {a.results}; run python -m benchmarks.report",
+                      file=sys.stderr)
+                status = 1
+        elif wanted != current:
+            with open(doc, "w", encoding="utf-8") as f:
+                f.write(wanted)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
