@@ -262,8 +262,78 @@ def _ring_rows(r: Results) -> list[Row]:
              f"<= 1.15x: {_met(worst <= 1.15)}", _src(name))]
 
 
+def _restart_rows(r: Results) -> list[Row]:
+    runs = r.get("restart.json")
+    if not runs:
+        return []
+    before = next((x for x in runs if x["label"].startswith("before")), None)
+    after = next((x for x in runs if x["label"] == "after"), None)
+    if before is None or after is None:
+        return []
+    rows: list[Row] = []
+    b, a = before.get("kill_restart"), after.get("kill_restart")
+    if b and a:
+        rows.append((
+            "kill -9 of `crawl run` mid-crawl (demo web, Ray, 2 shards), the same command restarted at once",
+            f"pages requested twice: {a['requested_twice']:,} of {a['pages']:,} (before: {b['requested_twice']:,} of "
+            f"{b['pages']:,}); first fetched outside the kill's durability window: {a['requested_twice_outside_durability_window']}; "
+            f"old shards gone {a['old_shards_gone_after_kill_s']} s after the kill, new ones up at "
+            f"{a['new_shards_up_after_kill_s']} s (overlap {a['runs_overlap_s']} s)",
+            f"nothing durable fetched again, no overlap: {_met(a['requested_twice_outside_durability_window'] == 0 and a['runs_overlap_s'] == 0)}",
+            _src("restart.json"),
+        ))
+    b, a = before.get("traps_last"), after.get("traps_last")
+    if b and a:
+        rows.append((
+            "traps as the last work (trap web, `max_pages_per_host` 1,000)",
+            f"crawl ran {a['after_last_normal_host_s']} s after the last normal host, {a['trap_requests']} trap requests "
+            f"(before: {b['after_last_normal_host_s']} s, {b['trap_requests']})",
+            "bounded by the budget rules (tests/integration/test_traps_last.py)",
+            _src("restart.json"),
+        ))
+    return rows
+
+
+def _freshness_rows(r: Results) -> list[Row]:
+    d = r.get("freshness.json")
+    if d is None:
+        return []
+    per, nm, pick = d["fetches_per_page"], d["not_modified_share"], d["pickup_delay_s"]
+    rc = d["recrawl"]
+    return [(
+        f"continuous crawl of the freshness web, {d['duration_s']:g} s, intervals {rc['min_interval_s']:g}-"
+        f"{rc['max_interval_s']:g} s, periodic pages change every {d['change_period_s']:g} s",
+        f"fetches per page: changing {per['changing']:g}, periodic {per['periodic']:g}, static {per['etag']:g} (ETag) / "
+        f"{per['lastmod']:g} (Last-Modified) / {per['plain']:g} (no validators); 304 share of refetches: ETag "
+        f"{nm['etag']:.0%}, Last-Modified {nm['lastmod']:.0%}; change picked up after {pick['mean']:.2f} s mean, "
+        f"{pick['max']:.2f} s max ({pick['n']} changes)",
+        f"pickup <= max interval {rc['max_interval_s']:g} s: {_met(pick['max'] <= rc['max_interval_s'])}",
+        _src("freshness.json"),
+    )]
+
+
+def _neardup_rows(r: Results) -> list[Row]:
+    d = r.get("neardup.json")
+    if d is None:
+        return []
+    syn, cor = d["synthetic"], d["corpus"]
+    recall = lambda sec, src: f"{sec[src]['copy_recall']:.1%}"  # noqa: E731
+    return [(
+        f"near-duplicates at distance {d['distance']}: copies that differ only in chrome, main content vs whole page",
+        f"recall, main content / whole page: synthetic footer {recall(syn['footer'], 'main')} / "
+        f"{recall(syn['footer'], 'whole')}, related links {recall(syn['related'], 'main')} / "
+        f"{recall(syn['related'], 'whole')}; real pages with footer {recall(cor['footer'], 'main')} / "
+        f"{recall(cor['footer'], 'whole')}, nav {recall(cor['nav'], 'main')} / {recall(cor['nav'], 'whole')}; "
+        f"false positives {cor['distinct']['main']['false_positives']} of {cor['distinct']['main']['pairs_compared']:,} "
+        f"distinct real pairs, {syn['distinct']['main']['false_positives']} of {syn['distinct']['main']['pairs_compared']} synthetic",
+        "",
+        _src("neardup.json"),
+    )]
+
+
 ROW_BUILDERS: tuple[Callable[[Results], list[Row]], ...] = (
     _throughput_rows, _scrapy_rows, _politeness_rows, _uvloop_rows, _memory_rows, _content_rows, _ring_rows,
+    _restart_rows, _freshness_rows, _neardup_rows,
 )
 
 
