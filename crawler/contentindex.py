@@ -42,6 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from crawler.dedup import check_simhash_params
 from crawler.errors import ConfigError, StorageError
 from crawler.sortedruns import SortedRuns
 from crawler.urls import url_hash
@@ -84,13 +85,7 @@ class TableLayout:
     """
 
     def __init__(self, k: int, tables: int, shards: int) -> None:
-        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= 63:
-            raise ConfigError(f"simhash distance k: must be an integer in 0..63, got {k!r}")
-        if not isinstance(tables, int) or isinstance(tables, bool) or not k + 1 <= tables <= 64:
-            raise ConfigError(
-                f"simhash tables: must be an integer in {k + 1}..64 (at least distance + 1 = {k + 1} "
-                f"blocks, or a near-duplicate differing in one bit per block would be missed), got {tables!r}"
-            )
+        check_simhash_params(k, tables)
         if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 256:
             raise ConfigError(f"content index shards: must be an integer in 1..256, got {shards!r}")
         self.k, self.tables, self.shards = k, tables, shards

@@ -259,6 +259,18 @@ def reference_simhash64(text: str, shingle: int = SHINGLE_WORDS) -> int:
     return int(Simhash(dict(feats)).value)
 
 
+def check_simhash_params(k: int, tables: int) -> None:
+    """Raise ConfigError unless ``k`` (max Hamming distance) and ``tables`` make a complete
+    index: at least ``k + 1`` blocks, so every near-duplicate shares one exact block."""
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= 63:
+        raise ConfigError(f"simhash distance k: must be an integer in 0..63, got {k!r}")
+    if not isinstance(tables, int) or isinstance(tables, bool) or not k + 1 <= tables <= 64:
+        raise ConfigError(
+            f"simhash tables: must be an integer in {k + 1}..64 (at least distance + 1 = {k + 1} "
+            f"blocks, or a near-duplicate differing in one bit per block would be missed), got {tables!r}"
+        )
+
+
 class SimHashIndex:
     """Finds stored fingerprints within Hamming distance ``k`` without scanning them all.
 
@@ -274,13 +286,7 @@ class SimHashIndex:
     """
 
     def __init__(self, k: int = 3, tables: int = 4) -> None:
-        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= 63:
-            raise ConfigError(f"simhash distance k: must be an integer in 0..63, got {k!r}")
-        if not isinstance(tables, int) or isinstance(tables, bool) or not k + 1 <= tables <= 64:
-            raise ConfigError(
-                f"simhash tables: must be an integer in {k + 1}..64 (at least distance + 1 = {k + 1} "
-                f"blocks, or a near-duplicate differing in one bit per block would be missed), got {tables!r}"
-            )
+        check_simhash_params(k, tables)
         self.k = k
         self.tables = tables
         base, extra = divmod(64, tables)
