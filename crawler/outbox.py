@@ -66,6 +66,8 @@ class Outbox:
         fence: ``fence(fresh=True)`` is False once another run holds the output's lease:
             then nothing more is written or acked (crawler.lease).
         on_durable: called with the rows of each durable flush, before their URLs are acked.
+        on_acked: called with the (row, schedule) pairs just acked, in the same loop step
+            as the store write (crawler.refresh.RefreshFeed.acked relies on that).
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class Outbox:
         on_flush: Callable[[bool], Awaitable[None]] | None = None,
         fence: Callable[..., bool] | None = None,
         on_durable: Callable[[list[OutcomeRow]], None] | None = None,
+        on_acked: Callable[[list[tuple[OutcomeRow, Schedule | None]]], Any] | None = None,
     ) -> None:
         self.writer = writer
         self._acks = acks
@@ -88,6 +91,7 @@ class Outbox:
         self._on_flush = on_flush
         self._fence = fence
         self._on_durable = on_durable
+        self._on_acked = on_acked
         self._rows: list[OutcomeRow] = []
         self._bodies: dict[str, bytes] = {}
         self._handed: list[tuple[OutcomeRow, Schedule | None]] = []  # rows the writer holds, not yet durable
@@ -147,6 +151,8 @@ class Outbox:
                 self._handed = []
                 if self._acks is not None:
                     self._acks.record(handed)
+                    if self._on_acked is not None:
+                        self._on_acked(handed)
                 self.rows_acked += len(handed)
             if self._on_flush is not None:
                 await self._on_flush(final)

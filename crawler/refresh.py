@@ -3,6 +3,8 @@ decides when; this moves the work)."""
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 from crawler.backqueue import UrlItem
 from crawler.recrawl import Previous, Schedule
 
@@ -12,10 +14,23 @@ class RefreshFeed:
 
     The store holds every URL's next due time (on disk); only those due within
     ``horizon_s`` are brought into memory, at most ``max_in_memory`` at a time, in due
-    order, through a cursor on (next_crawl_at, id). A fetch that schedules its URL before
-    the cursor (an interval shorter than the horizon) hands the refresh over directly
-    (:meth:`after_record`). A restart starts the cursor again from the beginning: what was
-    due and not yet fetched is due still.
+    order, through a cursor on (next_crawl_at, id). A restart starts the cursor again from
+    the beginning: what was due and not yet fetched is due still.
+
+    A fetch's next refresh reaches the frontier exactly once. The store scan returns
+    only due times after the cursor, so:
+
+    1. :meth:`after_record`: a due time at or before the cursor is one the scan will
+       never return: it goes to the frontier at once. A later one is parked in memory
+       while the fetch's row is not yet durable (the store still holds the URL's
+       previous due time).
+    2. :meth:`acked` runs right after the store recorded the row, in the same loop step
+       as the store write (no await between, so no :meth:`tick` in between): if a tick
+       moved the cursor past the parked due time meanwhile, the refresh goes to the
+       frontier here; otherwise the store scan returns it when it comes due.
+
+    Without step 2 a refresh was lost: a tick between the fetch and the durable write
+    moved the cursor past the new due time while the store held the old one.
     """
 
     def __init__(self, store, frontier, clock, *, horizon_s: float = 60.0, max_in_memory: int = 20_000, batch: int = 2_000) -> None:
@@ -27,6 +42,7 @@ class RefreshFeed:
         self._batch = batch
         self._cursor: tuple[float, int] = (float("-inf"), 0)
         self._next_tick = float("-inf")
+        self._parked: dict[str, UrlItem] = {}  # URL -> its next refresh, until its row is durable
         self.loaded = 0
 
     def tick(self) -> int:
@@ -51,8 +67,8 @@ class RefreshFeed:
         return self._frontier.push(items)
 
     def after_record(self, item, row, schedule: Schedule | None) -> None:
-        """A URL just fetched is due again before the cursor: queue its refresh now."""
-        if schedule is None or schedule.next_crawl_at > self._cursor[0]:
+        """Step 1: the next refresh of a URL just fetched, to the frontier or parked."""
+        if schedule is None:
             return
         prev = Previous(
             item.fetch_seq,
@@ -64,5 +80,28 @@ class RefreshFeed:
         )
         nxt = UrlItem(item.url, item.depth, host=item.host, kind="refresh", fetch_seq=item.fetch_seq + 1, prev=prev)
         nxt.sid = item.sid
-        nxt.due_at = self._clock.now() + (schedule.next_crawl_at - self._clock.wall())
-        self._frontier.push([nxt])
+        if self._behind_cursor(schedule.next_crawl_at, item.sid):
+            nxt.due_at = self._clock.now() + (schedule.next_crawl_at - self._clock.wall())
+            self._frontier.push([nxt])
+        else:
+            nxt.due_at = schedule.next_crawl_at  # a wall time while parked
+            self._parked[item.url] = nxt
+
+    def acked(self, fetched: Sequence[tuple[Any, Schedule | None]]) -> int:
+        """Step 2, called with the rows the store just recorded; returns how many went to
+        the frontier (the rest the store scan returns when they come due)."""
+        ready = []
+        now, wall = self._clock.now(), self._clock.wall()
+        for row, _ in fetched:
+            nxt = self._parked.pop(row.url, None)
+            if nxt is None or not self._behind_cursor(nxt.due_at, nxt.sid):
+                continue
+            nxt.due_at = now + (nxt.due_at - wall)
+            ready.append(nxt)
+        return self._frontier.push(ready) if ready else 0
+
+    def _behind_cursor(self, due_wall: float, sid: int | None) -> bool:
+        """Whether the store scan has passed (due_wall, sid) and so will never return it."""
+        if sid is None:  # no id to break a tie with: only a strictly earlier time is safe
+            return due_wall < self._cursor[0]
+        return (due_wall, sid) <= self._cursor

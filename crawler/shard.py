@@ -219,6 +219,7 @@ def build_shard(
         log_path=os.path.splitext(store.path)[0] + ".events.sqlite" if store is not None else None,
         hold=lambda seconds: shard_ref[0].hold(seconds),
     )
+    feed = RefreshFeed(store, frontier, clock) if rc.enabled and store is not None else None
     outbox = Outbox(
         writer if writer is not None else build_writer(cfg, shard_id, clock),
         store,
@@ -228,6 +229,7 @@ def build_shard(
         on_flush=_flush_hooks(checkpointer, emitter),
         fence=fence.ok if fence is not None else None,
         on_durable=emitter.on_durable if emitter is not None else None,
+        on_acked=feed.acked if feed is not None else None,
     )
     sitemaps = None
     if cfg.sitemaps.enabled:
@@ -261,7 +263,7 @@ def build_shard(
         clock=clock,
         store=store,
         checkpointer=checkpointer,
-        feed=RefreshFeed(store, frontier, clock) if rc.enabled and store is not None else None,
+        feed=feed,
         sitemaps=sitemaps,
     )
     shard_ref.append(shard)

@@ -14,7 +14,7 @@ from crawler.errors import ConfigError
 from crawler.frontier import Frontier, UrlItem
 from crawler.journal import FrontierStore
 from crawler.output import OutcomeRow
-from crawler.recrawl import Previous, RecrawlPolicy
+from crawler.recrawl import Previous, RecrawlPolicy, Schedule
 from crawler.refresh import RefreshFeed
 from crawler.sitemaps import parse_lastmod, parse_sitemap, robots_sitemaps
 
@@ -134,6 +134,64 @@ def test_refreshes_come_due_in_order_and_carry_their_validators(tmp_path):
     item = got[0]
     assert (item.kind, item.fetch_seq, item.prev.etag, item.prev.content_sha256) == ("refresh", 2, '"v1"', "a" * 64)
     assert feed.tick() == 0  # the cursor moved on: nothing is handed out twice
+
+
+
+def test_a_refresh_scheduled_while_the_cursor_moves_on_is_neither_lost_nor_doubled(tmp_path):
+    """A tick between a fetch and its durable ack moves the cursor past the fetch's next
+    due time while the store still holds the old one: the refresh must still come due,
+    once (it used to be lost until a restart)."""
+    t0 = 10_000.0
+    clock = MockClock(wall_start=t0)
+
+    class Pacer:
+        def next_allowed(self, host):
+            return 0.0
+
+    st = FrontierStore(str(tmp_path / "s.sqlite"))
+    frontier = Frontier(Pacer(), clock, random.Random(0), window=4, spill=st)
+    a, b, c, d = "http://a.test/", "http://b.test/", "http://c.test/", "http://d.test/"
+    st.add([UrlItem(u, 0) for u in (a, b, c, d)])
+    due = {a: t0 + 30, b: t0 + 55, c: t0 + 91, d: t0 + 200}
+    for u, at in due.items():
+        st.record([(_row(u, at=t0), Schedule(None, 60.0, at))])
+    feed = RefreshFeed(st, frontier, clock, horizon_s=60.0)
+    assert feed.tick() == 2  # a and b
+    clock.advance(30)
+    [item] = [i for i in frontier.pop_ready(10) if i.url == a]
+    # 1. The refresh of a is fetched; its next due time (t0+90) is past the cursor (b's).
+    sched = Schedule(True, 60.0, clock.wall() + 60)
+    row = _row(a, at=clock.wall(), sha="b" * 64, seq=2)
+    feed.after_record(item, row, sched)
+    frontier.release("a.test")
+    # 2. Before the row is durable, a tick loads c (t0+91): the cursor passes t0+90.
+    clock.advance(1)
+    assert feed.tick() == 1
+    # 3. The ack: the store now says t0+90, behind the cursor, so the feed hands it over.
+    st.record([(row, sched)])
+    assert feed.acked([(row, sched)]) == 1
+    clock.advance(59)
+    got = [i for i in frontier.pop_ready(10) if i.url == a]
+    assert [(i.kind, i.fetch_seq) for i in got] == [("refresh", 3)]
+    frontier.release("a.test")
+    # A due time ahead of the cursor stays with the store scan: one refresh, not two.
+    item = got[0]
+    sched = Schedule(True, 150.0, clock.wall() + 150)
+    row = _row(a, at=clock.wall(), sha="c" * 64, seq=3)
+    feed.after_record(item, row, sched)
+    st.record([(row, sched)])
+    assert feed.acked([(row, sched)]) == 0
+    handed = 0
+    for _ in range(4):
+        clock.advance(60)
+        feed.tick()
+        for i in frontier.pop_ready(10):
+            handed += i.url == a
+            frontier.release(i.host)
+    assert handed == 1
+    # A due time the cursor has already passed goes to the frontier at once.
+    feed.after_record(UrlItem(d, 0, host="d.test"), _row(d, at=clock.wall()), Schedule(True, 10.0, t0 + 100))
+    assert [i.url for i in frontier.pop_ready(10)] == [d]
 
 
 # -- sitemaps ----------------------------------------------------------------------------------
