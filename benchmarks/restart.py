@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from crawler.testing.fixtures import crawl_config_for, running_web
+from tests.integration.procs import processes
 
 HERE = Path(__file__).resolve().parent
 TRAP_BUDGET = 1000  # limits.max_pages_per_host in the traps scenario
@@ -48,31 +49,18 @@ def _spawn(repo: str, cfgfile: Path, ray_tmp: str, *extra: str) -> subprocess.Po
 
 
 def _kill_tree(marker: str) -> None:
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
+    """SIGKILL every process whose environment names ``marker`` (the run's Ray temp dir)."""
+    for pid, _, env in processes():
+        if marker.encode() in env:
             try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    if marker.encode() in f.read():
-                        os.kill(int(pid), signal.SIGKILL)
-            except OSError:
-                pass
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue  # it exited meanwhile
 
 
 def _shard_workers(marker: str) -> list[int]:
     """PIDs of the HostShard actor processes of the Ray whose temp dir is ``marker``."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmd = f.read()
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    env = f.read()
-            except OSError:
-                continue
-            if cmd.startswith(b"ray::HostShard") and marker.encode() in env:
-                pids.append(int(pid))
-    return pids
+    return [pid for pid, cmd, env in processes() if cmd.startswith(b"ray::HostShard") and marker.encode() in env]
 
 
 def kill_restart(repo: str, kill_at: int) -> dict:

@@ -23,7 +23,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from crawler.testing.webtypes import HTML_TYPE, Reply
+from crawler.testing.webtypes import HTML_TYPE, Reply, SmallWeb
 
 KINDS = ("changing", "etag", "lastmod", "plain", "periodic")
 PAGES_PER_KIND = 4
@@ -35,21 +35,18 @@ def _words(seed: str, n: int = 60) -> str:
     return " ".join(f"{seed}w{k}" for k in range(n))
 
 
-class FreshWeb:
+class FreshWeb(SmallWeb):
     """Serves the pages above; time is measured from :meth:`bind` (the server's start)."""
 
     def __init__(self, period_s: float = 3.0) -> None:
+        super().__init__()
         self.period_s = period_s
-        self.port = 0
         self.t0 = time.monotonic()
         self._hits: dict[str, int] = defaultdict(int)
 
     def bind(self, port: int) -> None:
-        self.port = port
+        super().bind(port)
         self.t0 = time.monotonic()
-
-    def url(self, host: str, path: str = "/") -> str:
-        return f"http://{host}:{self.port}{path}"
 
     def seeds(self) -> list[str]:
         return [self.url(h) for h in HOSTS]

@@ -4,24 +4,15 @@ tests/integration/test_traps_last.py and benchmarks/restart.py)."""
 
 from __future__ import annotations
 
-from crawler.testing.webtypes import Reply
+from crawler.testing.webtypes import Reply, SmallWeb
 
 NORMAL_PAGES = 30
 HTML = (("Content-Type", "text/html; charset=utf-8"),)
 
 
-class TrapWeb:
+class TrapWeb(SmallWeb):
     """``normal.test``: a small site (a home page linking distinct pages); ``trap.test``: one page
     under endless session ids, each linking to 8 new ones (the same content every time)."""
-
-    def __init__(self) -> None:
-        self.port = 0
-
-    def bind(self, port: int) -> None:
-        self.port = port
-
-    def url(self, host: str, path: str = "/") -> str:
-        return f"http://{host}:{self.port}{path}"
 
     def reply(self, host: str, path_qs: str, *, attempt: int = 1, accept_gzip: bool = False) -> Reply:
         if path_qs in ("/robots.txt", "/sitemap.xml"):

@@ -27,6 +27,7 @@ __all__ = [
     "SELF_SPELLINGS",
     "SPECIAL_BEHAVIOURS",
     "SPELLINGS",
+    "SmallWeb",
     "TRACKING_PARAMS",
     "USER_AGENT",
     "canonical_path_qs",
@@ -181,6 +182,21 @@ class Reply:
     body: bytes = b""
     delay: float = 0.0     # seconds to wait (asynchronously) before answering
     chunk_size: int = 0    # > 0: stream the body chunked, without Content-Length
+
+
+class SmallWeb:
+    """The base of the small purpose-built webs (trap, freshness, chain, wide): the port
+    the server bound and URLs on it. Subclasses add ``reply``."""
+
+    def __init__(self) -> None:
+        self.port = 0
+
+    def bind(self, port: int) -> None:
+        """Called by crawler.testing.server.WebServer once it listens."""
+        self.port = port
+
+    def url(self, host: str, path: str = "/") -> str:
+        return f"http://{host}:{self.port}{path}"
 
 
 HTML_TYPE = "text/html; charset=utf-8"

@@ -23,7 +23,7 @@ import sys
 import textwrap
 
 from crawler.testing.server import WebServer
-from crawler.testing.web import Reply
+from crawler.testing.webtypes import Reply, SmallWeb
 
 from tests.integration import checks
 
@@ -35,13 +35,7 @@ WINDOW = 4
 IN_MEMORY_BUDGET = HOSTS * (WINDOW + 1)
 
 
-class WideWeb:
-    def __init__(self) -> None:
-        self.port = 0
-
-    def bind(self, port: int) -> None:
-        self.port = port
-
+class WideWeb(SmallWeb):
     def reply(self, host: str, path_qs: str, *, attempt: int = 1, accept_gzip: bool = False) -> Reply:
         if path_qs == "/robots.txt":
             return Reply(404, (("Content-Type", "text/plain"),), b"")

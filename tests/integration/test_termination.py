@@ -18,7 +18,7 @@ from crawler.local import local_session
 from crawler.shard import build_fetcher
 from crawler.output import read_pages
 from crawler.testing.server import WebServer
-from crawler.testing.web import Reply
+from crawler.testing.webtypes import Reply, SmallWeb
 from jobs.crawl import Crawl
 
 from tests.integration import checks
@@ -28,17 +28,8 @@ FAN = 6
 DELAY = 0.25
 
 
-class ChainWeb:
+class ChainWeb(SmallWeb):
     """c0 -> c1 -> ... -> c7 (each page slow, one link, another host), c7 fans out to f0..f5."""
-
-    def __init__(self) -> None:
-        self.port = 0
-
-    def bind(self, port: int) -> None:
-        self.port = port
-
-    def url(self, host: str, path: str = "/") -> str:
-        return f"http://{host}:{self.port}{path}"
 
     def expected(self) -> set[str]:
         return {self.url(f"c{i}.chain.test") for i in range(CHAIN)} | {self.url(f"f{j}.chain.test") for j in range(FAN)}
