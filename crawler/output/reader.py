@@ -17,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 
 from crawler.errors import StorageError
 from crawler.output.fs import list_names, open_fs, publish
@@ -64,13 +66,29 @@ def dedupe_pages(table: pa.Table) -> pa.Table:
     return table.take(pa.array(keep))
 
 
+_REMOTE_BATCH = 64  # part files fetched at once from a remote output
+
+
 def _read(
     fs: fsspec.AbstractFileSystem, root: str, paths: list[str], columns: list[str] | None, where: Any = None
 ) -> pa.Table:
+    # Explicit schema: parts written by an older layout read with nulls in new columns.
     try:
-        # Explicit schema: parts written by an older layout read with nulls in new columns.
-        dataset = pads.dataset(paths, format="parquet", filesystem=fs, schema=PAGES_SCHEMA)
-        return dataset.to_table(columns=columns, filter=where)
+        if isinstance(fs, LocalFileSystem):  # Arrow reads it natively
+            dataset = pads.dataset(paths, format="parquet", filesystem=fs, schema=PAGES_SCHEMA)
+            return dataset.to_table(columns=columns, filter=where)
+        # Any other fsspec filesystem (s3fs): fetch the parts' bytes here (fsspec fetches a
+        # batch concurrently) and let Arrow parse memory. Arrow reading through a Python
+        # filesystem leaves IO threads that call back into Python; one still alive at
+        # interpreter exit aborts the process ("terminate called without an active
+        # exception", apache/arrow#34314), which made `crawl stats s3://...` exit -6.
+        tables = []
+        for i in range(0, len(paths), _REMOTE_BATCH):
+            batch = paths[i : i + _REMOTE_BATCH]
+            data = fs.cat(batch)
+            for path in batch:
+                tables.append(pq.read_table(pa.BufferReader(data[path]), columns=columns, filters=where, schema=PAGES_SCHEMA))
+        return pa.concat_tables(tables)
     except Exception as exc:  # pyarrow, botocore and OS errors alike
         raise StorageError(f"reading {root}/{PAGES_DIR} failed: {exc}") from exc
 
