@@ -87,6 +87,7 @@ class WebServer(LoopThreadServer):
         self._log: list[RequestRecord] = []
         self._attempts: dict[tuple[str, str], int] = {}
         self._active: dict[str, int] = {}
+        self._generation = 0  # bumped by reset(): a request begun before it is not logged
 
     async def _serve(self) -> None:
         self._stop_event = asyncio.Event()
@@ -114,6 +115,7 @@ class WebServer(LoopThreadServer):
         path_qs = request.raw_path
         key = (host, canonical_path_qs(path_qs))
         with self._lock:
+            generation = self._generation
             attempt = self._attempts.get(key, 0) + 1
             self._attempts[key] = attempt
             self._active[host] = self._active.get(host, 0) + 1
@@ -142,7 +144,8 @@ class WebServer(LoopThreadServer):
             rec = RequestRecord(host, path_qs, request.method, start, time.monotonic(), status,
                                 request.headers.get("User-Agent", ""), dict(request.headers), sent)
             with self._lock:
-                self._log.append(rec)
+                if generation == self._generation:
+                    self._log.append(rec)
                 self._active[host] -= 1
 
     # ------------------------------------------------------------------------ views
@@ -172,8 +175,13 @@ class WebServer(LoopThreadServer):
             return self._active.get(host, 0) if host is not None else sum(self._active.values())
 
     def reset(self) -> None:
-        """Forget the log and the per-URL attempt counters (503-once fails once again)."""
+        """Forget the log and the per-URL attempt counters (503-once fails once again).
+
+        A request still being handled (a stalled page whose client gave up, a crawl that
+        was killed) belongs to what came before: it is not logged when it ends, so it
+        cannot turn up in the next test's log."""
         with self._lock:
+            self._generation += 1
             self._log.clear()
             self._attempts.clear()
 

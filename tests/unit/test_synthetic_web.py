@@ -549,6 +549,27 @@ async def test_stalled_page_does_not_block_other_requests(srv: WebServer) -> Non
         stalled.cancel()
 
 
+async def test_a_request_begun_before_a_reset_stays_out_of_the_new_log(srv: WebServer) -> None:
+    """A stalled request whose client gave up ends after the next test's reset; it must
+    not turn up in that test's log (it did: the next test saw two requests, not one)."""
+    h = srv.web.host_for
+    async with aiohttp.ClientSession() as session:
+        stalled = asyncio.ensure_future(session.get(f"http://127.0.0.1:{srv.port}/slow", headers={"Host": h("stall")}))
+        for _ in range(200):
+            if srv.in_flight(h("stall")):
+                break
+            await asyncio.sleep(0.01)
+        assert srv.in_flight(h("stall")) == 1
+        srv.reset()
+        stalled.cancel()
+        for _ in range(500):  # the server notices the client is gone and ends the handler
+            if not srv.in_flight(h("stall")):
+                break
+            await asyncio.sleep(0.01)
+    assert srv.in_flight(h("stall")) == 0
+    assert srv.requests() == []
+
+
 def test_request_log_records_each_request(srv: WebServer) -> None:
     before = time.monotonic()
     status, _, _ = get(srv, "H0000.WEB.TEST", "/%70/1?utm_source=x", **{"User-Agent": "probe/1.0"})
