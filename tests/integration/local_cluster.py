@@ -8,7 +8,8 @@ one command per line on stdin, answering one JSON line each:
 
     add-worker        a second raylet ({"worker": node_id})
     actors            the GCS actor table ({"actors": [{"name", "node", "state"}...]})
-    kill-worker       SIGKILL every process of that raylet, by PID ({"killed": node_id})
+    kill-worker       SIGKILL every process of that raylet and its workers, by PID
+                      ({"killed": node_id, "workers": n}): a machine lost at once
     quit / EOF        shut the cluster down
 
 It runs in its own process so the test process (which may hold the session's Ray) stays
@@ -21,11 +22,44 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 #: Node death is noticed within about a second (Ray's defaults take 15-30 s), so a killed
 #: node's actors restart elsewhere while the test watches.
 HEALTH_CHECK = {"health_check_period_ms": 300, "health_check_timeout_ms": 300, "health_check_failure_threshold": 3}
+
+
+def _children(parent: int) -> list[int]:
+    """PIDs whose parent is ``parent`` (/proc/PID/stat field 4, after the command name)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # exited meanwhile
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            out.append(int(entry))
+    return out
+
+
+def _kill_node(cluster, node) -> int:
+    """SIGKILL a node's worker processes (the raylet's children: actors, agents), then the
+    node's own processes. ``Cluster.remove_node`` alone kills only the latter, and the
+    workers then ran on until they noticed their raylet was gone (a real machine loss
+    takes them all at the same instant). Returns how many workers were killed."""
+    raylet = node.all_processes["raylet"][0].process.pid
+    workers = _children(raylet)
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue  # exited meanwhile
+    cluster.remove_node(node, allow_graceful=False)  # SIGKILL by PID
+    return len(workers)
 
 
 def main(temp_dir: str) -> None:
@@ -56,8 +90,7 @@ def main(temp_dir: str) -> None:
                                 for a in table.values()]})
             elif cmd == "kill-worker":
                 assert worker is not None, "no worker to kill"
-                cluster.remove_node(worker, allow_graceful=False)  # SIGKILL by PID, as a machine loss
-                say({"killed": worker.node_id})
+                say({"killed": worker.node_id, "workers": _kill_node(cluster, worker)})
                 worker = None
             elif cmd in ("quit", ""):
                 break

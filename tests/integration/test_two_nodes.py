@@ -172,8 +172,9 @@ def test_a_crawl_survives_losing_the_second_node(cluster, web, tmp_path):
         on_worker = sorted(n for n, node in mine.items() if node == cluster.worker)
         assert on_worker, f"no shard on the second node: {mine}"
         served_before = len(web.requests())
-        cluster.ask("kill-worker")
+        killed = cluster.ask("kill-worker")
         kills = [time.monotonic()]
+        assert killed["workers"] >= len(on_worker), killed  # its shards died with the node
         stdout = _finish(proc)
     finally:
         if proc.poll() is None:
