@@ -25,25 +25,16 @@ import os
 import signal
 import sys
 
+from tests.integration.procs import _proc_table
+
 #: Node death is noticed within about a second (Ray's defaults take 15-30 s), so a killed
 #: node's actors restart elsewhere while the test watches.
 HEALTH_CHECK = {"health_check_period_ms": 300, "health_check_timeout_ms": 300, "health_check_failure_threshold": 3}
 
 
 def _children(parent: int) -> list[int]:
-    """PIDs whose parent is ``parent`` (/proc/PID/stat field 4, after the command name)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # exited meanwhile
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
-            out.append(int(entry))
-    return out
+    """PIDs whose parent is ``parent``."""
+    return [pid for pid, (ppid, _, _) in _proc_table().items() if ppid == parent]
 
 
 def _kill_node(cluster, node) -> int:
