@@ -22,6 +22,7 @@ import yaml
 
 from crawler.configtypes import apply_overrides, build, positive, to_dict
 from crawler.errors import ConfigError, SeedError
+from crawler.render.settings import RenderConfig, validate_render
 
 Auto = Literal["auto"]
 
@@ -206,6 +207,7 @@ class CrawlConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     events: EventsConfig = field(default_factory=EventsConfig)
+    render: RenderConfig = field(default_factory=RenderConfig)
 
     # --- derived values -------------------------------------------------------------
 
@@ -243,12 +245,12 @@ class CrawlConfig:
     def fingerprint(self) -> str:
         """A stable hash of the settings that change what a crawl fetches.
 
-        Output, runtime, recrawl, API and event settings are left out: moving the output,
-        changing the shard count, tuning (or starting) recrawl or turning the API on
-        continues the same crawl.
+        Output, runtime, recrawl, API, event and render settings are left out: moving the
+        output, changing the shard count, tuning (or starting) recrawl, turning the API or
+        rendering on continues the same crawl.
         """
         d = to_dict(self)
-        for section in ("runtime", "output", "recrawl", "api", "events"):
+        for section in ("runtime", "output", "recrawl", "api", "events", "render"):
             d.pop(section, None)
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
@@ -347,6 +349,12 @@ def _validate(obj: Any, prefix: str) -> None:
         if not obj.stream:
             raise ConfigError(f"{prefix}stream: must not be empty")
         positive(obj, prefix, "maxlen", "max_pending", "batch_size", "rotate_bytes", "drain_timeout_s")
+    elif isinstance(obj, RenderConfig):
+        validate_render(obj, prefix)
+        if obj.mode != "never":
+            from crawler.render.browser import find_browser
+
+            find_browser(obj.browser)  # no browser: fail at start, saying how to install one
     elif isinstance(obj, CrawlConfig):
         if not obj.user_agent.strip():
             raise ConfigError("user_agent: must not be empty (servers identify crawlers by it)")

@@ -42,3 +42,12 @@ class ServiceUnavailableError(CrawlError):
     """A crawl-wide service (content index, page budget) stayed unreachable past its
     restart allowance; the URL being processed fails with this, the crawl goes on."""
 
+
+
+class RenderError(CrawlError):
+    """A render did not produce a page (browser crashed or unreachable, protocol error,
+    deadline, cap); the shard falls back to the raw response with a counted reason."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason

@@ -49,6 +49,7 @@ class LocalRuntime:
         self.cfg: CrawlConfig | None = None
         self.sdir: str | None = None
         self._runners: list[asyncio.Task[None]] = []
+        self.render_pool: Any = None  # crawler.render.browser.BrowserPool when render.mode is on
 
     def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
         # One process: one shard and one seen set unless the config says otherwise.
@@ -94,6 +95,10 @@ class LocalRuntime:
             return await self.content.check_and_add(items)
 
         ring = HashRing(list(plan.shard_ids))
+        if cfg.render.mode != "never":
+            from crawler.render.build import build_pool
+
+            self.render_pool = build_pool(cfg, self.clock)  # one pool for every shard here
         for sid in plan.shard_ids:
             store, from_copy = state.open_shard_store(out, opts, sid, sdir) if sdir else (None, False)
             self.shards[sid] = build_shard(
@@ -110,6 +115,7 @@ class LocalRuntime:
                 fetcher=self.fetcher_factory() if self.fetcher_factory else None,
                 fence=build_fence(cfg, plan.epoch, self.clock),
                 from_copy=from_copy,
+                render_service=self.render_pool,
             )
         self._runners = [asyncio.ensure_future(s.run()) for s in self.shards.values()]
 
@@ -194,6 +200,8 @@ class LocalRuntime:
         for s in self.shards.values():
             await s.close()
             finals.append({**s.status(), "store_counts": s.store_counts()})
+        if self.render_pool is not None:
+            await self.render_pool.close()
         return finals
 
     async def service_stats(self) -> dict[str, Any]:

@@ -400,7 +400,7 @@ class ShardScheduler:
         if item.kind == "refresh":
             self.counters["refresh_fetches"] += 1
             self.counters["changes_found"] += bool(row.changed)
-        self.outbox.put(row, outcome.body, outcome.schedule)
+        self.outbox.put(row, outcome.body, outcome.schedule, outcome.raw_body)
         if self.feed is not None:
             self.feed.after_record(item, row, outcome.schedule)
 

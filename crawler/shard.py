@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+from collections import Counter
 from typing import Any, Awaitable, Callable, Sequence
 
 from crawler.admission import Admission
@@ -33,6 +34,8 @@ from crawler.pipeline import PagePipeline
 from crawler.politeness import Politeness
 from crawler.recrawl import RecrawlPolicy
 from crawler.refresh import RefreshFeed
+from crawler.render.build import build_renderer
+from crawler.render.renderer import RenderService
 from crawler.sitemaps import SitemapReader
 from crawler.robots import RobotsCache, RobotsClient
 from crawler.routing import LinkRouter, SeenService
@@ -140,10 +143,12 @@ def build_shard(
     run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
     fence: Fence | None = None,
     from_copy: bool = False,
+    render_service: RenderService | None = None,
 ) -> ShardScheduler:
     """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
     the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs).
-    ``from_copy``: the store was restored from the copy in a remote OUT (crawler.state)."""
+    ``from_copy``: the store was restored from the copy in a remote OUT (crawler.state).
+    ``render_service``: where pages are rendered when ``render.mode`` is not ``never``."""
     pol, rt = cfg.politeness, cfg.runtime
     rng = rng or random.Random(hash(shard_id) & 0xFFFF)
     politeness = Politeness(
@@ -180,6 +185,14 @@ def build_shard(
     batcher: MicroBatcher[tuple[str, str, int | None], tuple[str | None, str | None]] = MicroBatcher(
         content, max_size=rt.content_batch_size, max_delay_s=rt.content_batch_delay_s, clock=clock
     )
+    fetcher = fetcher if fetcher is not None else build_fetcher(cfg, clock)
+    counters: Counter[str] = Counter()
+    renderer = None
+    if cfg.render.mode != "never" and render_service is not None:
+        renderer = build_renderer(
+            cfg, shard_id, render_service, fetch=fetcher.fetch, politeness=politeness, robots=robots_cache,
+            links=links, clock=clock, rng=random.Random(rng.random()), counters=counters,
+        )
     pipeline = PagePipeline(
         shard_id,
         links,
@@ -191,6 +204,8 @@ def build_shard(
         max_body_bytes=cfg.limits.max_body_bytes,
         store_bodies=cfg.output.store_bodies,
         recrawl=recrawl,
+        renderer=renderer,
+        counters=counters,
     )
     checkpointer = None
     out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
@@ -207,6 +222,7 @@ def build_shard(
                 "politeness": (lambda: politeness.snapshot(protecting_only=True), politeness.restore),
                 "counters": (lambda: dict(pipeline.counters), pipeline.counters.update),
                 "dropped": (lambda: dict(pipeline.dropped), pipeline.dropped.update),
+                **({"render_hosts": (renderer.decider.snapshot, renderer.decider.restore)} if renderer else {}),
             },
             clock,
             interval_s=rt.checkpoint_interval_s,
@@ -257,7 +273,7 @@ def build_shard(
         host_budget=host_budget,
         admission=Admission(store, robots_cache, host_budget, frontier, respect_robots=pol.respect_robots, dropped=pipeline.dropped),
         budget=budget,
-        fetcher=fetcher if fetcher is not None else build_fetcher(cfg, clock),
+        fetcher=fetcher,
         outbox=outbox,
         router=router,
         clock=clock,
