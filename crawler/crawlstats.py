@@ -47,6 +47,7 @@ def render_summary(c: dict[str, int]) -> dict[str, Any]:
         "rendered": c.get("rendered", 0),
         "gained": c.get("render_gained", 0),
         "fallbacks": group("render_fallback_"),
+        "retried_after_crash": c.get("render_retried_crash", 0),
         "requests": c.get("render_requests", 0),
         "bytes": c.get("render_bytes", 0),
         "refused": group("render_refused_"),

@@ -20,6 +20,7 @@ on that browser (reason ``crash``), whose pages fall back to their raw response.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import shutil
@@ -65,6 +66,16 @@ def find_browser(configured: str | None) -> str:
         if path:
             return path
     raise ConfigError(f"render.mode needs a headless Chromium and none is on PATH; {INSTALL_HINT}")
+
+
+def _die_with_parent() -> None:
+    """In the browser's process before exec: be killed when the thread that started it
+    ends (Linux ``PR_SET_PDEATHSIG``), so a crashed worker leaves no browser behind."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: the pool's close() still kills it
 
 
 def process_group_rss(pgid: int) -> int:
@@ -121,7 +132,7 @@ class BrowserProcess:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+                stderr=asyncio.subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             raise RenderError("launch", f"cannot start {self.executable}: {exc}") from exc

@@ -13,8 +13,9 @@ while the loop dispatches other hosts. The page's host stays held by the frontie
 that time (its task has not ended), which is what lets the gate spend the host's
 allowance on the render's requests without racing the frontier.
 
-Whatever happens to the render (deadline, browser or actor crash, cap, protocol
-error), the page is not lost: :meth:`render` returns a :class:`RenderedPage` with
+A render whose browser (or render actor) crashed is tried once more (the pool starts a
+fresh browser; on Ray another actor may take it). Whatever happens to the render
+(deadline, browser or actor crash, cap, protocol error), the page is not lost: :meth:`render` returns a :class:`RenderedPage` with
 ``html`` None and the reason, counted as ``render_fallback_<reason>``, and the pipeline
 stores the raw response as it would have without rendering.
 """
@@ -81,23 +82,13 @@ class Renderer:
         self.counters["render_decision_" + decision.reason] += 1
         if not decision.render or parsed is None:
             return RenderedPage(decision)
-        render_id = f"{self.shard_id}:{next(self._ids)}"
-        job = RenderJob(render_id, url, res.status or 200, tuple(res.headers.items()), res.body, self.timeout_s)
-        self.gate.open(render_id, host, self.timeout_s)
         self.counters["render_started"] += 1
-        try:
-            reply = await within(self.clock, self.service.render(job, self.gate.answer), self.timeout_s + GRACE_S)
-        except asyncio.TimeoutError:
-            reply = RenderReply(None, "timeout", detail="no reply from the render service")
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a dead render actor costs the render, not the page
-            log.warning("render of %s failed in its service: %r", url, exc)
-            reply = RenderReply(None, "crash", detail=repr(exc))
-        finally:
-            self.gate.close(render_id)
-        for key, n in reply.notes.items():
-            self.counters["render_" + key] += n
+        reply = await self._attempt(host, url, res)
+        if reply.reason == "crash":
+            # The browser or its actor died under this page (maybe for another page's
+            # sake): once more, on a fresh one, before falling back.
+            self.counters["render_retried_crash"] += 1
+            reply = await self._attempt(host, url, res)
         if reply.html is None:
             self.counters["render_fallback_" + reply.reason] += 1
             return RenderedPage(decision, fallback=reply.reason)
@@ -113,3 +104,23 @@ class Renderer:
         if len(self.render_times) < 10_000:
             self.render_times.append(reply.elapsed_s)
         return RenderedPage(decision, body, page, gained=gained)
+
+    async def _attempt(self, host: str, url: str, res: FetchResult) -> RenderReply:
+        """One hand-over to the service, within the render's budget (plus transit grace)."""
+        render_id = f"{self.shard_id}:{next(self._ids)}"
+        job = RenderJob(render_id, url, res.status or 200, tuple(res.headers.items()), res.body, self.timeout_s)
+        self.gate.open(render_id, host, self.timeout_s)
+        try:
+            reply = await within(self.clock, self.service.render(job, self.gate.answer), self.timeout_s + GRACE_S)
+        except asyncio.TimeoutError:
+            reply = RenderReply(None, "timeout", detail="no reply from the render service")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a dead render actor costs the render, not the page
+            log.warning("render of %s failed in its service: %r", url, exc)
+            reply = RenderReply(None, "crash", detail=repr(exc))
+        finally:
+            self.gate.close(render_id)
+        for key, n in reply.notes.items():
+            self.counters["render_" + key] += n
+        return reply

@@ -184,7 +184,8 @@ def test_a_render_service_that_dies_costs_the_render_not_the_page(tmp_path):
     assert home["outcome"] == "fetched" and home["rendered"] is False and home["raw_blob_key"] is None
     assert "render: crash, raw page stored" in home["error"]
     assert BlobStore(cfg.output.path).get(home["blob_key"]) == SHELL
-    assert shard.counters["render_fallback_crash"] == 1
+    assert shard.counters["render_fallback_crash"] == 1 and shard.counters["render_retried_crash"] == 1
+    assert len(browser.jobs) == 2  # tried once more before falling back
 
 
 def test_a_render_past_its_deadline_falls_back_on_the_mock_clock(tmp_path):
