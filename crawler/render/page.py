@@ -166,8 +166,10 @@ class _Render:
         rid, req, rtype = p["requestId"], p.get("request", {}), p.get("resourceType", "Other")
         url = req.get("url", "")
         conn, s = self.o.conn, self.session
-        if rtype == "Document" and not self.document_served and url.split("#", 1)[0] == self.job.url:
-            # The page itself: the crawler's own response, never a second GET.
+        if rtype == "Document" and not self.document_served:
+            # The page itself (the fresh tab's first document request is the navigation
+            # to job.url, however the browser spells it: default port, IDN, escapes):
+            # the crawler's own response, never a second GET.
             self.document_served = True
             conn.post("Fetch.fulfillRequest", {
                 "requestId": rid, "responseCode": self.job.status,

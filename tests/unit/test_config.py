@@ -84,3 +84,25 @@ def test_shards_auto_is_one_per_cpu_at_least_two():
     assert config.resolve_shards("auto", 1) == 2
     assert config.resolve_shards("auto", 8) == 8
     assert config.resolve_shards(3, 8) == 3
+
+
+def test_render_section_is_strict_and_a_missing_browser_fails_at_start_saying_how_to_install(monkeypatch):
+    assert config.CrawlConfig().render.mode == "never"  # no browser needed by default
+    with pytest.raises(ConfigError, match="unknown setting render.tab "):
+        config.from_dict({"render": {"tab": 4}})
+    with pytest.raises(ConfigError, match="render.mode: expected one of"):
+        config.from_dict({"render": {"mode": "sometimes"}})
+    with pytest.raises(ConfigError, match="render.spot_check_share"):
+        config.from_dict({"render": {"spot_check_share": 1.5}})
+    with pytest.raises(ConfigError, match="render.block: unknown resource type 'images'"):
+        config.from_dict({"render": {"block": ["images"]}})
+    with pytest.raises(ConfigError, match="render.max_wait_s: must be below timeout_s"):
+        config.from_dict({"render": {"max_wait_s": 30, "timeout_s": 20}})
+    with pytest.raises(ConfigError) as err:
+        config.from_dict({"render": {"mode": "auto", "browser": "/nonexistent/chromium"}})
+    assert "apt-get install chromium" in str(err.value) and "\n" not in str(err.value)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ConfigError, match="none is on PATH; install one with `apt-get install chromium`"):
+        config.from_dict({"render": {"mode": "always"}})
+    # Turning rendering on continues the same crawl (same output fingerprint).
+    assert config.from_dict({"render": {"mode": "auto", "browser": "/bin/true"}}).fingerprint() == config.CrawlConfig().fingerprint()
