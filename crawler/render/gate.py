@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from crawler.clock import Clock
@@ -51,12 +51,15 @@ Normalize = Callable[[str], str | None]
 
 @dataclass(slots=True)
 class _Open:
-    """One render in progress: its host, deadline and what it has spent."""
+    """One render in progress: its host, deadline, what it has spent, what is in flight."""
 
     host: str
     deadline: float
     requests: int = 0
     bytes: int = 0
+    in_flight: int = 0
+    closed: bool = False
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class RenderGate:
@@ -90,14 +93,21 @@ class RenderGate:
         """A render of a page of ``host`` starts now and may take ``timeout_s``."""
         self._open[render_id] = _Open(host, self.clock.now() + timeout_s)
 
-    def close(self, render_id: str) -> dict[str, int]:
-        """The render is over: later requests under its id are refused. Returns its spend."""
+    async def close(self, render_id: str) -> dict[str, int]:
+        """The render is over: later requests under its id are refused, and this returns
+        once its requests in flight have ended (the caller then releases the host to
+        its frontier: no request of the render may still be open then). Returns its spend."""
         st = self._open.pop(render_id, None)
-        if st is not None and not any(o.host == st.host for o in self._open.values()):
+        if st is None:
+            return {}
+        st.closed = True
+        if st.in_flight:
+            await st.idle.wait()
+        if not any(o.host == st.host for o in self._open.values()):
             lock = self._locks.get(st.host)
             if lock is not None and not lock.locked():
                 del self._locks[st.host]
-        return {"requests": st.requests, "bytes": st.bytes} if st is not None else {}
+        return {"requests": st.requests, "bytes": st.bytes}
 
     def open_renders(self) -> int:
         return len(self._open)
@@ -157,13 +167,20 @@ class RenderGate:
             while not self.politeness.ready(st.host):
                 now = self.clock.now()
                 at = self.politeness.next_allowed(st.host)
-                if math.isinf(at) or at >= st.deadline or now >= st.deadline:
+                if math.isinf(at) or at >= st.deadline or now >= st.deadline or st.closed:
                     return None
                 await self.clock.sleep(max(at - now, 0.001))
-            if self.clock.now() >= st.deadline:
-                return None
+            if self.clock.now() >= st.deadline or st.closed:
+                return None  # the render is over: the host may be its frontier's again
             self.counters["render_requests"] += 1
-            return await self.politeness.request(st.host, lambda: self._fetch(url, headers))
+            st.in_flight += 1
+            st.idle.clear()
+            try:
+                return await self.politeness.request(st.host, lambda: self._fetch(url, headers))
+            finally:
+                st.in_flight -= 1
+                if not st.in_flight:
+                    st.idle.set()
 
     def _refuse(self, reason: str) -> SubResponse:
         self.counters["render_refused_" + reason] += 1

@@ -120,7 +120,8 @@ class Renderer:
             log.warning("render of %s failed in its service: %r", url, exc)
             reply = RenderReply(None, "crash", detail=repr(exc))
         finally:
-            self.gate.close(render_id)
+            # Its requests still in flight end first (each is bounded by the fetch timeout).
+            await self.gate.close(render_id)
         for key, n in reply.notes.items():
             self.counters["render_" + key] += n
         return reply

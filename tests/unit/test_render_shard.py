@@ -31,7 +31,8 @@ def url(path: str) -> str:
 
 
 class Server:
-    """Scripted responses after 0.1 s of the mock clock; logs (path, start, end)."""
+    """Scripted responses after 0.1 s of the mock clock (30 s for a long poll), headers at
+    the end; logs (path, start, end, request headers)."""
 
     PAGES = {
         "/robots.txt": (200, b"User-agent: *\nDisallow: /private/\n", "text/plain"),
@@ -55,12 +56,14 @@ class Server:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         path = target.split(HOST, 1)[1] if HOST in target else target
         status, body, ctype = self.PAGES.get(path, (404, b"", "text/plain"))
-        await self.clock.sleep(0.1)
-        self.in_flight -= 1
-        self.log.append((path, start, self.clock.now(), dict(headers or {})))
+        try:
+            await self.clock.sleep(30.0 if path == "/slow.json" else 0.1)
+        finally:
+            self.in_flight -= 1
+            self.log.append((path, start, self.clock.now(), dict(headers or {})))
         return FetchResult(url=target, status=status, headers={"content-type": ctype, "etag": '"e"'}, body=body,
                            truncated=False, error=None, error_kind=None, transient=False, started_at=start,
-                           headers_at=start + 0.1, finished_at=self.clock.now(), ip="127.0.0.1")
+                           headers_at=self.clock.now(), finished_at=self.clock.now(), ip="127.0.0.1")
 
     async def close(self) -> None:
         return None
@@ -69,8 +72,8 @@ class Server:
 class ScriptedBrowser:
     """Stands in for the browser pool: requests what an app would, draws the links."""
 
-    def __init__(self, clock: MockClock, fail: Exception | None = None, stall: bool = False) -> None:
-        self.clock, self.fail, self.stall = clock, fail, stall
+    def __init__(self, clock: MockClock, fail: Exception | None = None, stall: bool = False, slow: bool = False) -> None:
+        self.clock, self.fail, self.stall, self.slow = clock, fail, stall, slow
         self.jobs: list[RenderJob] = []
         self.answers: list[tuple[str, str | None]] = []
 
@@ -79,6 +82,9 @@ class ScriptedBrowser:
         if self.fail is not None:
             raise self.fail
         if self.stall:
+            await self.clock.sleep(1000.0)
+        if self.slow:  # a long poll, asked the way a remote render actor asks: not cancelled with the render
+            self.detached = asyncio.ensure_future(subfetch(SubRequest(job.render_id, url("/slow.json"), "GET", "XHR")))
             await self.clock.sleep(1000.0)
         key = "home" if job.url.endswith("/") else "r" + job.url.rsplit("/", 1)[1]
         got = {}
@@ -112,7 +118,7 @@ async def inline(fn, *args):
     return fn(*args)
 
 
-def crawl(tmp_path, browser_kw=None, timeout_s: float = 20.0):
+def crawl(tmp_path, browser_kw=None, timeout_s: float = 20.0, seeds=("/",)):
     cfg = config.from_dict({
         "seeds": [url("/")], "politeness": {"interval_s": INTERVAL}, "sitemaps": {"enabled": False},
         "output": {"path": str(tmp_path / "out"), "row_flush_interval_s": 1.0},
@@ -136,7 +142,7 @@ def crawl(tmp_path, browser_kw=None, timeout_s: float = 20.0):
                         fetcher=server, run_blocking=inline, render_service=browser)
 
     async def scenario():
-        shard.accept([UrlItem(url("/"), 0)])
+        shard.accept([UrlItem(url(p), 0) for p in seeds])
         runner = asyncio.ensure_future(shard.run())
         await clock.run_until(lambda: shard.status()["idle"] and shard.outbox.pending() == 0, max_time=3000)
         shard.stop()
@@ -193,3 +199,15 @@ def test_a_render_past_its_deadline_falls_back_on_the_mock_clock(tmp_path):
     home = rows[url("/")]
     assert home["rendered"] is False and "render: timeout" in home["error"]
     assert shard.counters["render_fallback_timeout"] == 1
+
+
+def test_a_render_that_ends_with_a_request_in_flight_keeps_the_host_until_it_ends(tmp_path):
+    # The render times out while its long poll is at the server; the host's next page
+    # must not start before that request ended (one in flight, as measured at the server).
+    cfg, server, browser, shard, rows = crawl(tmp_path, {"slow": True}, timeout_s=3.0, seeds=("/", "/r/1"))
+    assert server.max_in_flight == 1
+    slow = next(x for x in server.log if x[0] == "/slow.json")
+    later = [x for x in server.log if x[1] >= slow[1] and x is not slow]
+    assert later and all(start >= slow[2] + INTERVAL - 1e-9 for _, start, _, _ in later)
+    assert shard.counters["internal_errors"] == 0
+    assert rows[url("/")]["rendered"] is False and "render: timeout" in rows[url("/")]["error"]
