@@ -195,8 +195,7 @@ class _Render:
             except Exception as exc:  # noqa: BLE001 - a failed answer fails that one request
                 log.warning("render subrequest %s failed: %r", sub.url, exc)
                 res = SubResponse(refused="error")
-            if res.refused is not None:
-                self._note("refused_" + res.refused)
+            if res.refused is not None:  # counted by the gate that refused it
                 if res.refused == "cap" and self.failure is None:
                     # Past the per-render cap: the page is incomplete, fall back to raw.
                     self.failure = RenderError("cap", f"render of {self.job.url} went past its request or byte cap")
