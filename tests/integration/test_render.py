@@ -36,7 +36,7 @@ INTERVAL = 0.05
 
 @pytest.fixture(scope="module")
 def spa():
-    server = WebServer(SpaWeb())
+    server = WebServer(SpaWeb(apps=4, routes=6, plain_pages=10))  # benchmarks/render.py: 12 routes
     server.start()
     try:
         yield server
@@ -50,7 +50,7 @@ def spa_config(server: WebServer, out, **render) -> config.CrawlConfig:
         "politeness": {"interval_s": INTERVAL}, "sitemaps": {"enabled": False},
         "fetch": {"resolve": {"*.test": server.host}, "timeout_s": 5.0},
         "output": {"path": str(out)},
-        "render": {"mode": "auto", "quiet_s": 0.2, "max_wait_s": 3.0, "timeout_s": 15.0, **render},
+        "render": {"mode": "auto", "quiet_s": 0.15, "max_wait_s": 3.0, "timeout_s": 15.0, **render},
     })
 
 
