@@ -258,8 +258,13 @@ async def _pool(exe: str, renders: int) -> dict[str, Any]:
     self1, kids1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime
            + kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime)
-    first = next((b for n, b in samples if n >= 50), samples[0][1] if samples else 0)
-    last = samples[-1][1] if samples else 0
+    # PSS moves by +-20% from one sample to the next (renderer processes come and go with
+    # the contexts): compare the mean of the first ten samples from 50 renders on with
+    # the mean of the last ten.
+    early = [b for n, b in samples if n >= 50][:10]
+    late = [b for _, b in samples][-10:]
+    first = statistics.mean(early) if early else 0
+    last = statistics.mean(late) if late else 0
     cores = os.cpu_count() or 1
     return {
         "renders": renders, "ok": len(times), "failed": dict(fails), "elapsed_s": round(elapsed, 2),
@@ -269,6 +274,7 @@ async def _pool(exe: str, renders: int) -> dict[str, Any]:
         "renders_per_cpu_s": round(len(times) / cpu, 2) if cpu > 0 else None,
         "render_time_s": {"p50": round(statistics.median(times), 3), "p95": round(_pct(times, 95), 3)},
         "memory_mb": {"after_50": round(first / 1e6, 1), "last": round(last / 1e6, 1),
+                      "compared": "mean of samples 50-140 renders vs mean of the last ten samples",
                       "max": round(max(b for _, b in samples) / 1e6, 1) if samples else 0,
                       "growth": round(last / first - 1, 4) if first else None,
                       "samples": [[n, round(b / 1e6, 1)] for n, b in samples]},
@@ -281,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(HERE / "results" / "render.json"))
     args = ap.parse_args(argv)
     exe = find_browser(None)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         auto = crawl_auto(tmp)
     print("auto", json.dumps(auto)[:400], flush=True)
@@ -290,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     print("pool", json.dumps({k: v for k, v in pool.items() if k != "memory_mb"}), flush=True)
     out = {
         "browser": os.path.basename(exe), "browser_version": _version(exe), "python": platform.python_version(),
-        "cores": os.cpu_count(), "load_before": os.getloadavg()[0], "tabs": TABS, "interval_s": INTERVAL,
+        "cores": os.cpu_count(), "load_before": load_before, "tabs": TABS, "interval_s": INTERVAL,
         "web": {"apps": 4, "routes": 12, "plain_hosts": 10, "plain_pages": 40},
         "auto": auto, "baseline": base, "pool": pool,
         "useful_pages_per_s_ratio": round(auto["pages_per_s"] / base["pages_per_s"], 2),

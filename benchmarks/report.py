@@ -357,8 +357,8 @@ def _render_rows(r: Results) -> list[Row]:
             f"browser pool: {p['renders']:,} renders on one Chromium, {d['tabs']} tabs, no recycling",
             f"{p['renders_per_s']:g} renders/s ({p['renders_per_s_per_core']:g} per core of {p['cores']}), "
             f"{p['cpu_s_per_render']:g} CPU s per render, p50/p95 {p['render_time_s']['p50']:g}/"
-            f"{p['render_time_s']['p95']:g} s; browser memory (PSS) {mem['after_50']:g} MB after 50 renders, "
-            f"{mem['last']:g} MB at the end ({mem['growth']:+.1%})",
+            f"{p['render_time_s']['p95']:g} s; browser memory (PSS) {mem['after_50']:g} MB over renders 50-140, "
+            f"{mem['last']:g} MB over the last 100 ({mem['growth']:+.1%}); load average {d['load_before']:.0f}",
             f"<= 10% memory growth: {_met(mem['growth'] is not None and mem['growth'] <= 0.10)}",
             _src("render.json"),
         ),

@@ -160,3 +160,36 @@ def _crawl_and_kill(spa: WebServer, tmp_path) -> list[int]:
     checks.check_never_requested(spa)
     checks.check_politeness(spa, cfg)
     return killed
+
+
+def test_the_pool_recycles_a_browser_after_its_renders_with_a_fresh_context_each():
+    from crawler.render.browser import BrowserPool, PoolSettings, find_browser
+    from crawler.render.jobs import RenderJob, SubResponse
+
+    page = (b'<html><body><div id="root"></div><script>'
+            b'document.getElementById("root").textContent = "seen before: " + (localStorage.getItem("k") || "no");'
+            b'localStorage.setItem("k", "yes");</script></body></html>')
+
+    async def scenario():
+        pool = BrowserPool(PoolSettings(find_browser(None), processes=1, tabs=2, quiet_s=0.1, max_wait_s=2.0,
+                                        recycle_renders=2))
+
+        async def refuse(req):
+            return SubResponse(refused="blocked_type")
+
+        replies, pids = [], []
+        for i in range(5):
+            replies.append(await pool.render(RenderJob(f"p{i}", "http://one.test/", 200, (("content-type", "text/html"),),
+                                                       page, 15.0), refuse))
+            pids.append(tuple(pool.pids()))
+        status = pool.status()
+        await pool.close()
+        return replies, pids, status
+
+    replies, pids, status = asyncio.run(scenario())
+    assert [r.reason for r in replies] == ["ok"] * 5
+    # Every render in a fresh context: storage from the previous page is never there.
+    assert all("seen before: no" in r.html for r in replies)
+    # A browser serves 2 renders, then a new process takes over.
+    assert status["launched"] == 3 and status["recycled"] == 2
+    assert len({p for p in pids if p}) >= 2

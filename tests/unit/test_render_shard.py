@@ -211,3 +211,47 @@ def test_a_render_that_ends_with_a_request_in_flight_keeps_the_host_until_it_end
     assert later and all(start >= slow[2] + INTERVAL - 1e-9 for _, start, _, _ in later)
     assert shard.counters["internal_errors"] == 0
     assert rows[url("/")]["rendered"] is False and "render: timeout" in rows[url("/")]["error"]
+
+
+def test_the_gate_caps_requests_and_bytes_per_render():
+    from collections import Counter
+
+    from crawler.politeness import Politeness
+    from crawler.render.gate import RenderGate
+    from crawler.render.scriptcache import ScriptCache
+    from crawler.robots import RobotsCache
+    from crawler.urls import Scope
+
+    clock = MockClock()
+
+    async def driven():
+        task = asyncio.ensure_future(scenario())
+        await clock.run_until(task.done, max_time=100)
+        return task.result()
+
+    async def scenario():
+        server = Server(clock)
+        robots = RobotsCache("raycrawl", clock=clock)  # not asked: respect_robots is off here
+        gate = RenderGate(fetch=server.fetch, politeness=Politeness(0.0, 1.0, clock=clock), robots=robots,
+                          scope=Scope("any", [url("/")]), normalize=lambda u: u, clock=clock,
+                          cache=ScriptCache(clock, max_entries=10, max_bytes=1000, ttl_s=60), counters=Counter(),
+                          block=("image",), max_requests=2, max_bytes=20, respect_robots=False)
+        gate.open("r1", HOST, 10.0)
+        first = await gate.answer(SubRequest("r1", url("/api/r1.json"), "GET", "XHR"))
+        second = await gate.answer(SubRequest("r1", url("/app.js"), "GET", "XHR"))  # 13 bytes: 13 <= 20
+        third = await gate.answer(SubRequest("r1", url("/api/r2.json"), "GET", "XHR"))
+        await gate.close("r1")
+        gate.open("r2", HOST, 10.0)
+        a = await gate.answer(SubRequest("r2", url("/app.js"), "GET", "XHR"))
+        b = await gate.answer(SubRequest("r2", url("/api/home.json"), "GET", "XHR"))  # 13 + 9 bytes > 20
+        await gate.close("r2")
+        late = await gate.answer(SubRequest("r2", url("/app.js"), "GET", "XHR"))
+        return first, second, third, a, b, late, gate.counters, server
+
+    first, second, third, a, b, late, counters, server = asyncio.run(driven())
+    assert first.refused is None and second.refused is None
+    assert third.refused == "cap"  # a third request of a two-request render: never sent
+    assert a.refused is None and b.refused == "cap"  # past the byte cap
+    assert late.refused == "closed"
+    assert [p for p, *_ in server.log] == ["/api/r1.json", "/app.js", "/app.js", "/api/home.json"]
+    assert counters["render_refused_cap"] == 2 and counters["render_refused_closed"] == 1
