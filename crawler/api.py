@@ -32,7 +32,8 @@ from aiohttp import web
 
 from crawler.config import ApiConfig
 from crawler.errors import ConfigError
-from crawler.hostpolicy import parse_host
+from crawler.backqueue import check_priority
+from crawler.hostpolicy import check_max_rps, parse_host
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,13 @@ def parse_seeds(body: dict[str, Any]) -> tuple[list[str], int]:
     for i, u in enumerate(urls):
         if not isinstance(u, str):
             raise BadRequest(f"urls[{i}]: expected a string, got {json.dumps(u)}", "urls")
-    return urls, _int(body, "priority") or 0
+    priority = body.get("priority")
+    if priority is None:
+        return urls, 0
+    try:
+        return urls, check_priority(priority)
+    except ConfigError as exc:
+        raise BadRequest(str(exc), "priority") from exc
 
 
 def parse_policy(body: dict[str, Any]) -> dict[str, Any]:
@@ -148,10 +155,10 @@ def parse_policy(body: dict[str, Any]) -> dict[str, Any]:
     _only(body, ("max_rps", "paused", "max_pages"))
     out: dict[str, Any] = {}
     if body.get("max_rps") is not None:
-        v = body["max_rps"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
-            raise BadRequest(f"max_rps: expected a number > 0 (requests per second), got {json.dumps(v)}", "max_rps")
-        out["max_rps"] = float(v)
+        try:
+            out["max_rps"] = check_max_rps(body["max_rps"])
+        except ConfigError as exc:
+            raise BadRequest(str(exc), "max_rps") from exc
     if body.get("paused") is not None:
         if not isinstance(body["paused"], bool):
             raise BadRequest(f"paused: expected true or false, got {json.dumps(body['paused'])}", "paused")
