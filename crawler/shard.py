@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import zlib
 from typing import Any, Awaitable, Callable, Sequence
 
 from crawler.admission import Admission
@@ -145,7 +146,7 @@ def build_shard(
     the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs).
     ``from_copy``: the store was restored from the copy in a remote OUT (crawler.state)."""
     pol, rt = cfg.politeness, cfg.runtime
-    rng = rng or random.Random(hash(shard_id) & 0xFFFF)
+    rng = rng or random.Random(zlib.crc32(shard_id.encode()))  # the same in every process (str hash is salted)
     politeness = Politeness(
         pol.interval_s,
         pol.max_interval_s,
