@@ -38,6 +38,14 @@ class FencedError(StorageError):
     """This run's lease was taken over: it may no longer fetch, write or ack."""
 
 
+class DeliveryError(CrawlError):
+    """URLs could not be handed to the shards that own them (their sender keeps them)."""
+
+
+class ShardFailedError(CrawlError):
+    """A shard stopped with an error; the crawl cannot prove termination without it."""
+
+
 class ServiceUnavailableError(CrawlError):
     """A crawl-wide service (content index, page budget) stayed unreachable past its
     restart allowance; the URL being processed fails with this, the crawl goes on."""

@@ -35,7 +35,7 @@ from crawler import ledger
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig
 from crawler.crawlstats import crawl_stats, merge_status, read_stats, write_stats
-from crawler.errors import ConfigError, SeedError, ServiceUnavailableError
+from crawler.errors import ConfigError, SeedError, ServiceUnavailableError, ShardFailedError
 from crawler.backqueue import check_priority
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
@@ -217,7 +217,7 @@ class CrawlSession:
             return False
         for st in statuses:
             if st.get("error"):
-                raise RuntimeError(f"{st['shard']} failed: {st['error']}")
+                raise ShardFailedError(f"{st['shard']} failed: {st['error']}")
         self.last_total = merge_status(statuses)
         if self.on_progress is not None:
             self.on_progress(self.last_total)
