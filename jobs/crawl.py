@@ -27,6 +27,7 @@ from crawler.config import CrawlConfig
 from crawler.api import ControlApi
 from crawler.errors import ConfigError, OutputExistsError, OutputLeasedError
 from crawler.handle import CrawlHandle
+from crawler.output.fs import check_output_folder
 from crawler.session import CrawlSession
 
 log = logging.getLogger("jobs.crawl")
@@ -141,6 +142,7 @@ def load_config(path: str | None, out: str | None, overrides: Sequence[str]) -> 
         ov.append(f"output.path={out}")
     cfg = config_mod.load(path, ov)
     cfg.all_seeds()  # a malformed seed fails the run now, before any actor starts
+    check_output_folder(cfg.output.path, dict(cfg.output.storage_options) or None)  # and a file as --out
     return cfg
 
 
