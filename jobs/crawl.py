@@ -4,7 +4,8 @@ This is what ``ray job submit`` runs and what ``crawl run`` calls. It is a thin 
 over :class:`crawler.session.CrawlSession`: it picks the runtime (Ray, or in-process
 with ``--local``), shows progress, and turns SIGINT and SIGTERM (Ctrl-C, ``kill``,
 ``ray job stop``) into a clean stop: rows flushed, ``stats.json`` written, the state
-resumable, a non-zero exit (130 for SIGINT, 143 for SIGTERM). With ``api.enabled`` it
+resumable, a non-zero exit (130 for SIGINT, 143 for SIGTERM); a stop asked for through
+the control API exits 0 (:func:`run_crawl`). With ``api.enabled`` it
 serves the HTTP control API (crawler.api) in its event loop and prints the API's address
 to stderr, which is the job log of a crawl started with ``ray job submit``.
 
@@ -106,7 +107,10 @@ async def _run(session: CrawlSession, stopped_by: list[int], api: ControlApi | N
 def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = None, progress: bool = True, force: bool = False) -> tuple[dict[str, Any], int]:
     """Run a crawl to the end with progress output and signal handling.
 
-    Returns (stats, exit status): 0 finished or already finished, 130/143 stopped by a signal.
+    Returns (stats, exit status): 0 finished, already finished, ran its duration, or
+    stopped through the control API (``POST /stop``: the operator asked for it and got a
+    clean, resumable stop; ``stats.json`` says ``finished: false``); 130/143 stopped by a
+    signal; 1 otherwise (the crawl ended without finishing and nobody asked it to).
     """
     from jobs.progress import Progress
 
@@ -119,9 +123,15 @@ def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = No
     prog = Progress(enabled=progress, interval_s=cfg.runtime.progress_interval_s)
     session = make_session(cfg, local=local, address=address, force=force, on_progress=prog.update, on_start=announce)
     stopped_by: list[int] = []
+    stopped_by_api: list[bool] = []
+
+    def api_stop() -> None:
+        stopped_by_api.append(True)
+        session.request_stop()
+
     try:
         # Made before anything starts: a non-loopback API without a token is refused here.
-        api = ControlApi(session, cfg.api, on_request=None if local else api_metrics()) if cfg.api.enabled else None
+        api = ControlApi(session, cfg.api, on_stop=api_stop, on_request=None if local else api_metrics()) if cfg.api.enabled else None
         stats = eventloop.run(_run(session, stopped_by, api))
     except asyncio.CancelledError:  # a second Ctrl-C: abort without flushing
         raise KeyboardInterrupt from None
@@ -129,7 +139,7 @@ def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = No
         prog.close()
     if stats.get("already_finished"):
         return stats, 0
-    if stats.get("finished") or (stats.get("ended") == "duration" and not stopped_by):
+    if stats.get("finished") or (not stopped_by and (stats.get("ended") == "duration" or stopped_by_api)):
         return stats, 0
     code = EXIT_BY_SIGNAL.get(signal.Signals(stopped_by[0]), 1) if stopped_by else 1
     return stats, code
