@@ -189,6 +189,8 @@ def cmd_links(args: argparse.Namespace) -> int:
         base = args.url or Path(target).resolve().as_uri()
         ctype = args.content_type
         headers: dict[str, str] = {}
+    elif not target.lower().startswith(("http://", "https://")):
+        raise PathError(f"{target}: no such file, and not an http(s) URL")
     else:
         from crawler.shard import build_fetcher
 

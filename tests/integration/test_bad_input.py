@@ -79,6 +79,8 @@ ROWS: list[Row] = [
     # crawl links: a readable page file (or a URL)
     ("links-fake-gzip", lambda p: ["jobs.cli", "links", p["fake_gz"]], "not a valid gzip file"),
     ("links-directory", lambda p: ["jobs.cli", "links", p["dir"]], "is a folder"),
+    ("links-missing-file", lambda p: ["jobs.cli", "links", p["missing"] + ".html"], "no such file"),
+    ("links-ftp", lambda p: ["jobs.cli", "links", "ftp://127.0.0.1:9/"], "not an http(s) URL"),
     ("links-config-latin1", lambda p: ["jobs.cli", "links", p["page"], "--config", p["latin1"]], "UTF-8"),
     # crawl run / python -m jobs.crawl: the config and --out
     ("run-config-latin1", lambda p: ["jobs.cli", "run", p["latin1"], "--local", "--no-progress"], "UTF-8"),
@@ -132,3 +134,16 @@ def test_a_page_file_that_is_gzip_is_read(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "http://127.0.0.1:9/next" in proc.stdout
+
+
+def test_a_damaged_stats_json_is_one_line_not_a_traceback(tmp_path):
+    """Not the operator's typo but a damaged output (exit 1, like a ledger that does not
+    balance): still one line naming the file."""
+    out = tmp_path / "crawl"
+    (out / "pages").mkdir(parents=True)
+    (out / "stats.json").write_text('{"finished": tr')
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "stats", str(out)], capture_output=True, text=True, env=env, timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 1 and "stats.json" in lines[0], proc.stderr
