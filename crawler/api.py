@@ -40,7 +40,7 @@ import re
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 
 from crawler.config import ApiConfig
 from crawler.errors import ConfigError
@@ -222,7 +222,7 @@ def bearer_token(authorization: str) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header, else None. RFC 9110 11.1:
     the scheme is case-insensitive (``bearer`` is as good as ``Bearer``); the token is not."""
     scheme, _, token = authorization.strip().partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
 
 
 class _Protocol(web.RequestHandler):
@@ -240,41 +240,38 @@ class _Protocol(web.RequestHandler):
             return super().handle_error(request, status, exc, message)
         cls = type(self)
         cls.refused += 1
-        what = type(exc).__name__
-        if what == "LineTooLong":
+        if isinstance(exc, LineTooLong):
             text = f"the request line or a header is longer than {MAX_LINE_BYTES} bytes"
         elif "too many headers" in str(message or "").lower():
             text = f"more than {MAX_HEADERS} headers"
         else:
-            text = f"not a valid HTTP request ({what})"
+            text = f"not a valid HTTP request ({type(exc).__name__})"
         # One line for the 1st, 10th, 100th... such request: the job log stays readable.
         if str(cls.refused).rstrip("0") == "1":
             log.warning("control API: refused a malformed request from %s: %s (%d so far)", request.remote, text, cls.refused)
-        resp = _error(400 if status < 500 else status, f"{text}; the API takes requests of at most {MAX_LINE_BYTES} bytes "
-                      f"a line and {MAX_HEADERS} headers", "request")
+        resp = _error(400, f"{text}; the API takes requests of at most {MAX_LINE_BYTES} bytes a line and "
+                      f"{MAX_HEADERS} headers", "request")
         resp.force_close()
         return resp
 
 
 class _Server(web.Server):
-    """Makes a :class:`_Protocol` for each connection."""
+    """Makes a :class:`_Protocol` for each connection: no access log, the parser limits
+    of this module."""
 
     def __call__(self) -> web.RequestHandler:
-        return _Protocol(self, loop=asyncio.get_running_loop(), **self._kwargs)
+        return _Protocol(self, loop=asyncio.get_running_loop(), access_log=None, max_line_size=MAX_LINE_BYTES,
+                         max_field_size=MAX_LINE_BYTES, max_headers=MAX_HEADERS)
 
 
 class _Runner(web.AppRunner):
-    """An AppRunner whose server is a :class:`_Server` (aiohttp has no public switch for
-    the connection handler's class)."""
-
-    def __init__(self, app: web.Application, **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
-        self._handler_kwargs = kwargs
+    """An AppRunner whose server is a :class:`_Server`: aiohttp has no public switch for
+    the connection handler's class, so this overrides the runner's one hook for making
+    its server (``_make_server``), keeping the app's own request handler and factory."""
 
     async def _make_server(self) -> web.Server:
-        server = await super()._make_server()  # starts the app, freezes it
-        return _Server(server.request_handler, request_factory=server.request_factory, max_line_size=MAX_LINE_BYTES,
-                       max_field_size=MAX_LINE_BYTES, max_headers=MAX_HEADERS, **self._handler_kwargs)
+        server = await super()._make_server()  # starts the app and freezes it
+        return _Server(server.request_handler, request_factory=server.request_factory)
 
 
 class ControlApi:
@@ -323,7 +320,7 @@ class ControlApi:
 
     async def start(self) -> str:
         """Listen; returns the base URL (also printed by the owner for the job log)."""
-        self._runner = _Runner(self.app(), access_log=None)
+        self._runner = _Runner(self.app())
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port)
         try:
