@@ -86,6 +86,7 @@ ROWS: list[Row] = [
     ("run-config-latin1", lambda p: ["jobs.cli", "run", p["latin1"], "--local", "--no-progress"], "UTF-8"),
     ("job-config-latin1", lambda p: ["jobs.crawl", p["latin1"], "--local", "--no-progress"], "UTF-8"),
     ("run-config-broken-yaml", lambda p: ["jobs.cli", "run", p["broken"], "--local", "--no-progress"], "not valid YAML"),
+    ("run-set-broken-yaml", lambda p: ["jobs.cli", "run", p["good"], "--set", "limits.max_pages=[1", "--local"], "not valid YAML"),
     ("run-config-missing", lambda p: ["jobs.cli", "run", p["missing"] + ".yaml", "--local"], "cannot read"),
     ("run-config-folder", lambda p: ["jobs.cli", "run", p["unrelated"], "--local"], "cannot read"),
     ("run-out-file", lambda p: ["jobs.cli", "run", p["good"], "--out", p["file"], "--local", "--no-progress"], "not a folder"),
