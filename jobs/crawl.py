@@ -26,7 +26,7 @@ from crawler import config as config_mod
 from crawler import eventloop, ledger
 from crawler.config import CrawlConfig
 from crawler.api import ControlApi
-from crawler.errors import ConfigError, OutputExistsError, OutputLeasedError
+from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError
 from crawler.handle import CrawlHandle
 from crawler.output.fs import check_output_folder
 from crawler.session import CrawlSession
@@ -211,6 +211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, OutputExistsError, OutputLeasedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except CrawlError as exc:  # raised on purpose, with a message that says it all (as `crawl run`)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if not stats.get("already_finished"):
         print_summary(stats, cfg.output.path)
     return code
