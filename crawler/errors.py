@@ -22,6 +22,11 @@ class SeedError(ConfigError):
     """A seed URL is malformed or not crawlable; the message quotes the seed."""
 
 
+class PathError(ConfigError):
+    """A path the user gave cannot serve what was asked: missing, a file where a folder is
+    needed, a folder that holds no crawl output; the message names the path."""
+
+
 class StorageError(CrawlError):
     """Writing or reading crawl output or state failed."""
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,11 @@ class HostTarget:
         return self.key if self.port_given else self.name
 
 
+# A DNS label as hosts spell it: letters, digits, inner hyphens (RFC 1123 2.1; an IDN is
+# already xn-- here), and "_", which real names carry though RFC 952 forbids it.
+_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?").fullmatch
+
+
 def name_of(key: str) -> str:
     """The hostname of a politeness key (``[::1]:8080`` -> ``[::1]``, ``a.test:81`` -> ``a.test``)."""
     if key[:1] == "[":
@@ -68,9 +74,19 @@ def parse_host(spec: str) -> HostTarget:
     port_given = raw.rfind(":") > close and not (raw[:1] != "[" and raw.count(":") > 1)
     url = normalize(f"http://{raw}/")
     if url is None:
-        raise ConfigError(f"host: {raw!r} is not a valid hostname (or its port is not 0-65535)")
+        raise ConfigError(f"host: {raw!r} is not a valid hostname (or its port is not 1-65535)")
     key = host_key(url)
-    return HostTarget(name_of(key), key, port_given)
+    name = name_of(key)
+    # The URL parser takes hosts no policy should name: "*" is not a pattern here, and a
+    # policy on it would match nothing, silently. (IPv4, made dotted decimal, passes.)
+    if name[:1] != "[" and not all(_LABEL(label) for label in name.split(".")):
+        raise ConfigError(
+            f"host: {raw!r} is not a hostname: each label is letters, digits, '_' and inner '-' "
+            "(one host, not a pattern)"
+        )
+    if key.endswith(":0") and key != name:
+        raise ConfigError(f"host: {raw!r}: port 0 is not a port a URL can name (give 1-65535)")
+    return HostTarget(name, key, port_given)
 
 
 #: The slowest pace ``max_rps`` can ask for: one request a week. Slower than that is a
