@@ -448,10 +448,7 @@ class ControlApi:
             return _reply(self.session.final)
         if (busy := self._ready(mutating=False)) is not None:
             return busy
-        stats = await self.session.live_stats()
-        if stats.get("running"):  # not ended yet: the session's "ended" says why it *would* stop
-            stats = {**stats, "ended": None}
-        return _reply(stats)
+        return _reply(await self.session.live_stats())
 
     async def _stop(self, request: web.Request) -> web.Response:
         _only(await _json_object(request), ())  # an empty body or {}

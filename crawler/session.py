@@ -397,7 +397,8 @@ class CrawlSession:
         elapsed = self.clock.now() - (self.started_at or self.clock.now())
         stats = self._crawl_stats(statuses, services, elapsed, False)
         total = merge_status(statuses)
-        stats.update(running=True, in_flight=total["in_flight"], hosts=total["hosts"])
+        # Not ended: ``ended`` says why a crawl stopped, and this one has not.
+        stats.update(running=True, ended=None, in_flight=total["in_flight"], hosts=total["hosts"])
         stats.pop("config", None)
         return stats
 
