@@ -166,6 +166,9 @@ class RayRuntime:
     async def seen_check(self, urls: list[str]) -> list[bool]:
         return await self._seen.check_and_add(urls)
 
+    async def seen_forget(self, urls: list[str]) -> int:
+        return await self._seen.forget(urls)
+
     async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
         await self.shards[shard_id].accept.remote(items)
 

@@ -224,6 +224,8 @@ class CrawlConfig:
                 text = Path(self.seeds_file).read_text(encoding="utf-8")
             except OSError as exc:
                 raise ConfigError(f"seeds_file: cannot read {self.seeds_file!r}: {exc.strerror}") from exc
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"seeds_file: {self.seeds_file!r}: {_not_utf8(exc)}") from exc
             for line in text.splitlines():
                 line = line.strip()
                 if line and not line.startswith("#"):
@@ -370,6 +372,11 @@ def from_dict(data: Mapping[str, Any] | None, overrides: list[str] | tuple[str, 
     return build(CrawlConfig, merged, check=_validate)
 
 
+def _not_utf8(exc: UnicodeDecodeError) -> str:
+    """What to say of a file that is not UTF-8: where it stops being so, and the fix."""
+    return f"not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.end]!r}); save it as UTF-8"
+
+
 def load(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, ...] = ()) -> CrawlConfig:
     """Load a YAML config file (``None``: defaults only) and apply overrides."""
     data: Any = {}
@@ -379,10 +386,13 @@ def load(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, 
             text = p.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"config {str(p)!r}: cannot read it: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config {str(p)!r}: {_not_utf8(exc)}") from exc
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config {str(p)!r}: not valid YAML: {exc}") from exc
+            # PyYAML's message spans lines (problem, context, a caret): one line here.
+            raise ConfigError(f"config {str(p)!r}: not valid YAML: {' '.join(str(exc).split())}") from exc
         if data is None:
             data = {}
         if not isinstance(data, dict):

@@ -34,6 +34,7 @@ import os
 import random
 import sqlite3
 import threading
+import zlib
 from typing import Any, Callable, Iterable, Sequence
 
 from crawler.clock import Clock, wait_event
@@ -349,5 +350,5 @@ def build_emitter(
     event_log: EventLog | MemoryEventLog = EventLog(log_path) if log_path else MemoryEventLog()
     return EventEmitter(
         sink, event_log, clock, batch_size=cfg.batch_size, max_pending=cfg.max_pending, hold=hold,
-        drain_timeout_s=cfg.drain_timeout_s, rng=random.Random(hash(shard_id) & 0xFFFF),
+        drain_timeout_s=cfg.drain_timeout_s, rng=random.Random(zlib.crc32(shard_id.encode())),
     )

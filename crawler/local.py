@@ -76,7 +76,7 @@ class LocalRuntime:
             )
             for i in range(plan.seen_shards)
         ]
-        self._seen_group = SeenGroup([self._seen_shard(s) for s in self.seen])
+        self._seen_group = SeenGroup([self._seen_shard(s) for s in self.seen], [self._seen_forget(s) for s in self.seen])
         self.content = ContentIndexService(
             d.simhash_distance,
             d.simhash_tables,
@@ -144,9 +144,20 @@ class LocalRuntime:
 
         return call
 
+    @staticmethod
+    def _seen_forget(seen: SeenSet):
+        async def call(hashes: list[int]) -> int:
+            return seen.forget_hashes(hashes)
+
+        return call
+
     async def seen_check(self, urls: list[str]) -> list[bool]:
         assert self._seen_group is not None
         return await self._seen_group.check_and_add(urls)
+
+    async def seen_forget(self, urls: list[str]) -> int:
+        assert self._seen_group is not None
+        return await self._seen_group.forget(urls)
 
     async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
         self.shards[shard_id].accept(items)

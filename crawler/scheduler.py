@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable, Protocol, Sequence
 from crawler.admission import Admission
 from crawler.checkpoint import Checkpointer
 from crawler.clock import Clock, wait_event
-from crawler.errors import FencedError
+from crawler.errors import DeliveryError, FencedError
 from crawler.fetch import FetchResult, classify
 from crawler.frontier import Frontier, UrlItem
 from crawler.hostpolicy import HostTarget, name_of
@@ -381,7 +381,7 @@ class ShardScheduler:
         if outcome.links:
             # Acked (row written) only once its links reached their owners.
             if not await self.router.submit(outcome.links, bypass_seen=item.replay):
-                raise RuntimeError(f"{len(outcome.links)} links could not be delivered to their shards")
+                raise DeliveryError(f"{len(outcome.links)} links could not be delivered to their shards")
         self._record(item, outcome)
 
     def _refused(self, item: UrlItem) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import zlib
 from collections import Counter
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -150,7 +151,7 @@ def build_shard(
     ``from_copy``: the store was restored from the copy in a remote OUT (crawler.state).
     ``render_service``: where pages are rendered when ``render.mode`` is not ``never``."""
     pol, rt = cfg.politeness, cfg.runtime
-    rng = rng or random.Random(hash(shard_id) & 0xFFFF)
+    rng = rng or random.Random(zlib.crc32(shard_id.encode()))  # the same in every process (str hash is salted)
     politeness = Politeness(
         pol.interval_s,
         pol.max_interval_s,

@@ -50,7 +50,7 @@ from warcio.warcwriter import WARCWriter
 
 from crawler.errors import ConfigError, StorageError
 from crawler.output.blobs import BlobStore
-from crawler.output.fs import ensure_dir, is_local, open_fs
+from crawler.output.fs import check_new_file, check_output_folder, ensure_dir, is_local, open_fs, require_crawl_output
 from crawler.output.headers import decode_headers
 from crawler.output.layout import temp_name
 from crawler.output.reader import read_pages
@@ -216,8 +216,13 @@ def export_warc(
     """
     if max_file_bytes <= 0:
         raise ConfigError(f"max_file_bytes must be positive, got {max_file_bytes}")
-    src_fs, root = open_fs(out, storage_options)
+    # Checked before anything is made: `export-warc /typo` must not create /typo/warc/.
+    src_fs, root = require_crawl_output(out, storage_options)
     dest = dest or f"{out.rstrip('/')}/warc"
+    if dest.endswith((".warc", ".warc.gz")):
+        check_new_file(dest, storage_options)
+    else:
+        check_output_folder(dest, storage_options)
     table = read_pages(out, storage_options, columns=_COLUMNS, where=pc.field("outcome") == "fetched")
     blobs = BlobStore(out, storage_options)
     crawl = _crawl_info(src_fs, root)
