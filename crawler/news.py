@@ -1,0 +1,349 @@
+"""News by the minute: feeds, news sitemaps and hub pages, scheduled by the new URLs
+they yield.
+
+A *source* is a URL whose refetches are worth making for the links they bring, not for
+its own content: a feed (crawler.feeds), a news sitemap (crawler.sitemaps, ``news:``),
+or a *hub*, a page whose refetches keep yielding new in-scope URLs (a front page, a
+section page). Everything else keeps the adaptive schedule of crawler.recrawl.
+
+*New* means new to the crawl: a link the seen set had not met, admitted by the shard
+that owns it (:meth:`NewsPolicy.credit`, called from admission). A link of a hub points
+to a page of the same host, so that shard is this one: the count is exact and needs no
+round trip. The scheduler asks for the source's next interval only after the source's
+links were delivered (:meth:`NewsPolicy.after_fetch`), so the count is complete.
+
+The schedule of a source, after each fetch:
+
+1. *first fetch*: a feed or news sitemap is a source at once; a page is a *candidate*
+   when its first fetch admitted at least ``hub_min_new`` new URLs. Either is read again
+   after ``probe_interval_s``.
+2. *refetch*: the yield rate is estimated from decayed sums of new URLs and elapsed
+   seconds (each fetch weighs ``DECAY`` of the one after it), and the interval is the
+   time in which the source yields ``target_new_per_fetch`` new URLs: it shrinks toward
+   ``recrawl.min_interval_s`` while the source yields, and grows (by at most
+   ``GROW_CAP`` a fetch) when it stops. Sources listing the same articles share the
+   credit between them, so their polls together follow the host's rate of new articles,
+   not the number of sources.
+3. *settling*: a candidate whose first ``PROBES`` refetches yield nothing, and a source
+   whose interval grows past ``recrawl.initial_interval_s``, go back to the adaptive
+   schedule at ``initial_interval_s``. A page whose refetch yields new URLs again becomes
+   a source again (so a hub's state rebuilds itself after a restart: only the interval
+   is durable).
+4. floors: ``recrawl.min_interval_s``; a feed's ``<ttl>``; its ``<skipHours>`` and
+   ``<skipDays>`` push the due time out of the skipped hours.
+
+Every refetch is an ordinary refresh of the host's back queue (crawler.backqueue), so
+politeness and ``refresh_share`` apply to sources as to any page. New URLs from a
+source are marked ``fresh``: they go ahead of the host's backlog of older discovery,
+and across hosts the most recently published first (crawler.backqueue.default_priority).
+
+Per host it counts sources found, fetches of sources, new URLs they yielded, and for
+URLs whose publication time a feed or news sitemap gave, the delay from publication to
+fetch (:meth:`NewsPolicy.stats`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from crawler.backqueue import UrlItem
+from crawler.errors import ConfigError
+from crawler.feeds import Feed, next_allowed
+from crawler.recrawl import Schedule
+from crawler.urls import host_key
+
+#: Weight of a source's past fetches in its yield estimate, per fetch.
+DECAY = 0.85
+#: A source's interval grows by at most this factor per fetch that yields nothing.
+GROW_CAP = 2.0
+#: Refetches a candidate gets to yield something before it settles.
+PROBES = 3
+#: Publication-to-fetch delays kept per host (the newest), for the median and p95.
+DELAY_SAMPLE = 1000
+#: Credits waiting for their source to ask (a bound: credits of a source that never asks,
+#: e.g. links re-sent on resume, must not pile up).
+MAX_CREDITS = 100_000
+
+
+@dataclass(slots=True)
+class Source:
+    """What the policy remembers of one source (in memory; bounded by ``max_sources``)."""
+
+    kind: str  # "candidate", "hub", "feed" or "sitemap"
+    host: str
+    interval_s: float
+    last_wall: float
+    new: float = 0.0  # decayed new URLs
+    seconds: float = 0.0  # decayed elapsed seconds
+    empty: int = 0  # refetches of a candidate that yielded nothing
+    ttl_s: float | None = None
+    skip_hours: frozenset[int] = frozenset()
+    skip_days: frozenset[int] = frozenset()
+
+
+@dataclass(slots=True)
+class HostNews:
+    """One host's figures (:meth:`NewsPolicy.stats`)."""
+
+    feeds: int = 0
+    hubs: int = 0
+    news_sitemaps: int = 0
+    source_fetches: int = 0
+    new_urls: int = 0
+    delays: deque = field(default_factory=lambda: deque(maxlen=DELAY_SAMPLE))
+    delays_n: int = 0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` by the nearest-rank method."""
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, int(round(q * len(ordered) + 0.5)) - 1))
+    return ordered[k]
+
+
+class NewsPolicy:
+    """The source schedule of the module docstring, for one shard.
+
+    Args:
+        min_interval_s, initial_interval_s, max_interval_s: the ``recrawl:`` bounds.
+        probe_interval_s: the first refetch of a new source or candidate.
+        target_new_per_fetch: the yield a source's interval aims at.
+        hub_min_new: new URLs a page's first fetch must admit to be a candidate hub.
+        max_sources: sources remembered (least recently fetched forgotten first).
+        schedule: False when recrawl is off: sources are read once, as links sources.
+        hubs, feeds, news_sitemaps: which kinds of source are used.
+        clock: ``wall()`` stamps fetches.
+    """
+
+    def __init__(
+        self,
+        *,
+        min_interval_s: float,
+        initial_interval_s: float,
+        max_interval_s: float,
+        probe_interval_s: float,
+        target_new_per_fetch: float,
+        hub_min_new: int,
+        max_sources: int,
+        clock,
+        schedule: bool = True,
+        hubs: bool = True,
+        feeds: bool = True,
+        news_sitemaps: bool = True,
+    ) -> None:
+        if not 0 < min_interval_s <= initial_interval_s <= max_interval_s:
+            raise ConfigError("news: need 0 < recrawl.min_interval_s <= initial_interval_s <= max_interval_s")
+        if probe_interval_s <= 0 or target_new_per_fetch <= 0 or hub_min_new < 1 or max_sources < 1:
+            raise ConfigError("news: probe_interval_s and target_new_per_fetch must be > 0, hub_min_new and max_sources >= 1")
+        self.min_interval_s = float(min_interval_s)
+        self.initial_interval_s = float(initial_interval_s)
+        self.max_interval_s = float(max_interval_s)
+        self.probe_interval_s = min(max(float(probe_interval_s), self.min_interval_s), self.initial_interval_s)
+        self.target = float(target_new_per_fetch)
+        self.hub_min_new = int(hub_min_new)
+        self.max_sources = int(max_sources)
+        self.scheduling = schedule
+        self.hubs, self.feeds, self.news_sitemaps = hubs, feeds, news_sitemaps
+        self._clock = clock
+        self._sources: OrderedDict[str, Source] = OrderedDict()
+        self._credits: Counter[str] = Counter()
+        self._hosts: dict[str, HostNews] = {}
+        self.counters: Counter[str] = Counter()
+
+    # -- what the shard tells us -------------------------------------------------------
+
+    def credit(self, admitted: Iterable[UrlItem]) -> None:
+        """URLs this shard just admitted as new: each counts for its referrer when that is
+        a page of the same host (a source asks for its count in :meth:`after_fetch`)."""
+        if len(self._credits) > MAX_CREDITS:
+            self.counters["news_credits_dropped"] += len(self._credits)
+            self._credits.clear()
+        for item in admitted:
+            ref = item.referrer
+            if ref is not None and host_key(ref) == item.host:
+                self._credits[ref] += 1
+
+    def is_source(self, url: str) -> bool:
+        return url in self._sources
+
+    def mark(self, item: UrlItem, links: list[UrlItem]) -> None:
+        """Links of a source are news: ahead of the host's older discovery."""
+        if item.url in self._sources:
+            for link in links:
+                link.fresh = True
+
+    def feed_links(self, item: UrlItem, feed: Feed, follow) -> list[UrlItem]:
+        """A feed's entries as fresh links (``follow(urls, depth)``: the link policy's
+        scope and trap checks), with their publication times."""
+        depth = item.depth + 1
+        published = {}
+        for url, when, _title in feed.entries:
+            published.setdefault(url, when)
+        links = []
+        for url, original in follow([u for u, _, _ in feed.entries], depth):
+            links.append(UrlItem(url, depth, item.url, fresh=True, published=published.get(original)))
+        return links
+
+    # -- the schedule --------------------------------------------------------------------
+
+    def after_fetch(self, item: UrlItem, status: int | None, schedule: Schedule | None, feed: Feed | None = None) -> Schedule | None:
+        """A fetched URL's next schedule: ``schedule`` (crawler.recrawl's) unless the URL is
+        or becomes a source (module docstring); also records the publication delay."""
+        now = self._clock.wall()
+        new = self._credits.pop(item.url, 0)
+        if item.published is not None and item.fetch_seq == 1 and status is not None and status < 400:
+            self._observe_delay(item.host, now - item.published)
+        if schedule is None:
+            return None
+        src = self._sources.get(item.url)
+        if src is None:
+            kind = self._new_kind(item, new, feed)
+            if kind is None:
+                return schedule
+            src = self._track(item.url, item.host, kind, now)
+            if feed is not None:
+                self._hints(src, feed)
+            if kind == "hub":  # a refetch that yielded: its rate is known
+                src.new, src.seconds = float(new), float(item.prev.interval_s if item.prev and item.prev.interval_s else 0.0)
+            interval: float | None = src.interval_s
+        else:
+            self._sources.move_to_end(item.url)
+            if feed is not None:
+                self._hints(src, feed)
+            failed = status is None or status >= 400
+            interval = self._next_interval(item.url, src, 0 if failed else new, now)
+        if not self.scheduling:
+            return schedule
+        if interval is None:
+            return Schedule(schedule.changed, self.initial_interval_s, now + self.initial_interval_s)
+        due = self._due(src, interval, now)
+        return Schedule(schedule.changed, src.interval_s, due)
+
+    def sitemap_again(self, item: UrlItem, news: bool, feed: Feed | None = None) -> UrlItem | None:
+        """After reading a sitemap (or a feed named as one): its next read, as a sitemap
+        item due later, if it is a news source; None otherwise."""
+        now = self._clock.wall()
+        new = self._credits.pop(item.url, 0)
+        src = self._sources.get(item.url)
+        if src is None:
+            if not news:
+                return None
+            src = self._track(item.url, item.host, "feed" if feed is not None else "sitemap", now)
+            interval: float | None = src.interval_s
+        else:
+            self._sources.move_to_end(item.url)
+            interval = self._next_interval(item.url, src, new, now)
+        if feed is not None:
+            self._hints(src, feed)
+        if interval is None or not self.scheduling:
+            return None  # it stopped yielding: read again with the host's robots.txt
+        due_wall = self._due(src, interval, now)
+        nxt = UrlItem(item.url, 0, host=item.host, kind="sitemap")
+        nxt.due_at = self._clock.now() + (due_wall - now)
+        return nxt
+
+    def _new_kind(self, item: UrlItem, new: int, feed: Feed | None) -> str | None:
+        if feed is not None:
+            return "feed" if self.feeds else None
+        if not self.hubs:
+            return None
+        if item.fetch_seq == 1:
+            return "candidate" if new >= self.hub_min_new else None
+        # A refetch of a page we do not track (settled, forgotten, or before a restart)
+        # that yields new URLs is a hub (again).
+        return "hub" if new >= 1 else None
+
+    def _track(self, url: str, host: str, kind: str, now: float) -> Source:
+        if len(self._sources) >= self.max_sources:
+            self._sources.popitem(last=False)
+            self.counters["news_sources_forgotten"] += 1
+        src = Source(kind, host, self.probe_interval_s, now)
+        self._sources[url] = src
+        h = self._host(host)
+        if kind == "feed":
+            h.feeds += 1
+        elif kind == "sitemap":
+            h.news_sitemaps += 1
+        elif kind == "hub":
+            h.hubs += 1
+        return src
+
+    def _next_interval(self, url: str, src: Source, new: int, now: float) -> float | None:
+        """Step 2 and 3 of the module docstring; None: the source settles."""
+        elapsed = max(0.0, now - src.last_wall)
+        src.last_wall = now
+        src.new = DECAY * src.new + new if src.kind != "candidate" else float(new)
+        src.seconds = DECAY * src.seconds + elapsed if src.kind != "candidate" else elapsed
+        h = self._host(src.host)
+        h.source_fetches += 1
+        h.new_urls += new
+        if src.kind == "candidate":
+            if new == 0:
+                src.empty += 1
+                if src.empty >= PROBES:
+                    self._forget(url)
+                    return None
+                return min(src.interval_s * GROW_CAP, self.initial_interval_s)
+            src.kind = "hub"
+            h.hubs += 1
+        if src.new <= 1e-9:
+            interval = src.interval_s * GROW_CAP
+        else:
+            interval = min(self.target * src.seconds / src.new, src.interval_s * GROW_CAP)
+        if interval >= self.initial_interval_s and src.kind == "hub":
+            self._forget(url)
+            return None
+        return min(interval, self.max_interval_s)
+
+    def _forget(self, url: str) -> None:
+        del self._sources[url]
+        self.counters["news_sources_settled"] += 1
+
+    def _due(self, src: Source, interval: float, now: float) -> float:
+        """Step 4: floors, then skipped hours."""
+        interval = max(interval, self.min_interval_s, src.ttl_s or 0.0)
+        src.interval_s = interval
+        return next_allowed(now + interval, src.skip_hours, src.skip_days)
+
+    @staticmethod
+    def _hints(src: Source, feed: Feed) -> None:
+        src.ttl_s, src.skip_hours, src.skip_days = feed.ttl_s, feed.skip_hours, feed.skip_days
+
+    # -- figures ---------------------------------------------------------------------------
+
+    def _host(self, host: str) -> HostNews:
+        h = self._hosts.get(host)
+        if h is None:
+            h = self._hosts[host] = HostNews()
+        return h
+
+    def _observe_delay(self, host: str, delay: float) -> None:
+        h = self._host(host)
+        h.delays.append(max(0.0, delay))
+        h.delays_n += 1
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per host: feeds, hubs and news sitemaps found, fetches of sources, new URLs they
+        yielded (and per fetch), publication-to-fetch delay (median, p95, how many)."""
+        out: dict[str, dict[str, Any]] = {}
+        for host, h in self._hosts.items():
+            d = list(h.delays)
+            out[host] = {
+                "feeds": h.feeds,
+                "hubs": h.hubs,
+                "news_sitemaps": h.news_sitemaps,
+                "source_fetches": h.source_fetches,
+                "new_urls": h.new_urls,
+                "new_per_fetch": round(h.new_urls / h.source_fetches, 3) if h.source_fetches else None,
+                "delay_median_s": round(statistics.median(d), 3) if d else None,
+                "delay_p95_s": round(percentile(d, 0.95), 3) if d else None,
+                "delays": h.delays_n,
+            }
+        return out
+
+    def sources(self) -> dict[str, int]:
+        """Sources tracked now, by kind."""
+        return dict(Counter(s.kind for s in self._sources.values()))
