@@ -57,6 +57,13 @@ from crawler.urls import host_key
 
 #: Weight of a source's past fetches in its yield estimate, per fetch.
 DECAY = 0.85
+#: Weight of a host's past source fetches in its rate of new URLs, per fetch.
+HOST_DECAY = 0.95
+#: A source is active (takes turns reading the host's news) while its recent fetches
+#: yield at least this many new URLs each on average.
+ACTIVE_YIELD = 0.05
+#: Publication dates a source must give for the host's rate to be read from them.
+MIN_DATES = 4
 #: A source's interval grows by at most this factor per fetch that yields nothing.
 GROW_CAP = 2.0
 #: Refetches a candidate gets to yield something before it settles.
@@ -76,8 +83,8 @@ class Source:
     host: str
     interval_s: float
     last_wall: float
-    new: float = 0.0  # decayed new URLs
-    seconds: float = 0.0  # decayed elapsed seconds
+    new: float = 0.0  # decayed new URLs of its own fetches
+    polls: float = 0.0  # decayed count of its own fetches
     empty: int = 0  # refetches of a candidate that yielded nothing
     ttl_s: float | None = None
     skip_hours: frozenset[int] = frozenset()
@@ -95,6 +102,29 @@ class HostNews:
     new_urls: int = 0
     delays: deque = field(default_factory=lambda: deque(maxlen=DELAY_SAMPLE))
     delays_n: int = 0
+    # The host's rate of new URLs, pooled over its sources (decayed per source fetch).
+    new_d: float = 0.0
+    seconds_d: float = 0.0
+    last_poll: float | None = None
+    upcoming: dict[str, float] = field(default_factory=dict)  # source URL -> next due (wall)
+    dated_rate: float | None = None  # from the publication dates a feed or news sitemap gave
+
+    def rate(self) -> float | None:
+        """New URLs per second: from publication dates when a source gave enough of them,
+        else over the host's recent source fetches (None: nothing known yet)."""
+        if self.dated_rate is not None:
+            return self.dated_rate
+        return self.new_d / self.seconds_d if self.new_d > 1e-9 and self.seconds_d > 0 else None
+
+
+def dated_rate(published: Sequence[float | None], now: float, most: int = 50) -> float | None:
+    """Articles per second from the newest ``most`` publication dates of a feed or news
+    sitemap: with k of them, the oldest at t, (k - 1) / (now - t), so a source that stopped
+    publishing a while ago counts its silence. None with fewer than ``MIN_DATES`` dates."""
+    dates = sorted((p for p in published if p is not None and p <= now + 60.0), reverse=True)[:most]
+    if len(dates) < MIN_DATES or now - dates[-1] <= 0:
+        return None
+    return (len(dates) - 1) / (now - dates[-1])
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -198,6 +228,8 @@ class NewsPolicy:
             self._observe_delay(item.host, now - item.published)
         if schedule is None:
             return None
+        if feed is not None and self.scheduling:
+            self._dates(item.host, [p for _, p, _ in feed.entries], now)
         src = self._sources.get(item.url)
         if src is None:
             kind = self._new_kind(item, new, feed)
@@ -206,9 +238,11 @@ class NewsPolicy:
             src = self._track(item.url, item.host, kind, now)
             if feed is not None:
                 self._hints(src, feed)
-            if kind == "hub":  # a refetch that yielded: its rate is known
-                src.new, src.seconds = float(new), float(item.prev.interval_s if item.prev and item.prev.interval_s else 0.0)
             interval: float | None = src.interval_s
+            if kind == "hub":  # a refetch that yielded: its rate is known from its interval
+                last = item.prev.interval_s if item.prev is not None and item.prev.interval_s else self.initial_interval_s
+                src.interval_s, src.last_wall = last, now - last
+                interval = self._next_interval(item.url, src, new, now)
         else:
             self._sources.move_to_end(item.url)
             if feed is not None:
@@ -219,14 +253,21 @@ class NewsPolicy:
             return schedule
         if interval is None:
             return Schedule(schedule.changed, self.initial_interval_s, now + self.initial_interval_s)
-        due = self._due(src, interval, now)
+        due = self._due(item.url, src, interval, now)
         return Schedule(schedule.changed, src.interval_s, due)
 
-    def sitemap_again(self, item: UrlItem, news: bool, feed: Feed | None = None) -> UrlItem | None:
-        """After reading a sitemap (or a feed named as one): its next read, as a sitemap
-        item due later, if it is a news source; None otherwise."""
+    def sitemap_again(
+        self, item: UrlItem, news: bool, feed: Feed | None = None, published: Sequence[float | None] = (),
+    ) -> UrlItem | None:
+        """After reading a sitemap (or a feed named as one) whose news entries gave the
+        ``published`` dates: its next read, as a sitemap item due later, if it is a news
+        source; None otherwise."""
         now = self._clock.wall()
         new = self._credits.pop(item.url, 0)
+        if feed is not None:
+            published = [p for _, p, _ in feed.entries]
+        if news and self.scheduling:
+            self._dates(item.host, published, now)
         src = self._sources.get(item.url)
         if src is None:
             if not news:
@@ -240,10 +281,15 @@ class NewsPolicy:
             self._hints(src, feed)
         if interval is None or not self.scheduling:
             return None  # it stopped yielding: read again with the host's robots.txt
-        due_wall = self._due(src, interval, now)
+        due_wall = self._due(item.url, src, interval, now)
         nxt = UrlItem(item.url, 0, host=item.host, kind="sitemap")
         nxt.due_at = self._clock.now() + (due_wall - now)
         return nxt
+
+    def _dates(self, host: str, published: Sequence[float | None], now: float) -> None:
+        rate = dated_rate(published, now)
+        if rate is not None:
+            self._host(host).dated_rate = rate
 
     def _new_kind(self, item: UrlItem, new: int, feed: Feed | None) -> str | None:
         if feed is not None:
@@ -258,7 +304,8 @@ class NewsPolicy:
 
     def _track(self, url: str, host: str, kind: str, now: float) -> Source:
         if len(self._sources) >= self.max_sources:
-            self._sources.popitem(last=False)
+            old, gone = self._sources.popitem(last=False)
+            self._host(gone.host).upcoming.pop(old, None)
             self.counters["news_sources_forgotten"] += 1
         src = Source(kind, host, self.probe_interval_s, now)
         self._sources[url] = src
@@ -271,13 +318,20 @@ class NewsPolicy:
             h.hubs += 1
         return src
 
+    def _active(self, src: Source) -> bool:
+        """Whether a source yielded in its recent fetches (a share of the host's news)."""
+        return src.kind != "candidate" and src.polls > 0 and src.new / src.polls >= ACTIVE_YIELD
+
     def _next_interval(self, url: str, src: Source, new: int, now: float) -> float | None:
-        """Step 2 and 3 of the module docstring; None: the source settles."""
-        elapsed = max(0.0, now - src.last_wall)
-        src.last_wall = now
-        src.new = DECAY * src.new + new if src.kind != "candidate" else float(new)
-        src.seconds = DECAY * src.seconds + elapsed if src.kind != "candidate" else elapsed
+        """Steps 2 and 3 of the module docstring; None: the source settles."""
         h = self._host(src.host)
+        elapsed = now - (h.last_poll if h.last_poll is not None else src.last_wall)
+        h.last_poll = now
+        h.new_d = HOST_DECAY * h.new_d + new
+        h.seconds_d = HOST_DECAY * h.seconds_d + max(0.0, elapsed)
+        src.last_wall = now
+        src.new = DECAY * src.new + new
+        src.polls = DECAY * src.polls + 1
         h.source_fetches += 1
         h.new_urls += new
         if src.kind == "candidate":
@@ -289,24 +343,43 @@ class NewsPolicy:
                 return min(src.interval_s * GROW_CAP, self.initial_interval_s)
             src.kind = "hub"
             h.hubs += 1
-        if src.new <= 1e-9:
+        rate = h.rate()
+        if rate is None or not self._active(src):
             interval = src.interval_s * GROW_CAP
         else:
-            interval = min(self.target * src.seconds / src.new, src.interval_s * GROW_CAP)
+            # The host is read every target/rate seconds; its active sources take turns.
+            sources = [self._sources[u] for u in h.upcoming if u in self._sources]
+            turns = max(1, sum(1 for o in sources if o is not src and self._active(o)) + 1)
+            interval = min(self.target / rate * turns, src.interval_s * GROW_CAP)
         if interval >= self.initial_interval_s and src.kind == "hub":
             self._forget(url)
             return None
         return min(interval, self.max_interval_s)
 
     def _forget(self, url: str) -> None:
-        del self._sources[url]
+        src = self._sources.pop(url)
+        self._host(src.host).upcoming.pop(url, None)
         self.counters["news_sources_settled"] += 1
 
-    def _due(self, src: Source, interval: float, now: float) -> float:
-        """Step 4: floors, then skipped hours."""
-        interval = max(interval, self.min_interval_s, src.ttl_s or 0.0)
-        src.interval_s = interval
-        return next_allowed(now + interval, src.skip_hours, src.skip_days)
+    def _due(self, url: str, src: Source, interval: float, now: float) -> float:
+        """Step 4: the turn among the host's active sources, floors, skipped hours."""
+        floor = max(self.min_interval_s, src.ttl_s or 0.0)
+        interval = max(interval, floor)
+        h = self._host(src.host)
+        rate = h.rate()
+        due = now + interval
+        if rate is not None and self._active(src):
+            # Round robin: the host's active sources are read one host interval apart
+            # (evenly spaced reads find an article sooner than bunched ones), each no
+            # later than its own interval.
+            others = [d for u, d in h.upcoming.items() if u != url and d > now and u in self._sources
+                      and self._active(self._sources[u])]
+            if others:
+                due = min(due, max(now + floor, max(others) + self.target / rate))
+        src.interval_s = max(floor, due - now)
+        due = next_allowed(due, src.skip_hours, src.skip_days)
+        h.upcoming[url] = due
+        return due
 
     @staticmethod
     def _hints(src: Source, feed: Feed) -> None:

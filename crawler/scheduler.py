@@ -138,14 +138,15 @@ class ShardScheduler:
             self._refused(item)
         if self.news is not None:
             self.news.credit(keep)
+        accepted = len(keep)
         boosted = [i for i in keep if i.boost or i.fresh]
         if boosted:  # an operator's priority, and news, live in memory only: never spilled
             self.frontier.push(boosted, in_memory=True)
-            keep = [i for i in keep if not i.boost]
+            keep = [i for i in keep if not (i.boost or i.fresh)]
         self.frontier.push(keep)
-        self.counters["accepted"] += len(keep)
+        self.counters["accepted"] += accepted
         self._wake.set()
-        return len(keep)
+        return accepted
 
     def set_host_policy(
         self, host: str, interval_s: float | None, paused: bool | None, max_pages: int | None = None,

@@ -222,12 +222,13 @@ class SitemapReader:
         ``queue`` the sitemaps it lists and ``route`` its URLs as discovered links."""
         res = await fetch(item.host, item.url, max_body_bytes=self.max_bytes)
         links, more, news, feed = self._yields(item, res.status, res.body)
+        published = [link.published for link in links if link.fresh]
         queue(more)
         if links and not await route(links):
             raise RuntimeError(f"{len(links)} sitemap URLs could not be delivered to their shards")
         if self._news is not None:
             # After delivery, so the new URLs it yielded are counted (crawler.news).
-            again = self._news.sitemap_again(item, news, feed)
+            again = self._news.sitemap_again(item, news, feed, published)
             if again is not None:
                 queue([again])
 

@@ -93,7 +93,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             run = json.load(f)
         summary["run"] = {k: run.get(k) for k in (
             "finished", "ended", "elapsed_s", "pages_per_s", "requests", "robots_requests", "retries",
-            "queued_unfetched", "shards", "dropped", "events", "refresh",
+            "queued_unfetched", "shards", "dropped", "events", "refresh", "news",
         )}
         led = run.get("ledger")
         if led:

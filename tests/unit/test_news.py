@@ -23,6 +23,7 @@ from crawler.news import PROBES, NewsPolicy
 from crawler.parse import parse_page
 from crawler.recrawl import Previous, Schedule
 from crawler.shard import build_shard
+from crawler.testing.newsweb import NewsWeb
 from crawler.sitemaps import parse_sitemap
 
 # -- feeds -------------------------------------------------------------------------------
@@ -260,3 +261,166 @@ def test_news_settings_are_checked():
         config.from_dict({"news": {"target_new_per_fetch": 0}})
     with pytest.raises(ConfigError, match="hub_min_new"):
         config.from_dict({"news": {"hub_min_new": 0}})
+
+
+# -- a whole shard following a news host, on the mock clock --------------------------------
+
+
+class MockNewsWeb(NewsWeb):
+    """The news web on the mock clock (its articles appear at mock-clock times)."""
+
+    def __init__(self, clock: MockClock, **kw) -> None:
+        self.mock = clock
+        super().__init__(**kw)
+        self.t0, self.wall0 = clock.now(), clock.wall()
+
+    def bind(self, port: int) -> None:
+        self.port = port
+        self.t0, self.wall0 = self.mock.now(), self.mock.wall()
+
+    def url(self, host: str, path: str = "/") -> str:
+        return f"http://{host}{path}"
+
+    def clock(self) -> float:
+        return self.mock.now() - self.t0
+
+
+class NewsFetcher:
+    """Answers from a :class:`MockNewsWeb` after ``latency`` of mock time; logs requests
+    as (host, path, start, end, status, headers)."""
+
+    def __init__(self, clock: MockClock, web: MockNewsWeb, latency: float = 0.05) -> None:
+        self.clock, self.web, self.latency = clock, web, latency
+        self.log: list[tuple[str, str, float, float, int, dict]] = []
+        self.in_flight = self.max_in_flight = 0
+
+    async def fetch(self, url: str, headers=None, **kw) -> FetchResult:
+        start = self.clock.now()
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        host, _, path = url.split("://", 1)[1].partition("/")
+        host = host.split(":")[0]
+        await self.clock.sleep(self.latency)
+        reply = self.web.reply(host, "/" + path, headers=dict(headers or {}))
+        self.in_flight -= 1
+        self.log.append((host, "/" + path, start, self.clock.now(), reply.status, dict(headers or {})))
+        return FetchResult(
+            url=url, status=reply.status, headers={k.lower(): v for k, v in reply.headers}, body=reply.body,
+            truncated=False, error=None, error_kind=None, transient=reply.status >= 500, started_at=start,
+            headers_at=self.clock.now(), finished_at=self.clock.now(), ip="127.0.0.1",
+        )
+
+    async def close(self) -> None:
+        return None
+
+
+def _news_crawl(tmp_path, news: dict, duration: float, seed: int = 2):
+    clock = MockClock()
+    web = MockNewsWeb(clock, hosts=1, mean_interval_s=15.0, seed=seed, horizon_s=duration + 100, archive_pages=60,
+                      archive_page_size=30)
+    web.bind(80)
+    fetcher = NewsFetcher(clock, web)
+    seed_url = "http://news-0.test/"
+    cfg = config.from_dict({
+        "seeds": [seed_url], "politeness": {"interval_s": 1.0},
+        "recrawl": {"enabled": True, "min_interval_s": 5},
+        "news": news,
+        "output": {"path": str(tmp_path / "out"), "row_flush_interval_s": 5.0},
+    })
+    store = FrontierStore(str(tmp_path / "shard.sqlite"))
+    seen: set[str] = {seed_url}
+    shard = None
+
+    class Seen:
+        async def check_and_add(self, urls):
+            out = [u not in seen for u in urls]
+            seen.update(urls)
+            return out
+
+    class Budget:
+        async def acquire(self):
+            return True
+
+    async def deliver(owner, items):
+        shard.accept(items)
+
+    async def no_dups(items):
+        return [(None, None)] * len(items)
+
+    async def inline(fn, *args):
+        return fn(*args)
+
+    shard = build_shard(
+        cfg, "shard-000", seeds=[seed_url], seen=Seen(), content=no_dups, budget=Budget(), deliver=deliver,
+        owner_of=lambda host: "shard-000", store=store, clock=clock, rng=random.Random(7), fetcher=fetcher,
+        run_blocking=inline,
+    )
+
+    async def scenario():
+        shard.accept([UrlItem(seed_url, 0)])
+        runner = asyncio.ensure_future(shard.run())
+        await clock.run_until(lambda: clock.now() >= duration, max_time=duration + 10)
+        shard.stop()
+        await runner
+        stats = shard.status()
+        await shard.close()
+        return stats
+
+    stats = asyncio.run(scenario())
+    return web, fetcher, stats
+
+
+def _figures(web, fetcher, end):
+    first = {}
+    kinds = {"source": 0, "archive": 0}
+    for host, path, start, _, status, _ in fetcher.log:
+        if path.startswith("/a/") and status == 200:
+            first.setdefault(int(path[3:]), start)
+        if path in ("/", "/feed.xml", "/news-sitemap.xml") or path.startswith("/section/"):
+            kinds["source"] += 1
+        elif path.startswith(("/archive/", "/old/")):
+            kinds["archive"] += 1
+    delays, missed, found = [], [], 0
+    for i, t in enumerate(web.published["news-0.test"]):
+        if 0 <= t <= end:
+            found += i in first
+            if t <= end - 60:
+                if i in first:
+                    delays.append(first[i] - t)
+                else:
+                    missed.append(i)
+    archive = kinds["archive"] / (web.archive_size() + web.archive_lists())
+    return delays, missed, kinds["source"] / max(1, found), archive
+
+
+def test_a_shard_finds_the_news_sources_of_a_host_and_fetches_new_articles_within_seconds(tmp_path):
+    """Only ``recrawl: {enabled, min_interval_s: 5}``: the shard finds the feed (from the
+    front page), the news sitemap (robots.txt) and the front page as a hub itself."""
+    end = 600.0
+    web, fetcher, stats = _news_crawl(tmp_path, {}, end)
+    delays, missed, per_article, archive = _figures(web, fetcher, end)
+    assert len(delays) >= 25 and missed == []
+    assert statistics.median(delays) <= 7.0 and sorted(delays)[int(0.95 * len(delays))] <= 15.0, sorted(delays)
+    assert per_article <= 1.8, per_article
+    assert archive <= 1.2, archive
+    # Politeness at the server: one request at a time, starts at least 1 s apart.
+    assert fetcher.max_in_flight == 1
+    starts = [s for _, _, s, _, _, _ in fetcher.log]
+    assert min(b - a for a, b in zip(starts, starts[1:])) >= 1.0 - 1e-9
+    # The feed is read with conditional GETs; a read that finds nothing new is a 304.
+    feed = [(st, h) for _, p, _, _, st, h in fetcher.log if p == "/feed.xml"]
+    assert any(st == 304 and "If-None-Match" in h for st, h in feed)
+    news = stats["news"]["news-0.test"]
+    assert news["feeds"] == 1 and news["news_sitemaps"] == 1 and news["delays"] >= 25
+    # Its own delay figures include the backlog it found at the start (published before).
+    assert news["delay_median_s"] >= statistics.median(delays) and news["new_per_fetch"] > 0
+
+
+def test_without_feeds_the_front_page_is_found_to_be_a_hub(tmp_path):
+    end = 600.0
+    web, fetcher, stats = _news_crawl(tmp_path, {"feeds": False, "news_sitemaps": False}, end)
+    delays, missed, per_article, archive = _figures(web, fetcher, end)
+    assert missed == [] and statistics.median(delays) <= 9.0, sorted(delays)
+    assert archive <= 1.2
+    assert not any(p == "/feed.xml" for _, p, _, _, _, _ in fetcher.log)
+    assert stats["news"]["news-0.test"]["hubs"] >= 1
