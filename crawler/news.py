@@ -282,7 +282,9 @@ class NewsPolicy:
         if interval is None or not self.scheduling:
             return None  # it stopped yielding: read again with the host's robots.txt
         due_wall = self._due(item.url, src, interval, now)
-        nxt = UrlItem(item.url, 0, host=item.host, kind="sitemap")
+        # A due read of a news source goes ahead of the articles it found before (ranked
+        # as news published at its due time).
+        nxt = UrlItem(item.url, 0, host=item.host, kind="sitemap", fresh=True, published=due_wall)
         nxt.due_at = self._clock.now() + (due_wall - now)
         return nxt
 

@@ -88,6 +88,10 @@ class NewsWeb(SmallWeb):
     def seeds(self) -> list[str]:
         return [self.url(h) for h in self.hosts]
 
+    def robots_delay_hosts(self) -> dict[str, float]:
+        """Hosts whose robots.txt sets a Crawl-delay (none here; tests.integration.checks)."""
+        return {}
+
     # -- what exists when ----------------------------------------------------------------
 
     def clock(self) -> float:

@@ -314,10 +314,10 @@ class NewsFetcher:
         return None
 
 
-def _news_crawl(tmp_path, news: dict, duration: float, seed: int = 2):
+def _news_crawl(tmp_path, news: dict, duration: float, seed: int = 2, archive: tuple = (60, 30)):
     clock = MockClock()
-    web = MockNewsWeb(clock, hosts=1, mean_interval_s=15.0, seed=seed, horizon_s=duration + 100, archive_pages=60,
-                      archive_page_size=30)
+    web = MockNewsWeb(clock, hosts=1, mean_interval_s=15.0, seed=seed, horizon_s=duration + 100, archive_pages=archive[0],
+                      archive_page_size=archive[1])
     web.bind(80)
     fetcher = NewsFetcher(clock, web)
     seed_url = "http://news-0.test/"
