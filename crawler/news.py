@@ -17,13 +17,15 @@ The schedule of a source, after each fetch:
 1. *first fetch*: a feed or news sitemap is a source at once; a page is a *candidate*
    when its first fetch admitted at least ``hub_min_new`` new URLs. Either is read again
    after ``probe_interval_s``.
-2. *refetch*: the yield rate is estimated from decayed sums of new URLs and elapsed
-   seconds (each fetch weighs ``DECAY`` of the one after it), and the interval is the
-   time in which the source yields ``target_new_per_fetch`` new URLs: it shrinks toward
-   ``recrawl.min_interval_s`` while the source yields, and grows (by at most
-   ``GROW_CAP`` a fetch) when it stops. Sources listing the same articles share the
-   credit between them, so their polls together follow the host's rate of new articles,
-   not the number of sources.
+2. *refetch*: the host's rate of new articles is read from the publication dates its
+   feeds and news sitemaps give (:func:`dated_rate`), else from the new URLs its sources
+   yielded per second (decayed sums, each source fetch weighing ``HOST_DECAY`` of the one
+   after it). The host is read every ``target_new_per_fetch`` / rate seconds; its
+   *active* sources (those still yielding, ``ACTIVE_YIELD``) take turns, each read one
+   host interval after the last one due (evenly spaced reads find an article sooner than
+   bunched ones), so sources that list the same articles cost together what one would.
+   An active source's interval grows by at most ``ACTIVE_GROW_CAP`` a fetch (a lull is
+   not yet a stop); one that no longer yields grows by ``GROW_CAP`` a fetch.
 3. *settling*: a candidate whose first ``PROBES`` refetches yield nothing, and a source
    whose interval grows past ``recrawl.initial_interval_s``, go back to the adaptive
    schedule at ``initial_interval_s``. A page whose refetch yields new URLs again becomes
@@ -66,6 +68,9 @@ ACTIVE_YIELD = 0.05
 MIN_DATES = 4
 #: A source's interval grows by at most this factor per fetch that yields nothing.
 GROW_CAP = 2.0
+#: An active source's interval grows by at most this factor per fetch: a lull in a
+#: Poisson stream of articles is not yet a source that stopped.
+ACTIVE_GROW_CAP = 1.25
 #: Refetches a candidate gets to yield something before it settles.
 PROBES = 3
 #: Publication-to-fetch delays kept per host (the newest), for the median and p95.
@@ -233,8 +238,8 @@ class NewsPolicy:
         src = self._sources.get(item.url)
         if src is None:
             kind = self._new_kind(item, new, feed)
-            if kind is None:
-                return schedule
+            if kind is None or kind == "candidate" and not self.scheduling:
+                return schedule  # without recrawl a page is fetched once: nothing to probe
             src = self._track(item.url, item.host, kind, now)
             if feed is not None:
                 self._hints(src, feed)
@@ -352,7 +357,7 @@ class NewsPolicy:
             # The host is read every target/rate seconds; its active sources take turns.
             sources = [self._sources[u] for u in h.upcoming if u in self._sources]
             turns = max(1, sum(1 for o in sources if o is not src and self._active(o)) + 1)
-            interval = min(self.target / rate * turns, src.interval_s * GROW_CAP)
+            interval = min(self.target / rate * turns, src.interval_s * ACTIVE_GROW_CAP)
         if interval >= self.initial_interval_s and src.kind == "hub":
             self._forget(url)
             return None

@@ -244,7 +244,8 @@ def news_report(server: Any, end: float | None = None, *, settle_s: float = 60.0
       ``missed``: those never fetched;
     * ``delay_s``: from publication to the first fetch of each of them (median, p95, max);
     * ``source_requests_per_article``: requests to front, section, feed and sitemap pages
-      per article published during the crawl that was fetched;
+      per article published during the crawl that was fetched (``..._refetches_...``: the
+      same without each page's first fetch);
     * ``archive_fetches_per_page``: requests to archive pages (lists and old articles)
       per archive page;
     * ``article_refetches``: requests to articles beyond their first.
@@ -255,9 +256,13 @@ def news_report(server: Any, end: float | None = None, *, settle_s: float = 60.0
     first: dict[tuple[str, int], float] = {}
     kinds: dict[str, int] = defaultdict(int)
     article_requests = 0
+    first_source: set[tuple[str, str]] = set()
     for r in log:
         path = r.path_qs
         kinds[_kind(path)] += 1
+        if _kind(path) == "source" and (r.host, path) not in first_source:
+            first_source.add((r.host, path))
+            kinds["source_first"] += 1
         if path.startswith("/a/") and r.status == 200:
             article_requests += 1
             i = int(path[3:])
@@ -289,6 +294,8 @@ def news_report(server: Any, end: float | None = None, *, settle_s: float = 60.0
         "new_articles_fetched": found_new,
         "source_requests": kinds["source"],
         "source_requests_per_article": round(kinds["source"] / found_new, 2) if found_new else None,
+        # The same without the first fetch of each source page (discovery a crawl makes anyway).
+        "source_refetches_per_article": round((kinds["source"] - kinds["source_first"]) / found_new, 2) if found_new else None,
         "archive_fetches_per_page": round(kinds["archive"] / archive_pages, 3),
         "article_refetches": article_requests - len(first),
         "requests": dict(kinds),
