@@ -13,7 +13,6 @@ from typing import Any
 
 from ray.util.metrics import Counter, Gauge, Histogram
 
-from crawler.crawlstats import news_summary
 from crawler.output import OUTCOMES
 
 #: Fetch latency buckets, seconds (a request to a healthy site: 50-500 ms).
@@ -88,7 +87,9 @@ class ShardMetrics:
         self._d.inc(self.emitted, ("emitted",), ev.get("emitted", 0), t)
         self._d.inc(self.sink_failures, ("sink_failures",), ev.get("sink_failures", 0), t)
         self.pending.set(ev.get("pending", 0), tags=t)
-        news = news_summary(st.get("news") or {})
+        news = st.get("news") or {}
+        if not news:
+            return
         for kind in ("feeds", "hubs", "news_sitemaps"):
             self.news_sources.set(news[kind], tags={**t, "kind": kind})
         self._d.inc(self.news_fetches, ("news_fetches",), news["source_fetches"], t)

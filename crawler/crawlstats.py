@@ -17,48 +17,39 @@ from crawler.output import OUTCOMES, open_fs
 def merge_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Sum per-shard statuses into crawl-wide totals (for progress and stats.json)."""
     keys = ("queued", "in_flight", "in_transit", "hosts", "paused_hosts", "paused_urls", "refresh_waiting", "refresh_due")
-    total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}, "events": {}, "news": {}}
+    total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}, "events": {}}
     for s in statuses:
         for k in keys:
             total[k] += s.get(k, 0)
         for section in ("counters", "dropped"):
             for k, v in s[section].items():
                 total[section][k] = total[section].get(k, 0) + v
-        total["news"].update(s.get("news") or {})  # per host: a host is one shard's (invariant 1)
         for k, v in (s.get("events") or {}).items():  # page.fetched events (crawler.events)
             if isinstance(v, bool):
                 total["events"][k] = total["events"].get(k, False) or v
             else:
                 total["events"][k] = total["events"].get(k, 0) + v
+    total["news"] = merge_news([s["news"] for s in statuses if s.get("news")])
     total["shards"] = len(statuses)
     return total
 
 
-def news_summary(per_host: dict[str, dict[str, Any]], top: int = 50) -> dict[str, Any]:
-    """Crawl-wide news figures (crawler.news) from the per-host ones: sources found, new
-    URLs per fetch of a source, publication-to-fetch delay (the per-host medians and
-    p95s, weighted by how many delays each host saw), and the ``top`` hosts by new URLs."""
-    fetches = sum(h["source_fetches"] for h in per_host.values())
-    new = sum(h["new_urls"] for h in per_host.values())
-    timed = [h for h in per_host.values() if h["delays"]]
-    n = sum(h["delays"] for h in timed)
+NEWS_COUNTS = ("feeds", "hubs", "news_sitemaps", "source_fetches", "new_urls", "delays")
 
-    def weighted(key: str) -> float | None:
-        return round(sum(h[key] * h["delays"] for h in timed) / n, 3) if n else None
 
-    busiest = sorted(per_host.items(), key=lambda kv: -kv[1]["new_urls"])[:top]
-    return {
-        "feeds": sum(h["feeds"] for h in per_host.values()),
-        "hubs": sum(h["hubs"] for h in per_host.values()),
-        "news_sitemaps": sum(h["news_sitemaps"] for h in per_host.values()),
-        "source_fetches": fetches,
-        "new_urls": new,
-        "new_per_fetch": round(new / fetches, 3) if fetches else None,
-        "delays": n,
-        "delay_median_s": weighted("delay_median_s"),
-        "delay_p95_s": weighted("delay_p95_s"),
-        "hosts": dict(busiest),
-    }
+def merge_news(shards: Sequence[dict[str, Any]], top: int = 50) -> dict[str, Any]:
+    """Crawl-wide news figures (crawler.news) from the shards' ``NewsPolicy.stats()``:
+    counts summed, publication-to-fetch median and p95 weighted by how many delays each
+    shard saw, and the ``top`` hosts by new URLs (a host is one shard's: invariant 1)."""
+    out: dict[str, Any] = {k: sum(s.get(k, 0) for s in shards) for k in NEWS_COUNTS}
+    out["new_per_fetch"] = round(out["new_urls"] / out["source_fetches"], 3) if out["source_fetches"] else None
+    timed = [s for s in shards if s.get("delays") and s.get("delay_median_s") is not None]
+    n = sum(s["delays"] for s in timed)
+    for key in ("delay_median_s", "delay_p95_s"):
+        out[key] = round(sum(s[key] * s["delays"] for s in timed) / n, 3) if n else None
+    hosts = [kv for s in shards for kv in (s.get("hosts") or {}).items()]
+    out["hosts"] = dict(sorted(hosts, key=lambda kv: -kv[1]["new_urls"])[:top])
+    return out
 
 
 def write_stats(cfg: CrawlConfig, stats: dict[str, Any]) -> str:
@@ -122,7 +113,7 @@ def crawl_stats(
             "due_now": total["refresh_due"],
             "waiting": total["refresh_waiting"],
         },
-        "news": news_summary(total["news"]),
+        "news": total["news"],
         "shards": total["shards"],
         "seen_shards": seen_shards,
         "seen": services.get("seen", {}),

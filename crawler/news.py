@@ -46,6 +46,7 @@ fetch (:meth:`NewsPolicy.stats`).
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
@@ -74,7 +75,11 @@ ACTIVE_GROW_CAP = 1.25
 #: Refetches a candidate gets to yield something before it settles.
 PROBES = 3
 #: Publication-to-fetch delays kept per host (the newest), for the median and p95.
-DELAY_SAMPLE = 1000
+DELAY_SAMPLE = 256
+#: Hosts listed in :meth:`NewsPolicy.stats` (the most new URLs first).
+STATS_TOP_HOSTS = 50
+#: :meth:`NewsPolicy.stats` is recomputed at most this often (clock seconds).
+STATS_EVERY_S = 2.0
 #: Credits waiting for their source to ask (a bound: credits of a source that never asks,
 #: e.g. links re-sent on resume, must not pile up).
 MAX_CREDITS = 100_000
@@ -185,7 +190,10 @@ class NewsPolicy:
         self._clock = clock
         self._sources: OrderedDict[str, Source] = OrderedDict()
         self._credits: Counter[str] = Counter()
-        self._hosts: dict[str, HostNews] = {}
+        self._hosts: OrderedDict[str, HostNews] = OrderedDict()  # bounded by max_sources
+        self._totals = HostNews()  # the shard's sums (hosts forgotten included)
+        self._delays: deque = deque(maxlen=4 * DELAY_SAMPLE)
+        self._stats: tuple[float, dict[str, Any]] | None = None
         self.counters: Counter[str] = Counter()
 
     # -- what the shard tells us -------------------------------------------------------
@@ -318,11 +326,11 @@ class NewsPolicy:
         self._sources[url] = src
         h = self._host(host)
         if kind == "feed":
-            h.feeds += 1
+            self._count(h, "feeds")
         elif kind == "sitemap":
-            h.news_sitemaps += 1
+            self._count(h, "news_sitemaps")
         elif kind == "hub":
-            h.hubs += 1
+            self._count(h, "hubs")
         return src
 
     def _active(self, src: Source) -> bool:
@@ -339,8 +347,8 @@ class NewsPolicy:
         src.last_wall = now
         src.new = DECAY * src.new + new
         src.polls = DECAY * src.polls + 1
-        h.source_fetches += 1
-        h.new_urls += new
+        self._count(h, "source_fetches")
+        self._count(h, "new_urls", new)
         if src.kind == "candidate":
             if new == 0:
                 src.empty += 1
@@ -349,7 +357,7 @@ class NewsPolicy:
                     return None
                 return min(src.interval_s * GROW_CAP, self.initial_interval_s)
             src.kind = "hub"
-            h.hubs += 1
+            self._count(h, "hubs")
         rate = h.rate()
         if rate is None or not self._active(src):
             interval = src.interval_s * GROW_CAP
@@ -397,32 +405,57 @@ class NewsPolicy:
     def _host(self, host: str) -> HostNews:
         h = self._hosts.get(host)
         if h is None:
+            if len(self._hosts) >= self.max_sources:  # the least recently active host goes
+                self._hosts.popitem(last=False)
             h = self._hosts[host] = HostNews()
+        else:
+            self._hosts.move_to_end(host)
         return h
+
+    def _count(self, h: HostNews, name: str, n: int = 1) -> None:
+        setattr(h, name, getattr(h, name) + n)
+        setattr(self._totals, name, getattr(self._totals, name) + n)
 
     def _observe_delay(self, host: str, delay: float) -> None:
         h = self._host(host)
         h.delays.append(max(0.0, delay))
         h.delays_n += 1
+        self._delays.append(max(0.0, delay))
+        self._totals.delays_n += 1
 
-    def stats(self) -> dict[str, dict[str, Any]]:
-        """Per host: feeds, hubs and news sitemaps found, fetches of sources, new URLs they
-        yielded (and per fetch), publication-to-fetch delay (median, p95, how many)."""
-        out: dict[str, dict[str, Any]] = {}
-        for host, h in self._hosts.items():
-            d = list(h.delays)
-            out[host] = {
-                "feeds": h.feeds,
-                "hubs": h.hubs,
-                "news_sitemaps": h.news_sitemaps,
-                "source_fetches": h.source_fetches,
-                "new_urls": h.new_urls,
-                "new_per_fetch": round(h.new_urls / h.source_fetches, 3) if h.source_fetches else None,
-                "delay_median_s": round(statistics.median(d), 3) if d else None,
-                "delay_p95_s": round(percentile(d, 0.95), 3) if d else None,
-                "delays": h.delays_n,
-            }
+    def stats(self, *, fresh: bool = False) -> dict[str, Any]:
+        """This shard's figures: feeds, hubs and news sitemaps found, refetches of them and
+        the new URLs they yielded (and per fetch), publication-to-fetch delay (median and
+        p95 of the latest ``DELAY_SAMPLE`` * 4, how many in all), and the same per host for
+        the ``STATS_TOP_HOSTS`` hosts with the most new URLs. Recomputed at most every
+        ``STATS_EVERY_S`` (progress asks several times a second; a shard may follow many
+        hosts; ``fresh``: now, e.g. for the final figures). The shape
+        :func:`crawler.crawlstats.merge_news` merges across shards."""
+        now = self._clock.now()
+        if not fresh and self._stats is not None and now - self._stats[0] < STATS_EVERY_S:
+            return self._stats[1]
+        t = self._totals
+        top = heapq.nlargest(STATS_TOP_HOSTS, self._hosts.items(), key=lambda kv: (kv[1].new_urls, kv[1].delays_n))
+        out = {
+            **self._figures(t, list(self._delays)),
+            "hosts": {host: self._figures(h, list(h.delays)) for host, h in top},
+        }
+        self._stats = (now, out)
         return out
+
+    @staticmethod
+    def _figures(h: HostNews, delays: list[float]) -> dict[str, Any]:
+        return {
+            "feeds": h.feeds,
+            "hubs": h.hubs,
+            "news_sitemaps": h.news_sitemaps,
+            "source_fetches": h.source_fetches,
+            "new_urls": h.new_urls,
+            "new_per_fetch": round(h.new_urls / h.source_fetches, 3) if h.source_fetches else None,
+            "delay_median_s": round(statistics.median(delays), 3) if delays else None,
+            "delay_p95_s": round(percentile(delays, 0.95), 3) if delays else None,
+            "delays": h.delays_n,
+        }
 
     def sources(self) -> dict[str, int]:
         """Sources tracked now, by kind."""

@@ -455,5 +455,5 @@ class ShardScheduler:
             "refresh_due": refresh_due,
             "resumed": self.resumed,
             "events": self.events.stats() if self.events is not None else None,
-            "news": self.news.stats() if self.news is not None else {},
+            "news": self.news.stats(fresh=self._stopping) if self.news is not None else {},
         }

@@ -17,7 +17,7 @@ from crawler import config
 from crawler.backqueue import HostQueue, UrlItem, default_priority
 from crawler.clock import MockClock
 from crawler.errors import ConfigError
-from crawler.crawlstats import news_summary
+from crawler.crawlstats import merge_news
 from crawler.feeds import looks_like_feed, next_allowed, parse_feed
 from crawler.fetch import FetchResult
 from crawler.journal import FrontierStore
@@ -161,7 +161,7 @@ def test_a_page_that_keeps_yielding_is_read_at_the_rate_of_its_new_urls():
         clock.advance(interval)
         interval, _ = fetch(news, clock, url, seq, round(interval / 4), interval=interval)
         seq += 1
-    assert news.stats()["n.test"]["hubs"] == 1
+    assert news.stats()["hosts"]["n.test"]["hubs"] == 1
     assert 4.0 <= interval <= 6.0  # target 1 new per fetch at one per 4 s, floored at 5
     # It stops yielding: the interval grows, at most doubling each fetch, and the page
     # settles back to the adaptive schedule once past initial_interval_s.
@@ -189,7 +189,7 @@ def test_a_candidate_that_yields_nothing_settles_after_its_probes():
         interval = fetch(news, clock, url, seq, 0, interval=interval)[0]
         intervals.append(interval)
     assert intervals == [10.0, 20.0, 40.0, 86_400.0]
-    assert news.stats()["n.test"]["hubs"] == 0 and not news.is_source(url)
+    assert news.stats()["hosts"]["n.test"]["hubs"] == 0 and not news.is_source(url)
 
 
 def test_a_page_with_few_new_links_keeps_the_adaptive_schedule():
@@ -234,7 +234,7 @@ def test_sources_that_list_the_same_articles_share_one_rate():
         due[url] = clock.now() + wait
         fetches += 1
     per_article = fetches / len(found)
-    assert news.stats()["n.test"]["feeds"] == 1
+    assert news.stats()["hosts"]["n.test"]["feeds"] == 1
     # About 1 / target requests per new article in all (not 2 / target), within noise.
     assert 0.7 <= per_article <= 1.5, per_article
 
@@ -260,7 +260,7 @@ def test_publication_to_fetch_delay_is_recorded_per_host():
     for k, delay in enumerate([2.0, 4.0, 6.0, 30.0]):
         item = UrlItem(f"http://n.test/a/{k}", 1, fresh=True, published=clock.wall() - delay)
         news.after_fetch(item, 200, Schedule(None, 86_400.0, clock.wall() + 86_400.0))
-    s = news.stats()["n.test"]
+    s = news.stats()["hosts"]["n.test"]
     assert s["delays"] == 4 and s["delay_median_s"] == 5.0 and s["delay_p95_s"] == 30.0
 
 
@@ -423,7 +423,7 @@ def test_a_shard_finds_the_news_sources_of_a_host_and_fetches_new_articles_withi
     assert any(st == 304 and "If-None-Match" in h for st, h in feed)
     # The news sitemap named in robots.txt is read again, not once per robots.txt fetch.
     assert sum(p == "/news-sitemap.xml" for _, p, _, _, _, _ in fetcher.log) >= 3
-    news = stats["news"]["news-0.test"]
+    news = stats["news"]["hosts"]["news-0.test"]
     assert news["feeds"] == 1 and news["news_sitemaps"] == 1 and news["delays"] >= 25
     # Its own delay figures include the backlog it found at the start (published before).
     assert news["delay_median_s"] >= statistics.median(delays) and news["new_per_fetch"] > 0
@@ -436,7 +436,7 @@ def test_without_feeds_the_front_page_is_found_to_be_a_hub(tmp_path):
     assert missed == [] and statistics.median(delays) <= 9.0, sorted(delays)
     assert archive <= 1.2
     assert not any(p == "/feed.xml" for _, p, _, _, _, _ in fetcher.log)
-    assert stats["news"]["news-0.test"]["hubs"] >= 1
+    assert stats["news"]["hosts"]["news-0.test"]["hubs"] >= 1
 
 
 def test_the_rate_read_from_publication_dates_counts_the_silence_since_the_last_one():
@@ -461,19 +461,30 @@ def test_a_feed_named_as_a_sitemap_is_read_as_a_feed_and_read_again():
     assert is_news and feed is not None and counters["feeds_read"] == 1
     again = news.sitemap_again(item, is_news, feed)
     assert again is not None and again.kind == "sitemap" and again.due_at == clock.now() + 600.0  # its <ttl>
-    assert news.stats()["n.test"]["feeds"] == 1
+    assert news.stats()["hosts"]["n.test"]["feeds"] == 1
 
 
 def test_crawl_stats_shows_the_news_figures(tmp_path, capsys):
     out = make_output(tmp_path)
     path = tmp_path / "out" / "stats.json"
     stats = json.loads(path.read_text())
-    per_host = {"a.test": {"feeds": 1, "hubs": 1, "news_sitemaps": 1, "source_fetches": 40, "new_urls": 30,
-                           "new_per_fetch": 0.75, "delay_median_s": 5.5, "delay_p95_s": 12.0, "delays": 30}}
-    stats["news"] = news_summary(per_host)
+    host = {"feeds": 1, "hubs": 1, "news_sitemaps": 1, "source_fetches": 40, "new_urls": 30,
+            "new_per_fetch": 0.75, "delay_median_s": 5.5, "delay_p95_s": 12.0, "delays": 30}
+    stats["news"] = merge_news([{**host, "hosts": {"a.test": host}}, {**dict.fromkeys(host, 0), "hosts": {}}])
     path.write_text(json.dumps(stats))
     assert cli.main(["stats", out]) == 0
     text = capsys.readouterr().out
     assert "news        1 feeds, 1 hubs, 1 news sitemaps; 30 new URLs in 40 refetches of them (0.75 per fetch)" in text
     assert "publication to fetch median 5.5 s, p95 12 s (30 dated articles)" in text
     assert "news hosts  a.test: 30 new in 40 refetches, median delay 5.5 s" in text
+
+
+def test_the_figures_stay_small_however_many_hosts_a_shard_follows():
+    clock = MockClock()
+    news = policy(clock, max_sources=100)
+    for k in range(300):
+        item = UrlItem(f"http://h{k}.test/a/1", 1, fresh=True, published=clock.wall() - 3.0)
+        news.after_fetch(item, 200, Schedule(None, 86_400.0, clock.wall() + 86_400.0))
+    s = news.stats()
+    assert s["delays"] == 300 and s["delay_median_s"] == 3.0  # every host counted in the totals
+    assert len(s["hosts"]) == 50 and len(news._hosts) == 100  # listed and remembered: bounded
