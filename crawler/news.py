@@ -15,8 +15,8 @@ links were delivered (:meth:`NewsPolicy.after_fetch`), so the count is complete.
 The schedule of a source, after each fetch:
 
 1. *first fetch*: a feed or news sitemap is a source at once; a page is a *candidate*
-   when its first fetch admitted at least ``hub_min_new`` new URLs. Either is read again
-   after ``probe_interval_s``.
+   when its first fetch admitted at least ``hub_min_new`` new URLs (at most
+   ``MAX_CANDIDATES_PER_HOST`` at a time). Either is read again after ``probe_interval_s``.
 2. *refetch*: the host's rate of new articles is read from the publication dates its
    feeds and news sitemaps give (:func:`dated_rate`), else from the new URLs its sources
    yielded per second (decayed sums, each source fetch weighing ``HOST_DECAY`` of the one
@@ -72,6 +72,10 @@ GROW_CAP = 2.0
 #: An active source's interval grows by at most this factor per fetch: a lull in a
 #: Poisson stream of articles is not yet a source that stopped.
 ACTIVE_GROW_CAP = 1.25
+#: Pages of one host probed as hubs at a time: in a continuous crawl of an ordinary site
+#: most pages admit new URLs on their first fetch, and probing each would multiply the
+#: refresh load; a news site's hubs are among its first pages (front page, sections).
+MAX_CANDIDATES_PER_HOST = 8
 #: Refetches a candidate gets to yield something before it settles.
 PROBES = 3
 #: Publication-to-fetch delays kept per host (the newest), for the median and p95.
@@ -118,6 +122,7 @@ class HostNews:
     last_poll: float | None = None
     upcoming: dict[str, float] = field(default_factory=dict)  # source URL -> next due (wall)
     dated_rate: float | None = None  # from the publication dates a feed or news sitemap gave
+    candidates: int = 0  # pages being probed as hubs now
 
     def rate(self) -> float | None:
         """New URLs per second: from publication dates when a source gave enough of them,
@@ -312,19 +317,28 @@ class NewsPolicy:
         if not self.hubs:
             return None
         if item.fetch_seq == 1:
-            return "candidate" if new >= self.hub_min_new else None
+            if new < self.hub_min_new:
+                return None
+            if self._host(item.host).candidates >= MAX_CANDIDATES_PER_HOST:
+                self.counters["news_candidates_skipped"] += 1
+                return None
+            return "candidate"
         # A refetch of a page we do not track (settled, forgotten, or before a restart)
-        # that yields new URLs is a hub (again).
-        return "hub" if new >= 1 else None
+        # that yields new URLs is a hub (again): one new URL is enough for a page that was
+        # read faster than the adaptive schedule starts (a source before a restart).
+        fast = item.prev is not None and item.prev.interval_s is not None and item.prev.interval_s < self.initial_interval_s
+        return "hub" if new >= (1 if fast else self.hub_min_new) else None
 
     def _track(self, url: str, host: str, kind: str, now: float) -> Source:
         if len(self._sources) >= self.max_sources:
             old, gone = self._sources.popitem(last=False)
-            self._host(gone.host).upcoming.pop(old, None)
+            self._untrack(old, gone)
             self.counters["news_sources_forgotten"] += 1
         src = Source(kind, host, self.probe_interval_s, now)
         self._sources[url] = src
         h = self._host(host)
+        if kind == "candidate":
+            h.candidates += 1
         if kind == "feed":
             self._count(h, "feeds")
         elif kind == "sitemap":
@@ -357,6 +371,7 @@ class NewsPolicy:
                     return None
                 return min(src.interval_s * GROW_CAP, self.initial_interval_s)
             src.kind = "hub"
+            h.candidates = max(0, h.candidates - 1)
             self._count(h, "hubs")
         rate = h.rate()
         if rate is None or not self._active(src):
@@ -372,9 +387,14 @@ class NewsPolicy:
         return min(interval, self.max_interval_s)
 
     def _forget(self, url: str) -> None:
-        src = self._sources.pop(url)
-        self._host(src.host).upcoming.pop(url, None)
+        self._untrack(url, self._sources.pop(url))
         self.counters["news_sources_settled"] += 1
+
+    def _untrack(self, url: str, src: Source) -> None:
+        h = self._host(src.host)
+        h.upcoming.pop(url, None)
+        if src.kind == "candidate":
+            h.candidates = max(0, h.candidates - 1)
 
     def _due(self, url: str, src: Source, interval: float, now: float) -> float:
         """Step 4: the turn among the host's active sources, floors, skipped hours."""

@@ -22,7 +22,7 @@ from crawler.feeds import looks_like_feed, next_allowed, parse_feed
 from crawler.fetch import FetchResult
 from crawler.journal import FrontierStore
 from crawler.links import LinkPolicy
-from crawler.news import PROBES, NewsPolicy, dated_rate
+from crawler.news import MAX_CANDIDATES_PER_HOST, PROBES, NewsPolicy, dated_rate
 from crawler.parse import parse_page
 from crawler.recrawl import Previous, Schedule
 from crawler.shard import build_shard
@@ -488,3 +488,19 @@ def test_the_figures_stay_small_however_many_hosts_a_shard_follows():
     s = news.stats()
     assert s["delays"] == 300 and s["delay_median_s"] == 3.0  # every host counted in the totals
     assert len(s["hosts"]) == 50 and len(news._hosts) == 100  # listed and remembered: bounded
+
+
+def test_only_a_few_pages_of_a_host_are_probed_as_hubs_at_a_time():
+    """An ordinary site in a continuous crawl: most pages admit new URLs on their first
+    fetch. Probing each would multiply the refresh load; a few at a time are."""
+    clock = MockClock()
+    news = policy(clock)
+    first = [fetch(news, clock, f"http://n.test/p/{k}/", 1, 10)[0] for k in range(12)]
+    assert first.count(10.0) == MAX_CANDIDATES_PER_HOST and first.count(86_400.0) == 12 - MAX_CANDIDATES_PER_HOST
+    # A probe that settles frees its slot for the next page.
+    interval = 10.0
+    for seq in range(2, 2 + PROBES):
+        clock.advance(interval)
+        interval = fetch(news, clock, "http://n.test/p/0/", seq, 0, interval=interval)[0]
+    assert interval == 86_400.0
+    assert fetch(news, clock, "http://n.test/p/99/", 1, 10)[0] == 10.0
