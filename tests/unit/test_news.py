@@ -504,3 +504,17 @@ def test_only_a_few_pages_of_a_host_are_probed_as_hubs_at_a_time():
         interval = fetch(news, clock, "http://n.test/p/0/", seq, 0, interval=interval)[0]
     assert interval == 86_400.0
     assert fetch(news, clock, "http://n.test/p/99/", 1, 10)[0] == 10.0
+
+
+def test_feed_entries_pass_the_same_rules_as_page_links():
+    clock = MockClock()
+    news = policy(clock)
+    links = LinkPolicy(lambda u: u if "javascript" not in u else None, Scope("host", ["http://n.test/"]),
+                       TrapRules(max_depth=16, max_url_length=60, max_query_params=12, max_path_repeats=3))
+    counters: Counter = Counter()
+    reader = SitemapReader(max_files=5, max_urls=100, max_bytes=10**6, links=links, counters=counters, news=news)
+    body = RSS.replace(b"<link>http://n.test/a/2</link>", b"<link>http://elsewhere.test/a/2</link>").replace(
+        b"<title>No link</title>", b"<title>Long</title><link>http://n.test/" + b"x" * 80 + b"</link>")
+    got, _, _, _ = reader._yields(UrlItem("http://n.test/feed.xml", 0, kind="sitemap"), 200, body)
+    assert [link.url for link in got] == ["http://n.test/a/1"]
+    assert counters["scope"] == 1 and counters["url_length"] == 1
