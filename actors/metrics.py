@@ -55,6 +55,13 @@ class ShardMetrics:
         self.emitted = Counter("crawler_events_emitted", "page.fetched events the sink took", ("shard",))
         self.pending = Gauge("crawler_events_pending", "page.fetched events waiting for the sink", ("shard",))
         self.sink_failures = Counter("crawler_events_sink_failures", "failed sends to the event sink", ("shard",))
+        self.news_sources = Gauge("crawler_news_sources", "feeds, hubs and news sitemaps found (crawler.news)", ("shard", "kind"))
+        self.news_fetches = Counter("crawler_news_source_fetches", "refetches of feeds, hubs and news sitemaps", ("shard",))
+        self.news_new = Counter("crawler_news_new_urls", "new URLs those refetches yielded", ("shard",))
+        self.news_delay = Gauge(
+            "crawler_news_publication_delay_seconds", "publication (feed or news sitemap date) to fetch",
+            ("shard", "quantile"),
+        )
 
     def observe_latency(self, seconds: float) -> None:
         self.latency.observe(max(0.0, seconds), tags=self.tags)
@@ -80,6 +87,16 @@ class ShardMetrics:
         self._d.inc(self.emitted, ("emitted",), ev.get("emitted", 0), t)
         self._d.inc(self.sink_failures, ("sink_failures",), ev.get("sink_failures", 0), t)
         self.pending.set(ev.get("pending", 0), tags=t)
+        news = st.get("news") or {}
+        if not news:
+            return
+        for kind in ("feeds", "hubs", "news_sitemaps"):
+            self.news_sources.set(news[kind], tags={**t, "kind": kind})
+        self._d.inc(self.news_fetches, ("news_fetches",), news["source_fetches"], t)
+        self._d.inc(self.news_new, ("news_new",), news["new_urls"], t)
+        for q, key in (("0.5", "delay_median_s"), ("0.95", "delay_p95_s")):
+            if news[key] is not None:
+                self.news_delay.set(news[key], tags={**t, "quantile": q})
 
 
 class TimedFetcher:

@@ -22,6 +22,9 @@ from typing import Any
 
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
+#: The figures of the README's "News and feeds" section (benchmarks/news.py).
+NEWS_BEGIN = "<!-- news:begin -->"
+NEWS_END = "<!-- news:end -->"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -312,6 +315,71 @@ def _freshness_rows(r: Results) -> list[Row]:
     )]
 
 
+NEWS_SETUPS = (
+    ("news", "only `recrawl: {enabled: true, min_interval_s: 5}`"),
+    ("hubs_only", "the same, feeds and news sitemaps off (hubs only)"),
+    ("tuned_by_hand", "no news sources, `initial_interval_s: 30`, `max_interval_s: 3600`"),
+)
+
+
+def _news_figures(d: dict, run: dict) -> str:
+    f = run["figures"]
+    return (f"publication to fetch median {f['delay_median_s']:g} s, p95 {f['delay_p95_s']:g} s "
+            f"({run['delay_s']['n']} articles, {len(run['missed'])} missed); "
+            f"{f['source_requests_per_article']:g} requests to hubs, feeds and sitemaps per new article; "
+            f"archive pages fetched {f['archive_fetches_per_page']:g} times each")
+
+
+def _news_goals(d: dict, run: dict) -> str:
+    g, met = d["goals"], run["goals_met"]
+    return (f"median <= {g['delay_median_s']:g} s: {_met(met['delay_median_s'])}, p95 <= {g['delay_p95_s']:g} s: "
+            f"{_met(met['delay_p95_s'])}, <= {g['source_requests_per_article']:g} requests: "
+            f"{_met(met['source_requests_per_article'])}, archive <= {g['archive_fetches_per_page']:g}: "
+            f"{_met(met['archive_fetches_per_page'])}")
+
+
+def _news_rows(r: Results) -> list[Row]:
+    d = r.get("news.json")
+    if d is None:
+        return []
+    return [(
+        f"news web ({d['hosts']} hosts, an article per {d['mean_publication_interval_s']:g} s each, "
+        f"{d['duration_s']:g} s): {label}",
+        _news_figures(d, d["runs"][name]),
+        _news_goals(d, d["runs"][name]),
+        _src("news.json"),
+    ) for name, label in NEWS_SETUPS if name in d["runs"]]
+
+
+def render_news(r: Results) -> str:
+    """The README's "News and feeds" figures (between the news markers)."""
+    d = r.get("news.json")
+    if d is None:
+        return "(no benchmarks/results/news.json yet: python -m benchmarks.news)"
+    out = [f"Measured by `python -m benchmarks.news` ({_src('news.json')}): {d['hosts']} news hosts, an article per "
+           f"{d['mean_publication_interval_s']:g} s on average on each (Poisson), 1 s politeness interval, "
+           f"{d['duration_s']:g} s of continuous crawl, the three setups side by side on copies of the same web; "
+           f"delays are over the articles published more than {d['settle_s']:g} s before the end.", "",
+           "| setup | median delay | p95 delay | requests to hubs, feeds, sitemaps per new article | archive fetches per page |",
+           "|---|---|---|---|---|"]
+    for name, label in NEWS_SETUPS:
+        run = d["runs"].get(name)
+        if run is None:
+            continue
+        f, met = run["figures"], run["goals_met"]
+        cell = lambda k, unit="": f"{f[k]:g}{unit}" + ("" if met[k] else " (not met)")  # noqa: E731
+        out.append(f"| {label} | {cell('delay_median_s', ' s')} | {cell('delay_p95_s', ' s')} | "
+                   f"{cell('source_requests_per_article')} | {cell('archive_fetches_per_page')} |")
+    refetch = ", ".join(f"{d['runs'][n]['source_refetches_per_article']:g}" for n, _ in NEWS_SETUPS if n in d["runs"])
+    out += ["", f"Without the first fetch of each front, section, feed and sitemap page (discovery any crawl makes), "
+                f"requests per new article are {refetch} in the same order."]
+    g = d["goals"]
+    out += ["", f"Goals: median <= {g['delay_median_s']:g} s, p95 <= {g['delay_p95_s']:g} s, <= "
+                f"{g['source_requests_per_article']:g} requests per new article, archive pages fetched <= "
+                f"{g['archive_fetches_per_page']:g} times each; \"(not met)\" marks a figure over its goal."]
+    return "\n".join(out)
+
+
 def _neardup_rows(r: Results) -> list[Row]:
     d = r.get("neardup.json")
     if d is None:
@@ -367,7 +435,7 @@ def _render_rows(r: Results) -> list[Row]:
 
 ROW_BUILDERS: tuple[Callable[[Results], list[Row]], ...] = (
     _throughput_rows, _scrapy_rows, _politeness_rows, _uvloop_rows, _memory_rows, _content_rows, _ring_rows,
-    _restart_rows, _freshness_rows, _neardup_rows, _render_rows,
+    _restart_rows, _freshness_rows, _news_rows, _neardup_rows, _render_rows,
 )
 
 
@@ -425,14 +493,14 @@ def render(r: Results) -> str:
     return "\n".join(out)
 
 
-def splice(readme: str, body: str) -> str:
+def splice(readme: str, body: str, begin: str = BEGIN, end: str = END) -> str:
     """``readme`` with the text between the markers replaced by ``body``."""
     try:
-        head, rest = readme.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
+        head, rest = readme.split(begin, 1)
+        _, tail = rest.split(end, 1)
     except ValueError:
-        raise SystemExit(f"README has no {BEGIN} ... {END} section") from None
-    return f"{head}{BEGIN}\n{body}\n{END}{tail}"
+        raise SystemExit(f"README has no {begin} ... {end} section") from None
+    return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -443,12 +511,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default=RESULTS)
     a = p.parse_args(argv)
     docs = a.readme or [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "benchmarks", "RESULTS.md")]
-    body = render(load(a.results))
+    results = load(a.results)
+    body, news = render(results), render_news(results)
     status = 0
     for doc in docs:
         with open(doc, encoding="utf-8") as f:
             current = f.read()
         wanted = splice(current, body)
+        if NEWS_BEGIN in wanted:
+            wanted = splice(wanted, news, NEWS_BEGIN, NEWS_END)
         if a.check:
             if wanted != current:
                 print(f"{doc}: the results section differs from {a.results}; run python -m benchmarks.report",

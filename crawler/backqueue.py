@@ -24,6 +24,11 @@ from crawler.urls import host_key
 
 #: How many depth levels one point of seed priority is worth (``add_seeds(priority=)``).
 PRIORITY_STEP = 100.0
+#: The rank of fresh news (crawler.news): ahead of every discovery depth, behind a
+#: seed priority of 1 or more; lowered by ``NEWS_RECENCY`` per second of publication
+#: time, so across hosts the most recently published article goes first.
+NEWS_RANK = -1.0
+NEWS_RECENCY = 1e-10  # 1.7e9 s of epoch time -> -0.17: stays within one depth level
 #: Seed priorities run from -MAX_PRIORITY to MAX_PRIORITY. A thousand points is already
 #: 100,000 depth levels: anything beyond says nothing more, and an unbounded integer
 #: does not fit the shard store's 64-bit column.
@@ -44,7 +49,9 @@ class UrlItem:
     ``due_at`` is clock time before which it must not be fetched (a retry's backoff, a
     refresh's schedule). ``kind``: "discover" (first fetch), "refresh" (a recrawl, with
     ``prev`` from the durable store) or "sitemap" (a sitemap to read, no row).
-    ``boost``: seed priority (higher first).
+    ``boost``: seed priority (higher first). ``fresh``: a new URL from a feed, news
+    sitemap or hub (crawler.news), ahead of older discovery; ``published``: its
+    publication time (wall seconds) when the source gave one. Both live in memory only.
     """
 
     url: str
@@ -60,6 +67,8 @@ class UrlItem:
     kind: str = "discover"
     boost: int = 0
     prev: Previous | None = None
+    fresh: bool = False
+    published: float | None = None
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -79,9 +88,12 @@ Priority = Callable[[UrlItem, float], float]
 def default_priority(item: UrlItem, now: float) -> float:
     """Lower first. Discovery: depth (breadth-first), a seed's priority lifting it by
     ``PRIORITY_STEP`` levels per point. Refresh: how overdue it is (seconds, negative), so
-    overdue refreshes come before discovery of the same rank."""
+    overdue refreshes come before discovery of the same rank. Fresh news: ``NEWS_RANK``,
+    the most recently published first."""
     if item.kind == "refresh":
         return -(now - item.due_at)
+    if item.fresh:
+        return NEWS_RANK - NEWS_RECENCY * (item.published or 0.0)
     return float(item.depth) - PRIORITY_STEP * item.boost
 
 

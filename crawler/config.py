@@ -121,6 +121,20 @@ class SitemapsConfig:
 
 
 @dataclass(frozen=True)
+class NewsConfig:
+    """Feeds, news sitemaps and hub pages, read again by the new URLs they yield
+    (crawler.news). Scheduling needs ``recrawl.enabled``; without it they are read once."""
+
+    hubs: bool = True
+    feeds: bool = True
+    news_sitemaps: bool = True
+    hub_min_new: int = 3
+    probe_interval_s: float | None = None  # None: twice recrawl.min_interval_s
+    target_new_per_fetch: float = 0.6
+    max_sources: int = 100_000
+
+
+@dataclass(frozen=True)
 class RuntimeConfig:
     """How the crawl is spread over processes (Ray) and how batches move."""
 
@@ -203,6 +217,7 @@ class CrawlConfig:
     dedup: DedupConfig = field(default_factory=DedupConfig)
     recrawl: RecrawlConfig = field(default_factory=RecrawlConfig)
     sitemaps: SitemapsConfig = field(default_factory=SitemapsConfig)
+    news: NewsConfig = field(default_factory=NewsConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
@@ -247,12 +262,12 @@ class CrawlConfig:
     def fingerprint(self) -> str:
         """A stable hash of the settings that change what a crawl fetches.
 
-        Output, runtime, recrawl, API, event and render settings are left out: moving the
-        output, changing the shard count, tuning (or starting) recrawl, turning the API or
-        rendering on continues the same crawl.
+        Output, runtime, recrawl, news, API, event and render settings are left out: moving
+        the output, changing the shard count, tuning (or starting) recrawl or news sources,
+        turning the API or rendering on continues the same crawl.
         """
         d = to_dict(self)
-        for section in ("runtime", "output", "recrawl", "api", "events", "render"):
+        for section in ("runtime", "output", "recrawl", "news", "api", "events", "render"):
             d.pop(section, None)
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
@@ -318,6 +333,8 @@ def _validate(obj: Any, prefix: str) -> None:
             positive(obj, prefix, "duration_s")
     elif isinstance(obj, SitemapsConfig):
         positive(obj, prefix, "max_files_per_host", "max_urls_per_file", "max_bytes_per_file")
+    elif isinstance(obj, NewsConfig):
+        positive(obj, prefix, "hub_min_new", "probe_interval_s", "target_new_per_fetch", "max_sources")
     elif isinstance(obj, RuntimeConfig):
         for n in ("shards", "seen_shards"):
             v = getattr(obj, n)

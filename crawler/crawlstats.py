@@ -29,6 +29,7 @@ def merge_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 total["events"][k] = total["events"].get(k, False) or v
             else:
                 total["events"][k] = total["events"].get(k, 0) + v
+    total["news"] = merge_news([s["news"] for s in statuses if s.get("news")])
     total["shards"] = len(statuses)
     return total
 
@@ -56,6 +57,24 @@ def render_summary(c: dict[str, int]) -> dict[str, Any]:
         "script_cache_revalidated": c.get("render_script_cache_revalidated", 0),
         "waits": group("render_wait_"),
     }
+
+
+NEWS_COUNTS = ("feeds", "hubs", "news_sitemaps", "source_fetches", "new_urls", "delays")
+
+
+def merge_news(shards: Sequence[dict[str, Any]], top: int = 50) -> dict[str, Any]:
+    """Crawl-wide news figures (crawler.news) from the shards' ``NewsPolicy.stats()``:
+    counts summed, publication-to-fetch median and p95 weighted by how many delays each
+    shard saw, and the ``top`` hosts by new URLs (a host is one shard's: invariant 1)."""
+    out: dict[str, Any] = {k: sum(s.get(k, 0) for s in shards) for k in NEWS_COUNTS}
+    out["new_per_fetch"] = round(out["new_urls"] / out["source_fetches"], 3) if out["source_fetches"] else None
+    timed = [s for s in shards if s.get("delays") and s.get("delay_median_s") is not None]
+    n = sum(s["delays"] for s in timed)
+    for key in ("delay_median_s", "delay_p95_s"):
+        out[key] = round(sum(s[key] * s["delays"] for s in timed) / n, 3) if n else None
+    hosts = [kv for s in shards for kv in (s.get("hosts") or {}).items()]
+    out["hosts"] = dict(sorted(hosts, key=lambda kv: -kv[1]["new_urls"])[:top])
+    return out
 
 
 def write_stats(cfg: CrawlConfig, stats: dict[str, Any]) -> str:
@@ -119,6 +138,7 @@ def crawl_stats(
             "due_now": total["refresh_due"],
             "waiting": total["refresh_waiting"],
         },
+        "news": total["news"],
         "shards": total["shards"],
         "seen_shards": seen_shards,
         "seen": services.get("seen", {}),

@@ -94,6 +94,22 @@ class LinkPolicy:
                 out.append(url)
         return out
 
+    def follow_urls(self, urls: list[str], depth: int, counts: Counter) -> list[tuple[str, str]]:
+        """(normalized, as given) for the absolute URLs of a non-HTML source (a feed's
+        entries) that pass the same rules as a page's links; drops counted by reason."""
+        out: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        for raw in urls:
+            url, reason = self._verdict(raw, False, False, depth)
+            if reason is not None:
+                counts[reason] += 1
+            elif url in seen:
+                counts["duplicate_on_page"] += 1
+            else:
+                seen.add(url)  # type: ignore[arg-type]
+                out.append((url, raw))  # type: ignore[arg-type]
+        return out
+
     def decide(self, page: ParsedPage, depth: int) -> list[LinkDecision]:
         """Every link of the page with its verdict, in document order."""
         out: list[LinkDecision] = []

@@ -23,12 +23,14 @@ from typing import Protocol
 
 from crawler.clock import Clock
 from crawler.dedup import content_sha256, text_fingerprint, to_int64
+from crawler.feeds import Feed, looks_like_feed, parse_feed
 from crawler.fetch import FetchResult
 from crawler.frontier import UrlItem
 from crawler.links import LinkPolicy
 from crawler.output import BlobStore, OutcomeRow
 from crawler.output.headers import encode_headers
 from crawler.parse import ParsedPage, is_html, parse_page
+from crawler.news import NewsPolicy
 from crawler.recrawl import Previous, RecrawlPolicy, Schedule
 from crawler.render.renderer import RenderedPage, Renderer
 from crawler.urls import join_url, url_hash
@@ -54,6 +56,7 @@ class Outcome:
     duplicate: bool = False
     schedule: Schedule | None = None
     raw_body: bytes | None = None  # a rendered page's response as fetched (stored beside the DOM)
+    feed: Feed | None = None  # the page was an RSS/Atom feed (crawler.feeds): its hints
 
 
 class PagePipeline:
@@ -71,6 +74,8 @@ class PagePipeline:
             page's DOM is what is stored, parsed and fingerprinted; its raw response is
             stored beside it (``raw_sha256``, ``raw_blob_key``).
         counters: the shard's counters (shared with the renderer), or a new Counter.
+        news: feeds, hubs and news sitemaps (crawler.news), or None: feeds are read as
+            link sources and a page's feeds followed; links of a source are marked fresh.
     """
 
     def __init__(
@@ -88,6 +93,7 @@ class PagePipeline:
         recrawl: RecrawlPolicy,
         renderer: Renderer | None = None,
         counters: Counter[str] | None = None,
+        news: NewsPolicy | None = None,
     ) -> None:
         self.shard_id = shard_id
         self.links = links
@@ -101,6 +107,7 @@ class PagePipeline:
         self._recrawl = recrawl
         self.renderer = renderer
         self.counters: Counter[str] = counters if counters is not None else Counter()
+        self._news = news
         self.dropped: Counter[str] = Counter()  # links not followed, by reason
 
     async def page(self, item: UrlItem, res: FetchResult) -> Outcome:
@@ -109,6 +116,7 @@ class PagePipeline:
         sha = content_sha256(body)
         ctype = res.headers.get("content-type")  # with its charset parameter
         parsed: ParsedPage | None = None
+        feed: Feed | None = None
         fp: int | None = None
         raw_body: bytes | None = None
         rendered: RenderedPage | None = None
@@ -122,6 +130,10 @@ class PagePipeline:
                     sha = content_sha256(body)
             if parsed.main_text:
                 fp = text_fingerprint(parsed.main_text, self._min_tokens)
+        elif self._news is not None and self._news.feeds and looks_like_feed(ctype, body):
+            feed = parse_feed(body, item.url)
+            self.counters["feeds_read"] += 1
+            self.counters["feeds_malformed"] += feed.error is not None
         dup_kind, dup_of = await self._content.submit((item.url, sha, fp))
         if dup_kind is not None:
             self.counters[f"dup_{dup_kind}"] += 1
@@ -137,6 +149,8 @@ class PagePipeline:
         if parsed is not None and parsed.links:
             depth = item.depth + 1
             links = [UrlItem(u, depth, item.url) for u in self.links.follow(parsed, depth, self.dropped)]
+        if self._news is not None:
+            links = self._news_links(item, parsed, feed, links)
         self.counters["bytes"] += len(body)
         row = self.row(
             item, "fetched", res, sha=sha, simhash=fp, dup_kind=dup_kind, dup_of=dup_of, error="; ".join(errors) or None,
@@ -145,7 +159,29 @@ class PagePipeline:
         body_kept = body if self._store_bodies else None
         raw_kept = raw_body if self._store_bodies else None
         return Outcome(row, links, body_kept, duplicate=dup_kind is not None, schedule=self.schedule(item, row),
-                       raw_body=raw_kept)
+                       raw_body=raw_kept, feed=feed)
+
+    def _news_links(self, item: UrlItem, parsed: ParsedPage | None, feed: Feed | None, links: list[UrlItem]) -> list[UrlItem]:
+        """A feed's entries; a page's feeds (``<link rel="alternate">``) next to its links;
+        the links of a source marked fresh (crawler.news)."""
+        news = self._news
+        assert news is not None
+        depth = item.depth + 1
+
+        def follow(urls: list[str], d: int) -> list[tuple[str, str]]:
+            return self.links.follow_urls(urls, d, self.dropped)
+
+        if feed is not None:
+            links = news.feed_links(item, feed, follow)
+        elif parsed is not None and parsed.feeds and news.feeds and not parsed.meta_nofollow:
+            have = {link.url for link in links}
+            for url, _ in follow(parsed.feeds, depth):
+                if url not in have:
+                    have.add(url)
+                    links.append(UrlItem(url, depth, item.url))
+                    self.counters["feeds_linked"] += 1
+        news.mark(item, links)
+        return links
 
     def outcome(self, item: UrlItem, outcome: str, res: FetchResult | None = None, *, error: str | None = None) -> Outcome:
         """An outcome with no page to process (not_modified, an error, robots refusal)."""

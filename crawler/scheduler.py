@@ -33,6 +33,7 @@ from crawler.fetch import FetchResult, classify
 from crawler.frontier import Frontier, UrlItem
 from crawler.hostpolicy import HostTarget, name_of
 from crawler.journal import FrontierStore
+from crawler.news import NewsPolicy
 from crawler.outbox import Outbox
 from crawler.pipeline import Outcome, PagePipeline
 from crawler.politeness import Politeness
@@ -94,6 +95,7 @@ class ShardScheduler:
         checkpointer: Checkpointer | None = None,
         feed: RefreshFeed | None = None,
         sitemaps: SitemapReader | None = None,
+        news: NewsPolicy | None = None,
     ) -> None:
         self.shard_id = shard_id
         self.settings = settings
@@ -102,6 +104,7 @@ class ShardScheduler:
         self.fetcher, self.outbox, self.router = fetcher, outbox, router
         self.clock, self.store, self.checkpointer, self.feed = clock, store, checkpointer, feed
         self.sitemaps = sitemaps
+        self.news = news  # feeds, hubs, news sitemaps (crawler.news): credited at accept
         self.counters: Counter[str] = pipeline.counters
         self.dropped: Counter[str] = pipeline.dropped
         self.batches_received = 0
@@ -133,14 +136,17 @@ class ShardScheduler:
         keep, refused = self.admission.take(items)
         for item in refused:
             self._refused(item)
-        boosted = [i for i in keep if i.boost]
-        if boosted:  # an operator's priority lives in memory only: never spilled
+        if self.news is not None:
+            self.news.credit(keep)
+        accepted = len(keep)
+        boosted = [i for i in keep if i.boost or i.fresh]
+        if boosted:  # an operator's priority, and news, live in memory only: never spilled
             self.frontier.push(boosted, in_memory=True)
-            keep = [i for i in keep if not i.boost]
+            keep = [i for i in keep if not (i.boost or i.fresh)]
         self.frontier.push(keep)
-        self.counters["accepted"] += len(keep)
+        self.counters["accepted"] += accepted
         self._wake.set()
-        return len(keep)
+        return accepted
 
     def set_host_policy(
         self, host: str, interval_s: float | None, paused: bool | None, max_pages: int | None = None,
@@ -382,6 +388,8 @@ class ShardScheduler:
             # Acked (row written) only once its links reached their owners.
             if not await self.router.submit(outcome.links, bypass_seen=item.replay):
                 raise DeliveryError(f"{len(outcome.links)} links could not be delivered to their shards")
+        if self.news is not None:  # after delivery: the new URLs it yielded are counted
+            outcome.schedule = self.news.after_fetch(item, outcome.row.status, outcome.schedule, outcome.feed)
         self._record(item, outcome)
 
     def _refused(self, item: UrlItem) -> None:
@@ -447,4 +455,5 @@ class ShardScheduler:
             "refresh_due": refresh_due,
             "resumed": self.resumed,
             "events": self.events.stats() if self.events is not None else None,
+            "news": self.news.stats(fresh=self._stopping) if self.news is not None else {},
         }

@@ -31,6 +31,7 @@ from crawler.lease import Fence, LeaseStore
 from crawler.links import LinkPolicy
 from crawler.outbox import Outbox
 from crawler.output import ResultWriter
+from crawler.news import NewsPolicy
 from crawler.pipeline import PagePipeline
 from crawler.politeness import Politeness
 from crawler.recrawl import RecrawlPolicy
@@ -177,6 +178,13 @@ def build_shard(
         grow_factor=rc.grow_factor, shrink_factor=rc.shrink_factor, fingerprint_distance=cfg.dedup.simhash_distance,
     )
     links = build_link_policy(cfg, seeds)
+    nc = cfg.news
+    news = NewsPolicy(
+        min_interval_s=rc.min_interval_s, initial_interval_s=rc.initial_interval_s, max_interval_s=rc.max_interval_s,
+        probe_interval_s=nc.probe_interval_s if nc.probe_interval_s is not None else 2 * rc.min_interval_s,
+        target_new_per_fetch=nc.target_new_per_fetch, hub_min_new=nc.hub_min_new, max_sources=nc.max_sources,
+        clock=clock, schedule=rc.enabled, hubs=nc.hubs, feeds=nc.feeds, news_sitemaps=nc.news_sitemaps,
+    )
     robots = RobotsClient(
         robots_cache, classify=classify, normalize=links.normalizer, join=join_url, host_of=host_key, pacer=politeness, clock=clock
     )
@@ -207,6 +215,7 @@ def build_shard(
         recrawl=recrawl,
         renderer=renderer,
         counters=counters,
+        news=news,
     )
     checkpointer = None
     out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
@@ -261,7 +270,7 @@ def build_shard(
 
         sitemaps = SitemapReader(
             max_files=sm.max_files_per_host, max_urls=sm.max_urls_per_file, max_bytes=sm.max_bytes_per_file,
-            links=links, counters=pipeline.counters, nudge=nudge,
+            links=links, counters=pipeline.counters, nudge=nudge, news=news,
         )
     router = LinkRouter(seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s, clock=clock)
     shard = ShardScheduler(
@@ -282,6 +291,7 @@ def build_shard(
         checkpointer=checkpointer,
         feed=feed,
         sitemaps=sitemaps,
+        news=news,
     )
     shard_ref.append(shard)
     shard.events = emitter

@@ -8,6 +8,12 @@ text file of one URL per line. Limits are the protocol's: 50,000 URLs and 50 MB
 uncompressed per file. Anything malformed costs that one sitemap (a result with an
 error), never the crawl.
 
+The news extension (``xmlns:news="http://www.google.com/schemas/sitemap-news/0.9"``) adds
+``<news:news><news:publication_date>`` and ``<news:title>`` to a ``<url>``: such URLs are
+fresh news (crawler.news), ordered by publication time, and a sitemap that lists any is
+read again on the schedule of a news source. A feed named in robots.txt as a sitemap (as
+search engines accept) is read as a feed (crawler.feeds).
+
 ``<lastmod>`` is a prior only (crawler.recrawl.RecrawlPolicy.nudge): many sites stamp
 every page on each deploy. No DTD or entity is accepted (an XML bomb is malformed here).
 """
@@ -20,6 +26,7 @@ import zlib
 from dataclasses import dataclass, field
 from xml.etree.ElementTree import ParseError, XMLPullParser
 
+from crawler.feeds import Feed, looks_like_feed, parse_feed
 from crawler.urls import join_url
 
 #: sitemaps.org limits per file.
@@ -37,6 +44,7 @@ class Sitemap:
 
     urls: list[tuple[str, float | None]] = field(default_factory=list)
     sitemaps: list[str] = field(default_factory=list)
+    news: dict[str, tuple[float | None, str | None]] = field(default_factory=dict)  # url -> (published, title)
     error: str | None = None
     truncated: bool = False
 
@@ -111,12 +119,22 @@ def _take(parser: XMLPullParser, base: str, result: Sitemap, max_urls: int) -> b
         if kind not in ("url", "sitemap"):
             continue
         loc = lastmod = None
+        news: tuple[float | None, str | None] | None = None
         for child in elem:
             name = _local(child.tag)
             if name == "loc":
                 loc = (child.text or "").strip()
             elif name == "lastmod":
                 lastmod = child.text
+            elif name == "news" and kind == "url":
+                published = title = None
+                for part in child:
+                    sub = _local(part.tag)
+                    if sub == "publication_date":
+                        published = parse_lastmod(part.text)
+                    elif sub == "title":
+                        title = (part.text or "").strip() or None
+                news = (published, title)
         elem.clear()
         target = join_url(base, loc) if loc else None
         if target is None:
@@ -125,6 +143,8 @@ def _take(parser: XMLPullParser, base: str, result: Sitemap, max_urls: int) -> b
             result.sitemaps.append(target)
         else:
             result.urls.append((target, parse_lastmod(lastmod)))
+            if news is not None:
+                result.news[target] = news
         if len(result.urls) + len(result.sitemaps) >= max_urls:
             result.truncated = True
             return True
@@ -163,13 +183,14 @@ class SitemapReader:
     (discovery through links is unaffected; no admitted URL is involved).
     """
 
-    def __init__(self, *, max_files: int, max_urls: int, max_bytes: int, links, counters, nudge=None) -> None:
+    def __init__(self, *, max_files: int, max_urls: int, max_bytes: int, links, counters, nudge=None, news=None) -> None:
         self._max_files = max_files
         self._max_urls = max_urls
         self.max_bytes = max_bytes
         self._links = links
         self._counters = counters
         self._nudge = nudge  # nudge(url, lastmod): bring a known page's refresh earlier
+        self._news = news  # crawler.news.NewsPolicy: news sitemaps and feeds read again
         self._planned: dict[str, int] = {}  # host -> sitemap files queued this run
 
     def plan(self, origin: str, host: str, listed: list[str], allowed) -> list:
@@ -200,18 +221,35 @@ class SitemapReader:
         """Fetch one sitemap (``await fetch(host, url, max_body_bytes=...)``, politeness-paced),
         ``queue`` the sitemaps it lists and ``route`` its URLs as discovered links."""
         res = await fetch(item.host, item.url, max_body_bytes=self.max_bytes)
-        links, more = self.yields(item, res.status, res.body)
+        links, more, news, feed = self._yields(item, res.status, res.body)
+        published = [link.published for link in links if link.fresh]
         queue(more)
         if links and not await route(links):
             raise RuntimeError(f"{len(links)} sitemap URLs could not be delivered to their shards")
+        if self._news is not None:
+            # After delivery, so the new URLs it yielded are counted (crawler.news).
+            again = self._news.sitemap_again(item, news, feed, published)
+            if again is not None:
+                queue([again])
 
     def yields(self, item, status: int | None, body: bytes) -> tuple[list, list]:
         """(links to route, sitemap items to queue) from a fetched sitemap."""
+        links, more, _, _ = self._yields(item, status, body)
+        return links, more
+
+    def _yields(self, item, status: int | None, body: bytes) -> tuple[list, list, bool, Feed | None]:
+        """What :meth:`yields` says, and whether the sitemap listed news (or was a feed)."""
         from crawler.backqueue import UrlItem
 
         if status != 200:
             self._counters["sitemaps_failed"] += 1
-            return [], []
+            return [], [], False, None
+        if self._news is not None and self._news.feeds and looks_like_feed("", body[:2048]):
+            feed = parse_feed(body, item.url)
+            self._counters["feeds_read"] += 1
+            self._counters["feeds_malformed"] += feed.error is not None
+            links = self._news.feed_links(item, feed, lambda urls, d: self._links.follow_urls(urls, d, self._counters))
+            return links, [], True, feed
         sm = parse_sitemap(body, item.url, max_urls=self._max_urls, max_bytes=self.max_bytes)
         self._counters["sitemaps_read"] += 1
         if sm.error:
@@ -224,13 +262,19 @@ class SitemapReader:
             if nested.host == item.host and self._take_slot(item.host):
                 more.append(nested)
         links = []
+        news = bool(sm.news) and self._news is not None and self._news.news_sitemaps
         for url, lastmod in sm.urls:
             canon = self._links.normalizer(url)
             if canon is None:
                 continue
             if self._links.scope.allows(canon) and self._links.traps.check(canon, 1) is None:
-                links.append(UrlItem(canon, 1, item.url))
+                link = UrlItem(canon, 1, item.url)
+                if news and url in sm.news:
+                    link.fresh, link.published = True, sm.news[url][0]
+                links.append(link)
                 self._counters["sitemap_urls"] += 1
             if lastmod is not None and self._nudge is not None and UrlItem(canon).host == item.host:
                 self._nudge(canon, lastmod)
-        return links, more
+        if news:
+            self._counters["news_sitemap_urls"] += len(sm.news)
+        return links, more, news, None

@@ -78,6 +78,28 @@ def render(summary: Mapping[str, Any], out: str) -> str:
     if rate:
         lines.append("  rates       " + "; ".join(rate))
 
+    news = run.get("news") or {}
+    if news.get("feeds") or news.get("hubs") or news.get("news_sitemaps"):
+        line = (
+            f"  news        {news['feeds']} feeds, {news['hubs']} hubs, {news['news_sitemaps']} news sitemaps; "
+            f"{news['new_urls']} new URLs in {news['source_fetches']} refetches of them"
+        )
+        if news.get("new_per_fetch") is not None:
+            line += f" ({news['new_per_fetch']:g} per fetch)"
+        if news.get("delays"):
+            line += (
+                f"; publication to fetch median {news['delay_median_s']:g} s, p95 {news['delay_p95_s']:g} s"
+                f" ({news['delays']} dated articles)"
+            )
+        lines.append(line)
+        busiest = list((news.get("hosts") or {}).items())[:3]
+        if busiest:
+            lines.append("  news hosts  " + "; ".join(
+                f"{host}: {h['new_urls']} new in {h['source_fetches']} refetches"
+                + (f", median delay {h['delay_median_s']:g} s" if h.get("delay_median_s") is not None else "")
+                for host, h in busiest
+            ))
+
     d = summary["duplicates"]
     lines.append(
         f"  duplicates  exact {d['exact']}, near {d['near']} "

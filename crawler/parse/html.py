@@ -23,6 +23,7 @@ from selectolax.lexbor import LexborHTMLParser
 
 from crawler.encodings import REPLACEMENT, UTF16
 from crawler.errors import ConfigError
+from crawler.feeds import FEED_TYPES
 from crawler.maincontent import main_text
 from crawler.parse.charset import ASCII_WS, decode, decoding_codec, detect_encoding
 from crawler.urls import join_url
@@ -83,6 +84,9 @@ class ParsedPage:
     """The markup nested so deep that building the real DOM would cost quadratic time; the
     page was parsed from a flattened copy keeping only a/area/base/meta/title tags. Links
     are still found; ``text`` may include script source."""
+    feeds: list[str] = field(default_factory=list)
+    """Resolved ``href`` of ``<link rel="alternate">`` elements whose ``type`` is a feed
+    (RSS, Atom: crawler.feeds.FEED_TYPES), in document order."""
 
 
 # --------------------------------------------------------------------------------------
@@ -286,7 +290,7 @@ def _in_foreign_content(node: object) -> bool:
     return False
 
 
-_HEAD_SELECTOR = 'base[href], title, meta[name="robots" i]'
+_HEAD_SELECTOR = 'base[href], title, meta[name="robots" i], link[rel][type][href]'
 _STRIP_FOR_TEXT = ["script", "style", "noscript", "template", "svg"]
 
 
@@ -372,13 +376,20 @@ def _parse_html(
     elif _PRODUCT_TOKEN.match(token):
         selector = f'{_HEAD_SELECTOR}, meta[name="{token}" i]'
     else:  # not safe to put in a selector string: filter every named meta in Python
-        selector = "base[href], title, meta[name]"
+        selector = "base[href], title, meta[name], link[rel][type][href]"
     base_href: str | None = None
     title: str | None = None
     seen_title = False
+    feed_hrefs: list[str] = []
     for node in tree.css(selector):
         tag = node.tag
-        if tag == "meta":
+        if tag == "link":
+            # <link rel="alternate" type="application/rss+xml" href>: the page's feeds.
+            attrs = node.attributes
+            rel = (attrs.get("rel") or "").lower().split()
+            if "alternate" in rel and (attrs.get("type") or "").split(";")[0].strip().lower() in FEED_TYPES:
+                feed_hrefs.append(attrs.get("href") or "")
+        elif tag == "meta":
             attrs = node.attributes
             name = (attrs.get("name") or "").strip(ASCII_WS).lower()
             if name == "robots" or name == token:
@@ -401,6 +412,8 @@ def _parse_html(
         # base); without this every relative link of such a page would be lost.
         if joined is not None and not joined.startswith(_REFUSED_BASE_SCHEMES):
             base_url = joined
+
+    feeds = [u for u in (join_url(base_url, h, url_encoding) for h in feed_hrefs if h) if u]
 
     nodes = tree.css(_LINKS)
     dropped = max(0, len(nodes) - max_links)
@@ -449,4 +462,5 @@ def _parse_html(
         title=title,
         links_dropped=dropped,
         degraded=degraded,
+        feeds=feeds,
     )
