@@ -34,6 +34,7 @@ from crawler.politeness import Politeness
 from crawler.recrawl import RecrawlPolicy
 from crawler.refresh import RefreshFeed
 from crawler.sitemaps import SitemapReader
+from crawler.statelog import Restored, StateLog
 from crawler.robots import RobotsCache, RobotsClient
 from crawler.routing import LinkRouter, SeenService
 from crawler.scheduler import PageBudget, SchedulerSettings, ShardScheduler
@@ -139,11 +140,13 @@ def build_shard(
     writer: Any = None,
     run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
     fence: Fence | None = None,
-    from_copy: bool = False,
+    state_log: StateLog | None = None,
+    restored: Restored | None = None,
 ) -> ShardScheduler:
     """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
     the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs).
-    ``from_copy``: the store was restored from the copy in a remote OUT (crawler.state)."""
+    ``state_log``/``restored``: with a remote output, the store's journal in OUT and what
+    OUT held when the store was rebuilt from it (crawler.state.open_shard_store)."""
     pol, rt = cfg.politeness, cfg.runtime
     rng = rng or random.Random(hash(shard_id) & 0xFFFF)
     politeness = Politeness(
@@ -196,8 +199,9 @@ def build_shard(
     out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
     if store is not None:
 
-        def ship() -> None:
-            state.ship(store.backup, out, f"{shard_id}.sqlite", clock.wall(), opts)
+        async def ship() -> None:
+            assert state_log is not None
+            await state_log.snapshot(lambda dest: store.backup(dest, lambda: state_log.seq))
 
         checkpointer = Checkpointer(
             store,
@@ -210,7 +214,7 @@ def build_shard(
             },
             clock,
             interval_s=rt.checkpoint_interval_s,
-            ship=ship if state.is_remote(out) else None,
+            ship=ship if state_log is not None else None,
             ship_interval_s=rt.state_ship_interval_s,
         )
     shard_ref: list[ShardScheduler] = []  # the emitter holds the shard's dispatch (built below)
@@ -265,6 +269,7 @@ def build_shard(
         checkpointer=checkpointer,
         feed=feed,
         sitemaps=sitemaps,
+        state_log=state_log,
     )
     shard_ref.append(shard)
     shard.events = emitter
@@ -272,16 +277,19 @@ def build_shard(
     if fence is not None:
         shard.gate = fence.ok
     if store is not None and checkpointer is not None:
-        if from_copy:
-            # Older than the crash: rows in OUT since the oldest copy settle the rest.
-            rows = state.rows_since(shard_id, out, opts, state.oldest_copy(out, opts))
-            state.reconcile_store(store, rows)
-            shard.on_start.append(lambda: state.reroute(shard, rows, out, opts))
+        if restored is not None and restored.anything:
+            # Rebuilt from OUT: rows written since the snapshot whose acks were not yet
+            # journaled settle the rest (crawler.state.reconcile_store).
+            rows = state.rows_since(shard_id, out, opts, restored.snapshot_wall)
+            settled = state.reconcile_store(store, rows)
         # Policies first: the frontier schedules the resumed hosts by them (a paused host
         # must be parked from the start, not scheduled as never contacted).
-        restored = checkpointer.restore()
+        had_checkpoint = checkpointer.restore()
+        if restored is not None and restored.anything:
+            shard.counters["restarts_from_out"] += 1
+            shard.counters["restored_done_from_rows"] += settled
         shard.resumed = resume_queue(store, frontier)
-        if restored or shard.resumed:
+        if had_checkpoint or shard.resumed:
             # No request before one interval: a host contacted just before the stop is
             # not contacted again too soon.
             shard.hold(max(pol.interval_s, 0.05))
