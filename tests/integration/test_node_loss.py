@@ -83,10 +83,11 @@ def test_losing_a_node_and_its_disk_loses_nothing(web, tmp_path, s3_server):
     try:
         cluster.add_worker(str(worker_dir))
         env = {**_env(), **aws_env, "RAYCRAWL_LOCAL_DIR": str(driver_dir)}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jobs.crawl", str(cfgfile), "--address", cluster.address, "--no-progress"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, start_new_session=True,
-        )
+        with open(tmp_path / "crawl.out", "w") as out_f, open(tmp_path / "crawl.err", "w") as err_f:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "jobs.crawl", str(cfgfile), "--address", cluster.address, "--no-progress"],
+                stdout=out_f, stderr=err_f, text=True, env=env, cwd=ROOT, start_new_session=True,
+            )
         shards = _wait_for(lambda: len(_shards(cluster)) == 4 and _shards(cluster), 120, "four shards")
         crawl = next(iter(shards)).split(":shard-")[0]
         kills: list[float] = []
@@ -126,7 +127,8 @@ def test_losing_a_node_and_its_disk_loses_nothing(web, tmp_path, s3_server):
                          or proc.poll() is not None, 120, "the last shard's restart")
         restarted_on = "stale node" if back is not True and back["node"] == cluster.worker else "head"
 
-        stdout, stderr = proc.communicate(timeout=300)
+        proc.wait(timeout=300)
+        stdout, stderr = (tmp_path / "crawl.out").read_text(), (tmp_path / "crawl.err").read_text()
         assert proc.returncode == 0, stderr[-3000:]
     finally:
         if proc is not None and proc.poll() is None:
@@ -140,7 +142,7 @@ def test_losing_a_node_and_its_disk_loses_nothing(web, tmp_path, s3_server):
     # the stated window, at most 5% of the web.
     counts = Counter(web.request_counts())
     missing = [u for u in web.web.must_fetch() if counts[u] == 0]
-    assert not missing, missing[:5]
+    assert not missing, (missing[:5], tmp_path / "crawl.err")
     outside = _refetched_outside_window(web, kills)
     twice = sorted(u for u, n in counts.items() if n > 1 and u in web.web.must_fetch() and u not in web.web.failure_urls())
     print(json.dumps({"node_loss": {"pages": total, "urls_lost": len(missing), "fetched_twice": len(twice),
