@@ -41,9 +41,10 @@ from crawler.statelog import RemoteDir, Restored, StateLog, discard
 
 log = logging.getLogger(__name__)
 
-#: Rows this much older than a shard's snapshot are applied too (clocks of two machines,
-#: rows fetched before the snapshot and acked after it).
-CLOCK_SLACK_S = 5.0
+#: Rows this much older than a shard's snapshot are applied too: clocks of two machines
+#: differ, and a row is stamped when its page was fetched, which may be well before its
+#: ack (a slow flush), so the snapshot may hold its URL as not yet done.
+CLOCK_SLACK_S = 60.0
 
 
 def is_remote(path: str) -> bool:

@@ -228,7 +228,8 @@ class StateLog:
         self._running = False
         self._written = asyncio.Event()  # set (and replaced) after every write attempt
         self.segments_written = 0
-        self.bytes_written = 0
+        self.bytes_written = 0  # log segments
+        self.snapshot_bytes = 0  # snapshots
         self.records_written = 0
         self.snapshots_written = 0
         self.write_failures = 0
@@ -320,7 +321,7 @@ class StateLog:
             local = os.path.join(tmp, "store.sqlite")
             seq = await self._run_blocking(backup_at, local)
             await self._run_blocking(self.remote.put_file, snapshot_name(self.gen, seq, wall), local)
-            self.bytes_written += os.path.getsize(local)
+            self.snapshot_bytes += os.path.getsize(local)
         self.snapshots_written += 1
         covered: Mark = (self.gen, seq)
         pieces = await self._run_blocking(self.remote.list)
@@ -334,6 +335,7 @@ class StateLog:
             "state_segments": self.segments_written,
             "state_records": self.records_written,
             "state_bytes": self.bytes_written,
+            "state_snapshot_bytes": self.snapshot_bytes,
             "state_snapshots": self.snapshots_written,
             "state_write_failures": self.write_failures,
             "state_requests": self.remote.requests,

@@ -61,6 +61,23 @@ def _files(folder: Path, pattern: str = "shard-*.sqlite") -> list[Path]:
     return sorted(folder.rglob(pattern)) if folder.exists() else []
 
 
+def _whereabouts(urls: list[str], disk: Path, out: str, opts: dict) -> dict:
+    """What the shards' final stores and the rows say of ``urls`` (for a failure message)."""
+    import sqlite3
+
+    found: dict[str, list] = {u: [] for u in urls}
+    for db in _files(disk):
+        con = sqlite3.connect(db)
+        try:
+            for u in urls:
+                for row in con.execute("SELECT state, replay, depth, referrer FROM urls WHERE url=?", (u,)):
+                    found[u].append((db.name, *row))
+        finally:
+            con.close()
+    rows = [r for r in read_pages(out, opts, dedupe=False).to_pylist() if r["url"] in found]
+    return {"stores": found, "rows": [(r["url"], r["outcome"], r["error"]) for r in rows]}
+
+
 def test_losing_a_node_and_its_disk_loses_nothing(web, tmp_path, s3_server):
     endpoint, aws_env = s3_server
     head_dir, worker_dir, driver_dir = tmp_path / "head-disk", tmp_path / "worker-disk", tmp_path / "driver-disk"
@@ -70,7 +87,7 @@ def test_losing_a_node_and_its_disk_loses_nothing(web, tmp_path, s3_server):
     raw = crawl_config_for(
         web, politeness={"interval_s": 0.15},
         runtime={"shards": 4, "seen_shards": 2, "state_log_interval_s": 0.2, "state_ship_interval_s": 2.0,
-                 "checkpoint_interval_s": 0.5},
+                 "checkpoint_interval_s": 0.5, "driver_timeout_s": 5.0},
         output={"path": out, "storage_options": opts, "row_flush_interval_s": 0.2},
     )
     cfgfile = tmp_path / "c.yaml"
@@ -142,12 +159,12 @@ def test_losing_a_node_and_its_disk_loses_nothing(web, tmp_path, s3_server):
     # the stated window, at most 5% of the web.
     counts = Counter(web.request_counts())
     missing = [u for u in web.web.must_fetch() if counts[u] == 0]
-    assert not missing, (missing[:5], tmp_path / "crawl.err")
+    assert not missing, (missing[:5], _whereabouts(missing[:5], head_dir, out, opts), tmp_path / "crawl.err")
     outside = _refetched_outside_window(web, kills)
     twice = sorted(u for u, n in counts.items() if n > 1 and u in web.web.must_fetch() and u not in web.web.failure_urls())
     print(json.dumps({"node_loss": {"pages": total, "urls_lost": len(missing), "fetched_twice": len(twice),
                                     "fetched_twice_not_in_flight": len(outside), "shards_lost": len(on_worker) + 2,
-                                    "last_restart_on": restarted_on}}))
+                                    "last_restart_on": restarted_on, "outside": outside[:12]}}))
     assert len(outside) <= MAX_REFETCH_SHARE * total, f"{len(outside)} pages fetched twice outside a loss's window: {outside[:5]}"
     checks.check_never_requested(web)
     checks.check_politeness(web, cfg)
