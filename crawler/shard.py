@@ -201,7 +201,8 @@ def build_shard(
 
         async def ship() -> None:
             assert state_log is not None
-            await state_log.snapshot(lambda dest: store.backup(dest, lambda: state_log.seq))
+            pending = getattr(emitter.log, "backup", None) if emitter is not None else None
+            await state_log.snapshot(lambda dest: store.backup(dest, lambda: state_log.seq), events=pending)
 
         checkpointer = Checkpointer(
             store,
@@ -282,6 +283,13 @@ def build_shard(
             # journaled settle the rest (crawler.state.reconcile_store).
             rows = state.rows_since(shard_id, out, opts, restored.snapshot_wall)
             settled = state.reconcile_store(store, rows)
+            if emitter is not None:
+                # Events of rows since the snapshot may have been waiting in the lost log
+                # (the ones before it came back with the snapshot): sent again, at least once.
+                async def resend(rows=rows) -> None:
+                    emitter.on_durable(state.event_rows(rows))
+
+                shard.on_start.append(resend)
         # Policies first: the frontier schedules the resumed hosts by them (a paused host
         # must be parked from the start, not scheduled as never contacted).
         had_checkpoint = checkpointer.restore()

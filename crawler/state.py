@@ -36,7 +36,7 @@ from crawler import statelog
 from crawler.clock import Clock
 from crawler.config import CrawlConfig
 from crawler.journal import FrontierStore
-from crawler.output import open_fs, read_pages
+from crawler.output import OutcomeRow, open_fs, read_pages
 from crawler.statelog import RemoteDir, Restored, StateLog, discard
 
 log = logging.getLogger(__name__)
@@ -167,6 +167,11 @@ def open_shard_store(cfg: CrawlConfig, shard_id: str, sdir: str, clock: Clock) -
         return ShardState(FrontierStore(local))
     remote = RemoteDir(out, options, shard_id)
     found = statelog.restore(remote, local)
+    # The events that waited for the sink at the snapshot (a local log may be stale).
+    events = os.path.splitext(local)[0] + ".events.sqlite"
+    discard(events)
+    if found.events is not None:
+        remote.get_file(found.events.path, events)
     slog = StateLog(remote, found.gen, clock, interval_s=cfg.runtime.state_log_interval_s)
     store = FrontierStore(local, journal=slog.append)
     store.replay(found.records)
@@ -183,10 +188,17 @@ def rows_since(shard_id: str, out: str, options: dict | None, since: float | Non
     if since is not None:
         cutoff = dt.datetime.fromtimestamp(since - CLOCK_SLACK_S, dt.timezone.utc)
         where = where & (pads.field("fetched_at") >= cutoff)
-    return read_pages(
-        out, options, dedupe=False, where=where,
-        columns=["url", "depth", "outcome", "content_type", "blob_key", "redirect_to"],
-    ).to_pylist()
+    return read_pages(out, options, dedupe=False, where=where, columns=list(ROW_COLUMNS)).to_pylist()
+
+
+#: The columns :func:`rows_since` reads: what the reconcile and the events need.
+ROW_COLUMNS = ("url", "depth", "outcome", "status", "fetched_at", "url_hash", "blob_key", "content_sha256",
+               "simhash", "dup_kind", "changed", "fetch_seq")
+
+
+def event_rows(rows: list[dict[str, Any]]) -> list[OutcomeRow]:
+    """:func:`rows_since` rows as the rows crawler.events makes ``page.fetched`` events of."""
+    return [OutcomeRow(**{k: r.get(k) for k in ROW_COLUMNS}) for r in rows]
 
 
 def reconcile_store(store: FrontierStore, rows: list[dict[str, Any]]) -> int:

@@ -21,6 +21,7 @@ then the segments it covers are deleted (compaction).
 Layout of ``OUT/state/<shard>/``::
 
     snap-<gen>-<seq>-<wall ms>.sqlite   the store as of change <seq> of generation <gen>
+    events-<gen>-<seq>-<wall ms>.sqlite the events then waiting for the sink (with a sink)
     log-<gen>-<first>-<last>.json.z     changes first..last of generation <gen> (zlib JSON)
 
 Each incarnation of a shard writes a new *generation*: one more than any in OUT when it
@@ -52,7 +53,7 @@ Mark = tuple[int, int]
 #: One change: ``[kind, payload]`` (JSON).
 Record = list[Any]
 
-_NAME = re.compile(r"^(snap|log)-(\d{8})-(\d{12})-(\d{12,14})\.(sqlite|json\.z)$")
+_NAME = re.compile(r"^(snap|events|log)-(\d{8})-(\d{12})-(\d{12,14})\.(sqlite|json\.z)$")
 
 
 @dataclass(frozen=True)
@@ -74,13 +75,13 @@ def parse_piece(path: str) -> Piece | None:
     if m is None:
         return None
     kind, gen, a, b = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
-    if kind == "snap":
-        return Piece("snap", gen, a, a, b, path)
+    if kind in ("snap", "events"):
+        return Piece(kind, gen, a, a, b, path)
     return Piece("log", gen, a, b, 0, path)
 
 
-def snapshot_name(gen: int, seq: int, wall: float) -> str:
-    return f"snap-{gen:08d}-{seq:012d}-{int(wall * 1000):014d}.sqlite"
+def snapshot_name(gen: int, seq: int, wall: float, kind: str = "snap") -> str:
+    return f"{kind}-{gen:08d}-{seq:012d}-{int(wall * 1000):014d}.sqlite"
 
 
 def segment_name(gen: int, first: int, last: int) -> str:
@@ -156,6 +157,7 @@ class Restored:
     snapshot: Piece | None
     segments: int  # segments read
     bytes_read: int
+    events: Piece | None = None  # the events pending at the snapshot (crawler.events)
 
     @property
     def snapshot_wall(self) -> float | None:
@@ -195,7 +197,9 @@ def restore(remote: RemoteDir, local_path: str) -> Restored:
                 records.append(rec)
                 applied = mark
     gen = max((p.gen for p in pieces), default=0) + 1
-    return Restored(gen, records, snap, segments, size)
+    events = next((p for p in pieces if p.kind == "events" and snap is not None and (p.gen, p.last) == (snap.gen, snap.last)),
+                  None)
+    return Restored(gen, records, snap, segments, size, events)
 
 
 class StateLog:
@@ -308,25 +312,31 @@ class StateLog:
     def stop(self) -> None:
         self._stop.set()
 
-    async def snapshot(self, backup_at: Callable[[str], int]) -> None:
+    async def snapshot(self, backup_at: Callable[[str], int], events: Callable[[str], None] | None = None) -> None:
         """Write a snapshot and delete what it covers (compaction).
 
         ``backup_at(dest)`` writes a consistent copy of the store to ``dest`` and returns the
         seq of the last change in it (read under the store's lock: crawler.journal).
         Changes after it stay in their segments; changes up to it that are still buffered
-        are written later and skipped by :func:`restore`.
+        are written later and skipped by :func:`restore`. ``events(dest)``, if given, copies
+        the shard's pending events; they are written beside the snapshot first.
         """
         wall = self._clock.wall()
         with tempfile.TemporaryDirectory(prefix="raycrawl-snap-") as tmp:
             local = os.path.join(tmp, "store.sqlite")
             seq = await self._run_blocking(backup_at, local)
+            if events is not None:
+                pending = os.path.join(tmp, "events.sqlite")
+                await self._run_blocking(events, pending)
+                await self._run_blocking(self.remote.put_file, snapshot_name(self.gen, seq, wall, "events"), pending)
+                self.snapshot_bytes += os.path.getsize(pending)
             await self._run_blocking(self.remote.put_file, snapshot_name(self.gen, seq, wall), local)
             self.snapshot_bytes += os.path.getsize(local)
         self.snapshots_written += 1
         covered: Mark = (self.gen, seq)
         pieces = await self._run_blocking(self.remote.list)
         old = [p.path for p in pieces if (p.kind == "log" and (p.gen, p.last) <= covered)
-               or (p.kind == "snap" and (p.gen, p.last) < covered)]
+               or (p.kind in ("snap", "events") and (p.gen, p.last) < covered)]
         await self._run_blocking(self.remote.remove, old)
 
     def stats(self) -> dict[str, int]:

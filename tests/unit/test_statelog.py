@@ -182,3 +182,23 @@ def test_a_late_segment_of_an_older_generation_is_neither_replayed_nor_kept(out,
     found = restore(remote, str(tmp_path / "r.sqlite"))
     assert found.records == [] and found.gen == 3
     assert not [p for p in remote.list() if p.kind == "log"]
+
+
+def test_events_waiting_for_the_sink_come_back_with_the_snapshot(out, tmp_path, monkeypatch):
+    from crawler.events import EventLog
+
+    cfg = _cfg(out)
+
+    async def run():
+        st = _open(cfg, str(tmp_path / "a"), monkeypatch)
+        events = EventLog(str(tmp_path / "a" / "events.sqlite"))
+        events.add([{"event": "page.fetched", "url": "http://a.test/p/0", "fetch_seq": 1}])
+        st.store.add(_items("a", 1))
+        await st.log.snapshot(lambda dest: st.store.backup(dest, lambda: st.log.seq), events=events.backup)
+        st.store.close()
+
+    asyncio.run(run())
+    back = _open(cfg, str(tmp_path / "b"), monkeypatch)  # another node: its events log comes from OUT
+    local = back.store.path.replace(".sqlite", ".events.sqlite")
+    assert back.restored.events is not None
+    assert [data for _, data in EventLog(local).peek(10)] == ['{"event":"page.fetched","url":"http://a.test/p/0","fetch_seq":1}']
