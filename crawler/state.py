@@ -35,6 +35,7 @@ import pyarrow.dataset as pads
 from crawler import statelog
 from crawler.clock import Clock
 from crawler.config import CrawlConfig
+from crawler.frontier import UrlItem
 from crawler.journal import FrontierStore
 from crawler.output import OutcomeRow, open_fs, read_pages
 from crawler.statelog import RemoteDir, Restored, StateLog, discard
@@ -202,7 +203,14 @@ def event_rows(rows: list[dict[str, Any]]) -> list[OutcomeRow]:
 
 
 def reconcile_store(store: FrontierStore, rows: list[dict[str, Any]]) -> int:
-    """Steps 1 and 2a of the module docstring: replay flags, and every URL with a row done.
-    Runs before the frontier loads the store. Returns the URLs marked done."""
+    """After a rebuild from OUT (before the frontier loads the store): every queued URL
+    flagged ``replay``, and every URL with one of ``rows`` done.
+
+    A URL may have a row and no entry at all: a shard fetches what it accepted before the
+    log segment holding it is written (the sender waits for that, the fetch does not),
+    so a node lost in between leaves the row and not the admission. It is added now
+    (journaled) and marked done, so the sender's retry of the delivery is a duplicate,
+    not a second fetch. Returns the URLs marked done."""
     store.recover(replay_all=True)
+    store.add([UrlItem(r["url"], r["depth"] or 0) for r in rows])
     return store.finish_from_output([r["url"] for r in rows])

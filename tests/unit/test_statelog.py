@@ -202,3 +202,15 @@ def test_events_waiting_for_the_sink_come_back_with_the_snapshot(out, tmp_path, 
     local = back.store.path.replace(".sqlite", ".events.sqlite")
     assert back.restored.events is not None
     assert [data for _, data in EventLog(local).peek(10)] == ['{"event":"page.fetched","url":"http://a.test/p/0","fetch_seq":1}']
+
+
+def test_a_page_fetched_before_its_admission_was_logged_is_not_fetched_again(tmp_path):
+    from crawler.state import reconcile_store
+
+    store = FrontierStore(str(tmp_path / "s.sqlite"))
+    store.add(_items("a", 1))
+    # The node died after this page's row reached OUT, before the segment with its admission.
+    done = reconcile_store(store, [{"url": "http://late.test/x", "depth": 2}, {"url": "http://a.test/p/0", "depth": 1}])
+    assert done == 2
+    assert store.counts() == {"queued": 0, "claimed": 0, "done": 2, "dropped": 0}
+    assert store.add([UrlItem("http://late.test/x", 2)]) == []  # the sender's retry is a duplicate
