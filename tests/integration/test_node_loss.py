@@ -86,6 +86,9 @@ def test_losing_a_node_and_its_disk_loses_nothing(web, tmp_path, s3_server):
     opts = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint}}
     raw = crawl_config_for(
         web, politeness={"interval_s": 0.15},
+        # Under load (two raylets, S3 and restarts on 2 cores) a 1 s robots.txt timeout fails
+        # whole hosts ("robots.txt unreachable"); 3 s still times out the 5 s stall page.
+        fetch={"timeout_s": 3.0, "connect_timeout_s": 3.0},
         runtime={"shards": 4, "seen_shards": 2, "state_log_interval_s": 0.2, "state_ship_interval_s": 2.0,
                  "checkpoint_interval_s": 0.5, "driver_timeout_s": 5.0},
         output={"path": out, "storage_options": opts, "row_flush_interval_s": 0.2},
