@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import ray
 
 from actors.metrics import ShardMetrics, TimedFetcher
+from actors.render import RenderClient
 from actors.services import SeenGroupClient, call_service
 from crawler.config import from_dict
 from crawler.frontier import UrlItem
@@ -66,6 +67,7 @@ class HostShard:
         crawl_name: str,
         state_dir: str | None,
         epoch: int | None = None,
+        render_workers: Sequence[Any] = (),
     ) -> None:
         logging.basicConfig(level=logging.WARNING)
         cfg = from_dict(cfg_dict)
@@ -99,6 +101,7 @@ class HostShard:
             fence=self.fence,
             state_log=opened.log if opened else None,
             restored=opened.restored if opened else None,
+            render_service=RenderClient(render_workers, ray.get_runtime_context().current_actor) if render_workers else None,
         )
         self.shard.gate = self._may_work
         self.metrics = ShardMetrics(shard_id)
@@ -207,6 +210,16 @@ class HostShard:
 
     async def vet_seeds(self, urls: list[str]) -> list[str | None]:
         return self.shard.vet_seeds(urls)
+
+    async def render_answer(self, req: Any) -> Any:
+        """A request a browser made while rendering one of this shard's pages
+        (actors/render.py): answered by the shard's gate (crawler.render.gate)."""
+        renderer = self.shard.pipeline.renderer
+        if renderer is None:
+            from crawler.render.jobs import SubResponse
+
+            return SubResponse(refused="closed")
+        return await renderer.gate.answer(req)
 
     async def status(self) -> dict[str, Any]:
         self._last_contact = time.monotonic()

@@ -78,6 +78,7 @@ class RayRuntime:
         self.budget_actor: Any = None
         self.crawl_name = ""
         self._seen: Any = None
+        self.render_workers: list[Any] = []
 
     def _ray(self) -> Any:
         import ray
@@ -123,10 +124,21 @@ class RayRuntime:
         self.crawl_name = f"raycrawl-{cfg.fingerprint()}-{uuid.uuid4().hex[:6]}"
         cfg_dict = to_dict(cfg)
         ids = list(plan.shard_ids)
+        if cfg.render.mode != "never":
+            from actors.render import RenderWorker, render_actor_name
+
+            r = cfg.render
+            cpus = int(self._ray().cluster_resources().get("CPU", 2))
+            n = max(1, cpus // r.cores_per_actor) if r.actors == "auto" else r.actors
+            self.render_workers = [
+                RenderWorker.options(num_cpus=r.cores_per_actor, scheduling_strategy="SPREAD",
+                                     name=render_actor_name(self.crawl_name, i), **restart).remote(cfg_dict)
+                for i in range(n)
+            ]
         self.shards = {
             sid: HostShard.options(scheduling_strategy="SPREAD", name=shard_actor_name(self.crawl_name, sid), **restart).remote(
                 cfg_dict, sid, ids, self.seen_actors, self.content_actor, self.budget_actor, list(plan.seeds),
-                self.crawl_name, sdir, plan.epoch,
+                self.crawl_name, sdir, plan.epoch, self.render_workers,
             )
             for sid in ids
         }
@@ -153,6 +165,9 @@ class RayRuntime:
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
         return await self._seen.check_and_add(urls)
+
+    async def seen_forget(self, urls: list[str]) -> int:
+        return await self._seen.forget(urls)
 
     async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
         from actors.services import call_service
@@ -208,6 +223,8 @@ class RayRuntime:
         )
         if self.content_actor is not None:
             await self.content_actor.save.remote()
+        if self.render_workers:  # their browsers, before the actors go
+            await asyncio.gather(*(w.close.remote() for w in self.render_workers), return_exceptions=True)
         return list(finals)
 
     async def service_stats(self) -> dict[str, Any]:
@@ -228,13 +245,14 @@ class RayRuntime:
             return
         if self.seen_actors:
             await asyncio.gather(*(a.close.remote() for a in self.seen_actors), return_exceptions=True)
-        for a in [*self.shards.values(), *self.seen_actors, self.content_actor, self.budget_actor]:
+        for a in [*self.shards.values(), *self.seen_actors, self.content_actor, self.budget_actor, *self.render_workers]:
             if a is not None:
                 try:
                     ray.kill(a)
                 except Exception as exc:  # noqa: BLE001 - already gone is fine at shutdown
                     log.debug("kill failed: %r", exc)
         self.shards, self.seen_actors, self.content_actor, self.budget_actor = {}, [], None, None
+        self.render_workers = []
         if self._owns_ray:
             ray.shutdown()
             self._owns_ray = False

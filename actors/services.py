@@ -17,7 +17,7 @@ from actors.metrics import SeenMetrics
 from crawler import state
 from crawler.clock import SYSTEM_CLOCK
 from crawler.errors import ServiceUnavailableError, StorageError
-from crawler.seen import SeenGroup, SeenSet, ShardCall
+from crawler.seen import ForgetCall, SeenGroup, SeenSet, ShardCall
 from crawler.contentindex import ContentShard, ShardReply, ShardRequest
 from crawler.services import BudgetPool, ContentIndexService, shard_log
 
@@ -99,6 +99,9 @@ class SeenFilter:
         self.metrics.record(self.set.checks, self.set.false_positives)
         return out
 
+    def forget_hashes(self, hashes: list[int]) -> int:
+        return self.set.forget_hashes(hashes)
+
     def stats(self) -> dict[str, Any]:
         return {**self.set.stats(), "restored_from_out": self.restored}
 
@@ -113,16 +116,24 @@ class SeenGroupClient:
 
     def __init__(self, actors: Sequence[Any]) -> None:
         self.actors = list(actors)
-        self._group = SeenGroup([self._shard(a) for a in self.actors])
+        self._group = SeenGroup([self._shard(a) for a in self.actors], [self._forget(a) for a in self.actors])
 
     @staticmethod
     def _shard(actor: Any) -> ShardCall:
         # A function per actor binds that actor now (a lambda in a loop would bind the last).
         return lambda hashes: actor.check_and_add_hashes.remote(hashes)
 
+    @staticmethod
+    def _forget(actor: Any) -> ForgetCall:
+        return lambda hashes: actor.forget_hashes.remote(hashes)
+
     async def check_and_add(self, urls: list[str]) -> list[bool]:
         """For each URL, True if its seen shard had not seen it (it is now marked seen)."""
         return await self._group.check_and_add(urls)
+
+    async def forget(self, urls: list[str]) -> int:
+        """Undo the marks of URLs whose delivery failed (SeenGroup.forget)."""
+        return await self._group.forget(urls)
 
 
 @ray.remote(num_cpus=0)

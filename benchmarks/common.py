@@ -19,6 +19,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -191,8 +192,7 @@ def run_measured(argv: Sequence[str], *, timeout_s: float, interval_s: float = 0
     full_env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     full_env["PYTHONUNBUFFERED"] = "1"
     t0 = time.monotonic()
-    err_path = f"/tmp/rcb-child-{os.getpid()}-{int(t0 * 1000)}.err"
-    with open(err_path, "w+b") as err:
+    with tempfile.TemporaryFile(prefix="rcb-child-", suffix=".err") as err:
         proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                 env=full_env, cwd=cwd, text=True, start_new_session=True)
         sampler = TreeSampler(proc.pid, interval_s).start()
@@ -222,7 +222,6 @@ def run_measured(argv: Sequence[str], *, timeout_s: float, interval_s: float = 0
                 _kill_group(proc)
         err.seek(0)
         tail = err.read()[-4000:].decode(errors="replace")
-    os.remove(err_path)
     return ChildRun(result, proc.returncode, sampler, time.monotonic() - t0, tail)
 
 

@@ -239,10 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("start", help="start detached (daemon on); prints the prefix")
     s.add_argument("--web", required=True, help="static web directory (benchmarks.staticweb)")
     s.add_argument("--port", type=int, default=18080)
-    s.add_argument("--prefix", default="/tmp/raycrawl-bench/nginx")
+    s.add_argument("--prefix", default=os.path.join(tempfile.gettempdir(), "raycrawl-bench", "nginx"))
     s.add_argument("--workers", type=int, default=1)
     t = sub.add_parser("stop", help="stop the nginx whose pid file is in --prefix")
-    t.add_argument("--prefix", default="/tmp/raycrawl-bench/nginx")
+    t.add_argument("--prefix", default=os.path.join(tempfile.gettempdir(), "raycrawl-bench", "nginx"))
     a = p.parse_args(argv)
     prefix = os.path.abspath(a.prefix)
     if a.cmd == "start":

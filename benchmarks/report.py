@@ -331,9 +331,43 @@ def _neardup_rows(r: Results) -> list[Row]:
     )]
 
 
+def _render_rows(r: Results) -> list[Row]:
+    d = r.get("render.json")
+    if d is None:
+        return []
+    a, b, p = d["auto"], d["baseline"], d["pool"]
+    dq, viol = a["decision"], a["politeness"]
+    ratio = d["useful_pages_per_s_ratio"]
+    mem = p["memory_mb"]
+    return [
+        (
+            f"JavaScript pages: `render: auto` vs a render-everything CDP loop, same Chromium, {d['tabs']} tabs, "
+            f"mixed web of {a['documents']} pages ({dq['needed']} need rendering)",
+            f"auto {a['pages_per_s']:g} pages/s, {a['rendered_share']:.1%} rendered, found {a['found']}/{a['documents']}; "
+            f"loop {b['pages_per_s']:g} pages/s, found {b['found']}/{b['documents']}: {ratio:g}x; decision precision "
+            f"{dq['precision']:.1%}, recall {dq['recall']:.1%} (spot checks included); render p50/p95 "
+            f"{a['render_time_s']['p50']:g}/{a['render_time_s']['p95']:g} s; politeness violations, every request "
+            f"counted: auto {viol['overlapping'] + viol['closer_than_interval']} of {viol['requests']:,}, loop "
+            f"{b['politeness']['overlapping'] + b['politeness']['closer_than_interval']} of {b['politeness']['requests']:,}",
+            f">= 2x the loop's pages/s: {_met(ratio >= 2)}; 0 violations: "
+            f"{_met(viol['overlapping'] + viol['closer_than_interval'] == 0)}",
+            _src("render.json"),
+        ),
+        (
+            f"browser pool: {p['renders']:,} renders on one Chromium, {d['tabs']} tabs, no recycling",
+            f"{p['renders_per_s']:g} renders/s ({p['renders_per_s_per_core']:g} per core of {p['cores']}), "
+            f"{p['cpu_s_per_render']:g} CPU s per render, p50/p95 {p['render_time_s']['p50']:g}/"
+            f"{p['render_time_s']['p95']:g} s; browser memory (PSS) {mem['after_50']:g} MB over renders 50-140, "
+            f"{mem['last']:g} MB over the last 100 ({mem['growth']:+.1%}); load average {d['load_before']:.0f}",
+            f"<= 10% memory growth: {_met(mem['growth'] is not None and mem['growth'] <= 0.10)}",
+            _src("render.json"),
+        ),
+    ]
+
+
 ROW_BUILDERS: tuple[Callable[[Results], list[Row]], ...] = (
     _throughput_rows, _scrapy_rows, _politeness_rows, _uvloop_rows, _memory_rows, _content_rows, _ring_rows,
-    _restart_rows, _freshness_rows, _neardup_rows,
+    _restart_rows, _freshness_rows, _neardup_rows, _render_rows,
 )
 
 

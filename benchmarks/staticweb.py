@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -36,7 +37,7 @@ from typing import Any
 DOMAIN = "bench.test"
 DEFAULT_PORT = 18080
 DEFAULT_HOSTS = 4000
-DEFAULT_ROOT = "/tmp/raycrawl-bench"
+DEFAULT_ROOT = os.path.join(tempfile.gettempdir(), "raycrawl-bench")
 ROBOTS_TXT = b"User-agent: *\nDisallow: /private/\n"
 _FORMAT = 2  # bump when the layout or rewriting changes (invalidates old exports)
 

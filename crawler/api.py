@@ -16,10 +16,21 @@ wrong types (naming the field), 401 without the right ``Authorization: Bearer`` 
 when one is set, 404, 409 once the crawl is stopping, 503 while it is starting. Binding
 a host other than loopback without a token is refused (ConfigError) before anything
 listens. No Ray here: request counts go to an injected ``on_request`` (actors/metrics).
+
+A web page in the operator's browser can send requests to a loopback API, so it is
+refused in three ways (README "Operating a crawl": the threat model): a write (POST,
+PUT) must say ``Content-Type: application/json`` (415), which a page cannot send across
+origins without a CORS preflight, and this API answers none; a request with an
+``Origin`` other than the API's own is a browser's cross-origin request (403); on a
+loopback binding, a ``Host`` that is not a loopback address or ``localhost`` is DNS
+rebinding (400). Requests aiohttp's HTTP parser refuses (request line or a header over
+:data:`MAX_LINE_BYTES`, more than :data:`MAX_HEADERS` headers, bad syntax) are answered
+in JSON too, and logged as one line, never a traceback per request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
@@ -29,10 +40,12 @@ import re
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 
 from crawler.config import ApiConfig
 from crawler.errors import ConfigError
-from crawler.hostpolicy import parse_host
+from crawler.backqueue import check_priority
+from crawler.hostpolicy import check_max_rps, parse_host
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +65,12 @@ URL_FIELDS: dict[str, tuple[str, ...]] = {
     "last_outcome": ("last_outcome", "outcome"),
 }
 _HEX16 = re.compile(r"[0-9a-fA-F]{16}").fullmatch
+#: The longest request line or header line, and the most headers, a request may have
+#: (aiohttp's own defaults, stated here because the README promises them).
+MAX_LINE_BYTES = 8190
+MAX_HEADERS = 128
+#: Most bytes a request body may have (413 beyond).
+MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 class BadRequest(Exception):
@@ -107,6 +126,8 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
         body = json.loads(raw) if raw.strip() else {}
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"the body is not valid JSON: {exc}", "body") from exc
+    except RecursionError as exc:  # json nests by recursion: "[[[[..." deep enough overflows it
+        raise BadRequest("the body nests too deeply (a request body here is at most two levels deep)", "body") from exc
     if not isinstance(body, dict):
         raise BadRequest(f"the body must be a JSON object, got {type(body).__name__}", "body")
     return body
@@ -115,7 +136,8 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
 def _only(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(body) - set(allowed))
     if unknown:
-        raise BadRequest(f"unknown field {unknown[0]!r} (known: {', '.join(allowed)})", unknown[0])
+        known = f"known: {', '.join(allowed)}" if allowed else "this endpoint takes none"
+        raise BadRequest(f"unknown field {unknown[0]!r} ({known})", unknown[0])
 
 
 def _int(body: dict[str, Any], name: str, minimum: int | None = None) -> int | None:
@@ -140,7 +162,13 @@ def parse_seeds(body: dict[str, Any]) -> tuple[list[str], int]:
     for i, u in enumerate(urls):
         if not isinstance(u, str):
             raise BadRequest(f"urls[{i}]: expected a string, got {json.dumps(u)}", "urls")
-    return urls, _int(body, "priority") or 0
+    priority = body.get("priority")
+    if priority is None:
+        return urls, 0
+    try:
+        return urls, check_priority(priority)
+    except ConfigError as exc:
+        raise BadRequest(str(exc), "priority") from exc
 
 
 def parse_policy(body: dict[str, Any]) -> dict[str, Any]:
@@ -148,10 +176,10 @@ def parse_policy(body: dict[str, Any]) -> dict[str, Any]:
     _only(body, ("max_rps", "paused", "max_pages"))
     out: dict[str, Any] = {}
     if body.get("max_rps") is not None:
-        v = body["max_rps"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
-            raise BadRequest(f"max_rps: expected a number > 0 (requests per second), got {json.dumps(v)}", "max_rps")
-        out["max_rps"] = float(v)
+        try:
+            out["max_rps"] = check_max_rps(body["max_rps"])
+        except ConfigError as exc:
+            raise BadRequest(str(exc), "max_rps") from exc
     if body.get("paused") is not None:
         if not isinstance(body["paused"], bool):
             raise BadRequest(f"paused: expected true or false, got {json.dumps(body['paused'])}", "paused")
@@ -180,6 +208,70 @@ def _error(status: int, message: str, field: str | None = None) -> web.Response:
     if field is not None:
         body["field"] = field
     return _reply(body, status)
+
+
+def _host_name(host_header: str) -> str:
+    """The name part of a Host header (``[::1]:8077`` -> ``::1``, ``a:80`` -> ``a``)."""
+    h = host_header.strip().lower()
+    if h.startswith("["):
+        return h[1 : h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+def bearer_token(authorization: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, else None. RFC 9110 11.1:
+    the scheme is case-insensitive (``bearer`` is as good as ``Bearer``); the token is not."""
+    scheme, _, token = authorization.strip().partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+class _Protocol(web.RequestHandler):
+    """aiohttp's connection handler, but a request its HTTP parser refuses (a request line
+    or header over MAX_LINE_BYTES, too many headers, bad syntax) is answered here in JSON
+    and logged as one line. aiohttp answers such a request before any middleware, in
+    plain text, and logs its traceback at ERROR: one per request, which any web page can
+    make by the thousand (issue 24)."""
+
+    __slots__ = ()
+    refused = 0  # parser refusals in this process (class-wide: a handler is per connection)
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None) -> web.StreamResponse:
+        if not isinstance(exc, HttpProcessingError) or request.writer.output_size > 0:
+            return super().handle_error(request, status, exc, message)
+        cls = type(self)
+        cls.refused += 1
+        if isinstance(exc, LineTooLong):
+            text = f"the request line or a header is longer than {MAX_LINE_BYTES} bytes"
+        elif "too many headers" in str(message or "").lower():
+            text = f"more than {MAX_HEADERS} headers"
+        else:
+            text = f"not a valid HTTP request ({type(exc).__name__})"
+        # One line for the 1st, 10th, 100th... such request: the job log stays readable.
+        if str(cls.refused).rstrip("0") == "1":
+            log.warning("control API: refused a malformed request from %s: %s (%d so far)", request.remote, text, cls.refused)
+        resp = _error(400, f"{text}; the API takes requests of at most {MAX_LINE_BYTES} bytes a line and "
+                      f"{MAX_HEADERS} headers", "request")
+        resp.force_close()
+        return resp
+
+
+class _Server(web.Server):
+    """Makes a :class:`_Protocol` for each connection: no access log, the parser limits
+    of this module."""
+
+    def __call__(self) -> web.RequestHandler:
+        return _Protocol(self, loop=asyncio.get_running_loop(), access_log=None, max_line_size=MAX_LINE_BYTES,
+                         max_field_size=MAX_LINE_BYTES, max_headers=MAX_HEADERS)
+
+
+class _Runner(web.AppRunner):
+    """An AppRunner whose server is a :class:`_Server`: aiohttp has no public switch for
+    the connection handler's class, so this overrides the runner's one hook for making
+    its server (``_make_server``), keeping the app's own request handler and factory."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()  # starts the app and freezes it
+        return _Server(server.request_handler, request_factory=server.request_factory)
 
 
 class ControlApi:
@@ -216,7 +308,7 @@ class ControlApi:
         return f"http://{host}:{self.port}"
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._middleware], client_max_size=8 * 1024 * 1024)
+        app = web.Application(middlewares=[self._middleware], client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/seeds", self._seeds)
         app.router.add_get("/urls/{url_hash}", self._url_by_hash)
         app.router.add_get("/urls", self._url_by_url)
@@ -228,7 +320,7 @@ class ControlApi:
 
     async def start(self) -> str:
         """Listen; returns the base URL (also printed by the owner for the job log)."""
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        self._runner = _Runner(self.app())
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port)
         try:
@@ -262,14 +354,34 @@ class ControlApi:
             if self._on_request is not None:
                 self._on_request(route, status)
 
+    def _refuse_browser(self, request: web.Request) -> web.Response | None:
+        """A request a web page made: DNS rebinding (Host) or cross-origin (Origin)."""
+        host = request.headers.get("Host")
+        # On loopback, only a page whose name resolved to 127.0.0.1 (DNS rebinding) sends a
+        # name that is not a loopback address or localhost. Any port: ssh -L tunnels.
+        if host is not None and is_loopback(self.cfg.host) and not is_loopback(_host_name(host)):
+            return _error(400, f"Host {host!r} is not this API's address (a loopback address or localhost): "
+                          "refused as DNS rebinding", "Host")
+        origin = request.headers.get("Origin")
+        if origin is not None and (host is None or origin.lower() != f"http://{host.strip().lower()}"):
+            return _error(403, f"cross-origin request from {origin!r} refused: a web page may not steer the crawl "
+                          "(use crawl ctl or curl, which send no Origin)", "Origin")
+        return None
+
     async def _guarded(self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        if (refused := self._refuse_browser(request)) is not None:
+            return refused
         if self.token is not None:
-            given = request.headers.get("Authorization", "")
-            expected = f"Bearer {self.token}"
-            if not hmac.compare_digest(given.encode(), expected.encode()):
+            given = bearer_token(request.headers.get("Authorization", "")) or ""
+            if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self.token.encode()):
                 resp = _error(401, "missing or wrong token: send Authorization: Bearer <token>")
                 resp.headers["WWW-Authenticate"] = 'Bearer realm="raycrawl"'
                 return resp
+        if request.method in ("POST", "PUT") and request.content_type != "application/json":
+            # A page can send text/plain, form types or no body across origins without a
+            # CORS preflight (WHATWG Fetch, "CORS-safelisted request-header"); not JSON.
+            return _error(415, f"Content-Type must be application/json, got {request.headers.get('Content-Type')!r}",
+                          "Content-Type")
         try:
             return await handler(request)
         except web.HTTPException as exc:  # aiohttp's own 404/405
@@ -339,7 +451,7 @@ class ControlApi:
         return _reply(await self.session.live_stats())
 
     async def _stop(self, request: web.Request) -> web.Response:
-        await _json_object(request)  # an empty body or {}; anything else is still a stop
+        _only(await _json_object(request), ())  # an empty body or {}
         if self.session.final is not None:
             return _error(409, "the crawl has stopped")
         self._on_stop()

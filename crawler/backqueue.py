@@ -18,11 +18,23 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from crawler.errors import ConfigError
 from crawler.recrawl import Previous
 from crawler.urls import host_key
 
 #: How many depth levels one point of seed priority is worth (``add_seeds(priority=)``).
 PRIORITY_STEP = 100.0
+#: Seed priorities run from -MAX_PRIORITY to MAX_PRIORITY. A thousand points is already
+#: 100,000 depth levels: anything beyond says nothing more, and an unbounded integer
+#: does not fit the shard store's 64-bit column.
+MAX_PRIORITY = 1000
+
+
+def check_priority(value: object) -> int:
+    """``value`` as a seed priority, or ConfigError naming ``priority`` and its range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not -MAX_PRIORITY <= value <= MAX_PRIORITY:
+        raise ConfigError(f"priority: expected a whole number from {-MAX_PRIORITY} to {MAX_PRIORITY}, got {value!r}")
+    return value
 
 
 @dataclass(slots=True)

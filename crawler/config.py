@@ -22,6 +22,7 @@ import yaml
 
 from crawler.configtypes import apply_overrides, build, positive, to_dict
 from crawler.errors import ConfigError, SeedError
+from crawler.render.settings import RenderConfig, validate_render
 
 Auto = Literal["auto"]
 
@@ -207,6 +208,7 @@ class CrawlConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     events: EventsConfig = field(default_factory=EventsConfig)
+    render: RenderConfig = field(default_factory=RenderConfig)
 
     # --- derived values -------------------------------------------------------------
 
@@ -223,6 +225,8 @@ class CrawlConfig:
                 text = Path(self.seeds_file).read_text(encoding="utf-8")
             except OSError as exc:
                 raise ConfigError(f"seeds_file: cannot read {self.seeds_file!r}: {exc.strerror}") from exc
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"seeds_file: {self.seeds_file!r}: {_not_utf8(exc)}") from exc
             for line in text.splitlines():
                 line = line.strip()
                 if line and not line.startswith("#"):
@@ -244,12 +248,12 @@ class CrawlConfig:
     def fingerprint(self) -> str:
         """A stable hash of the settings that change what a crawl fetches.
 
-        Output, runtime, recrawl, API and event settings are left out: moving the output,
-        changing the shard count, tuning (or starting) recrawl or turning the API on
-        continues the same crawl.
+        Output, runtime, recrawl, API, event and render settings are left out: moving the
+        output, changing the shard count, tuning (or starting) recrawl, turning the API or
+        rendering on continues the same crawl.
         """
         d = to_dict(self)
-        for section in ("runtime", "output", "recrawl", "api", "events"):
+        for section in ("runtime", "output", "recrawl", "api", "events", "render"):
             d.pop(section, None)
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
@@ -348,6 +352,12 @@ def _validate(obj: Any, prefix: str) -> None:
         if not obj.stream:
             raise ConfigError(f"{prefix}stream: must not be empty")
         positive(obj, prefix, "maxlen", "max_pending", "batch_size", "rotate_bytes", "drain_timeout_s")
+    elif isinstance(obj, RenderConfig):
+        validate_render(obj, prefix)
+        if obj.mode != "never":
+            from crawler.render.browser import find_browser
+
+            find_browser(obj.browser)  # no browser: fail at start, saying how to install one
     elif isinstance(obj, CrawlConfig):
         if not obj.user_agent.strip():
             raise ConfigError("user_agent: must not be empty (servers identify crawlers by it)")
@@ -363,6 +373,11 @@ def from_dict(data: Mapping[str, Any] | None, overrides: list[str] | tuple[str, 
     return build(CrawlConfig, merged, check=_validate)
 
 
+def _not_utf8(exc: UnicodeDecodeError) -> str:
+    """What to say of a file that is not UTF-8: where it stops being so, and the fix."""
+    return f"not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.end]!r}); save it as UTF-8"
+
+
 def load(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, ...] = ()) -> CrawlConfig:
     """Load a YAML config file (``None``: defaults only) and apply overrides."""
     data: Any = {}
@@ -372,10 +387,13 @@ def load(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, 
             text = p.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"config {str(p)!r}: cannot read it: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config {str(p)!r}: {_not_utf8(exc)}") from exc
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config {str(p)!r}: not valid YAML: {exc}") from exc
+            # PyYAML's message spans lines (problem, context, a caret): one line here.
+            raise ConfigError(f"config {str(p)!r}: not valid YAML: {' '.join(str(exc).split())}") from exc
         if data is None:
             data = {}
         if not isinstance(data, dict):

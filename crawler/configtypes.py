@@ -143,7 +143,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {item!r}: value is not valid YAML: {exc}") from exc
+        raise ConfigError(f"--set {item!r}: value is not valid YAML: {' '.join(str(exc).split())}") from exc
     return path, value
 
 

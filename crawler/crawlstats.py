@@ -33,6 +33,31 @@ def merge_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
+def render_summary(c: dict[str, int]) -> dict[str, Any]:
+    """The ``render`` part of stats.json from the shards' ``render_*`` counters
+    (crawler.render): decisions by reason, renders, fallbacks by reason, what the gate
+    refused by reason, the browser's requests and bytes, script cache hits."""
+
+    def group(prefix: str) -> dict[str, int]:
+        return {k[len(prefix):]: v for k, v in sorted(c.items()) if k.startswith(prefix)}
+
+    return {
+        "decisions": group("render_decision_"),
+        "started": c.get("render_started", 0),
+        "rendered": c.get("rendered", 0),
+        "gained": c.get("render_gained", 0),
+        "fallbacks": group("render_fallback_"),
+        "retried_after_crash": c.get("render_retried_crash", 0),
+        "requests": c.get("render_requests", 0),
+        "bytes": c.get("render_bytes", 0),
+        "refused": group("render_refused_"),
+        "served": c.get("render_served", 0),
+        "script_cache_hits": c.get("render_script_cache_hits", 0),
+        "script_cache_revalidated": c.get("render_script_cache_revalidated", 0),
+        "waits": group("render_wait_"),
+    }
+
+
 def write_stats(cfg: CrawlConfig, stats: dict[str, Any]) -> str:
     """Write ``OUT/stats.json`` (through fsspec, so s3:// works); returns its path."""
     fs, root = open_fs(cfg.output.path, dict(cfg.output.storage_options) or None)
@@ -99,6 +124,7 @@ def crawl_stats(
         "seen": services.get("seen", {}),
         "content": services.get("content", {}),
         "resumed_urls": resumed,
+        "render": render_summary(c) if cfg.render.mode != "never" else None,
         "mode": mode,
         "config_fingerprint": cfg.fingerprint(),
         "config": to_dict(cfg),

@@ -15,13 +15,15 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+from crawler.errors import CrawlError
+
 __all__ = ["ACCEPT_ENCODING", "DecodeError", "Inflater", "decoder_for"]
 
 #: The codings :func:`decoder_for` can undo: the only ones the fetcher asks for.
 ACCEPT_ENCODING = "gzip, deflate"
 
 
-class DecodeError(Exception):
+class DecodeError(CrawlError):
     """The compressed body is corrupt; the message is the user-facing reason.
 
     ``partial`` holds what the failing chunk decoded before the damage.

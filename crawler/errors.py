@@ -22,6 +22,11 @@ class SeedError(ConfigError):
     """A seed URL is malformed or not crawlable; the message quotes the seed."""
 
 
+class PathError(ConfigError):
+    """A path the user gave cannot serve what was asked: missing, a file where a folder is
+    needed, a folder that holds no crawl output; the message names the path."""
+
+
 class StorageError(CrawlError):
     """Writing or reading crawl output or state failed."""
 
@@ -38,7 +43,24 @@ class FencedError(StorageError):
     """This run's lease was taken over: it may no longer fetch, write or ack."""
 
 
+class DeliveryError(CrawlError):
+    """URLs could not be handed to the shards that own them (their sender keeps them)."""
+
+
+class ShardFailedError(CrawlError):
+    """A shard stopped with an error; the crawl cannot prove termination without it."""
+
+
 class ServiceUnavailableError(CrawlError):
     """A crawl-wide service (content index, page budget) stayed unreachable past its
     restart allowance; the URL being processed fails with this, the crawl goes on."""
 
+
+
+class RenderError(CrawlError):
+    """A render did not produce a page (browser crashed or unreachable, protocol error,
+    deadline, cap); the shard falls back to the raw response with a counted reason."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason

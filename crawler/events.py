@@ -34,6 +34,7 @@ import os
 import random
 import sqlite3
 import threading
+import zlib
 from typing import Any, Callable, Iterable, Sequence
 
 from crawler.clock import Clock, wait_event
@@ -50,7 +51,7 @@ EVENT_OUTCOMES = frozenset({"fetched", "not_modified"})
 #: The fields of a page.fetched event, in order (a public contract: README).
 EVENT_FIELDS = (
     "event", "url", "url_hash", "fetched_at", "status", "outcome", "blob_key",
-    "content_sha256", "simhash", "dup_kind", "changed", "fetch_seq",
+    "content_sha256", "simhash", "dup_kind", "changed", "fetch_seq", "rendered", "raw_blob_key",
 )
 #: While the log is full, the shard's dispatch is held this long, renewed until it is not.
 HOLD_S = 0.5
@@ -80,6 +81,10 @@ def page_event(row: OutcomeRow) -> dict[str, Any]:
         "dup_kind": row.dup_kind,
         "changed": row.changed,
         "fetch_seq": row.fetch_seq,
+        # Which body blob_key holds: the rendered DOM (then raw_blob_key is the response
+        # as fetched) or the response itself.
+        "rendered": row.rendered,
+        "raw_blob_key": row.raw_blob_key,
     }
 
 
@@ -355,5 +360,5 @@ def build_emitter(
     event_log: EventLog | MemoryEventLog = EventLog(log_path) if log_path else MemoryEventLog()
     return EventEmitter(
         sink, event_log, clock, batch_size=cfg.batch_size, max_pending=cfg.max_pending, hold=hold,
-        drain_timeout_s=cfg.drain_timeout_s, rng=random.Random(hash(shard_id) & 0xFFFF),
+        drain_timeout_s=cfg.drain_timeout_s, rng=random.Random(zlib.crc32(shard_id.encode())),
     )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,11 @@ class HostTarget:
         return self.key if self.port_given else self.name
 
 
+# A DNS label as hosts spell it: letters, digits, inner hyphens (RFC 1123 2.1; an IDN is
+# already xn-- here), and "_", which real names carry though RFC 952 forbids it.
+_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?").fullmatch
+
+
 def name_of(key: str) -> str:
     """The hostname of a politeness key (``[::1]:8080`` -> ``[::1]``, ``a.test:81`` -> ``a.test``)."""
     if key[:1] == "[":
@@ -68,9 +74,43 @@ def parse_host(spec: str) -> HostTarget:
     port_given = raw.rfind(":") > close and not (raw[:1] != "[" and raw.count(":") > 1)
     url = normalize(f"http://{raw}/")
     if url is None:
-        raise ConfigError(f"host: {raw!r} is not a valid hostname (or its port is not 0-65535)")
+        raise ConfigError(f"host: {raw!r} is not a valid hostname (or its port is not 1-65535)")
     key = host_key(url)
-    return HostTarget(name_of(key), key, port_given)
+    name = name_of(key)
+    # The URL parser takes hosts no policy should name: "*" is not a pattern here, and a
+    # policy on it would match nothing, silently. (IPv4, made dotted decimal, passes.)
+    if name[:1] != "[" and not all(_LABEL(label) for label in name.split(".")):
+        raise ConfigError(
+            f"host: {raw!r} is not a hostname: each label is letters, digits, '_' and inner '-' "
+            "(one host, not a pattern)"
+        )
+    if key.endswith(":0") and key != name:
+        raise ConfigError(f"host: {raw!r}: port 0 is not a port a URL can name (give 1-65535)")
+    return HostTarget(name, key, port_given)
+
+
+#: The slowest pace ``max_rps`` can ask for: one request a week. Slower than that is a
+#: pause (``paused: true``), and the bound keeps 1/max_rps a finite number of seconds.
+MAX_POLICY_INTERVAL_S = 7 * 86400.0
+
+
+def check_max_rps(value: Any) -> float:
+    """``value`` as a ``max_rps``, or ConfigError naming ``max_rps`` and its range.
+
+    Any rate from one request a week up is accepted; it can only slow a host down: the
+    interval 1/max_rps is a floor under the configured ``interval_s`` and Crawl-delay, so
+    a rate above 1/interval_s changes nothing (crawler.politeness)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not value >= 1.0 / MAX_POLICY_INTERVAL_S
+    ):
+        raise ConfigError(
+            f"max_rps: expected requests per second >= {1.0 / MAX_POLICY_INTERVAL_S:.3g} (one a week; "
+            f"use paused to stop a host), got {value!r}"
+        )
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +118,9 @@ class HostPolicy:
     """Operator settings for a host; None leaves a field as it is.
 
     ``max_rps``: requests per second at most (the interval 1/max_rps is a floor, like
-    Crawl-delay: the larger applies); ``paused``: no request starts; ``max_pages``: pages
-    the host may be admitted in all (its queue is cut to what is left).
+    Crawl-delay: the larger applies, so it can slow a host, never speed it past
+    ``interval_s``); ``paused``: no request starts; ``max_pages``: pages the host may be
+    admitted in all (its queue is cut to what is left).
     """
 
     max_rps: float | None = None
@@ -87,13 +128,8 @@ class HostPolicy:
     max_pages: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_rps is not None and (
-            isinstance(self.max_rps, bool)
-            or not isinstance(self.max_rps, (int, float))
-            or not math.isfinite(self.max_rps)
-            or self.max_rps <= 0
-        ):
-            raise ConfigError(f"max_rps: expected a number > 0 (requests per second), got {self.max_rps!r}")
+        if self.max_rps is not None:
+            check_max_rps(self.max_rps)
         if self.paused is not None and not isinstance(self.paused, bool):
             raise ConfigError(f"paused: expected true or false, got {self.paused!r}")
         if self.max_pages is not None and (

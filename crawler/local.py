@@ -50,6 +50,7 @@ class LocalRuntime:
         self.sdir: str | None = None
         self.seen_restored = 0  # seen sets started from a copy in OUT (crawler.ledger)
         self._runners: list[asyncio.Task[None]] = []
+        self.render_pool: Any = None  # crawler.render.browser.BrowserPool when render.mode is on
 
     def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
         # One process: one shard and one seen set unless the config says otherwise.
@@ -77,7 +78,7 @@ class LocalRuntime:
             )
             for i in range(plan.seen_shards)
         ]
-        self._seen_group = SeenGroup([self._seen_shard(s) for s in self.seen])
+        self._seen_group = SeenGroup([self._seen_shard(s) for s in self.seen], [self._seen_forget(s) for s in self.seen])
         self.content = ContentIndexService(
             d.simhash_distance,
             d.simhash_tables,
@@ -96,6 +97,10 @@ class LocalRuntime:
             return await self.content.check_and_add(items)
 
         ring = HashRing(list(plan.shard_ids))
+        if cfg.render.mode != "never":
+            from crawler.render.build import build_pool
+
+            self.render_pool = build_pool(cfg, self.clock)  # one pool for every shard here
         for sid in plan.shard_ids:
             opened = state.open_shard_store(cfg, sid, sdir, self.clock) if sdir else None
             self.shards[sid] = build_shard(
@@ -113,6 +118,7 @@ class LocalRuntime:
                 fence=build_fence(cfg, plan.epoch, self.clock),
                 state_log=opened.log if opened else None,
                 restored=opened.restored if opened else None,
+                render_service=self.render_pool,
             )
         self._runners = [asyncio.ensure_future(s.run()) for s in self.shards.values()]
 
@@ -141,9 +147,20 @@ class LocalRuntime:
 
         return call
 
+    @staticmethod
+    def _seen_forget(seen: SeenSet):
+        async def call(hashes: list[int]) -> int:
+            return seen.forget_hashes(hashes)
+
+        return call
+
     async def seen_check(self, urls: list[str]) -> list[bool]:
         assert self._seen_group is not None
         return await self._seen_group.check_and_add(urls)
+
+    async def seen_forget(self, urls: list[str]) -> int:
+        assert self._seen_group is not None
+        return await self._seen_group.forget(urls)
 
     async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
         await self.shards[shard_id].accept_durably(items)
@@ -197,6 +214,8 @@ class LocalRuntime:
         for s in self.shards.values():
             await s.close()
             finals.append({**s.status(), "store_counts": s.store_counts()})
+        if self.render_pool is not None:
+            await self.render_pool.close()
         return finals
 
     async def service_stats(self) -> dict[str, Any]:

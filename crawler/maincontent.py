@@ -35,12 +35,15 @@ put back before returning. Invariant 7 (DESIGN.md): web input never raises out o
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
+
+log = logging.getLogger(__name__)
 
 __all__ = ["MIN_MAIN_SHARE", "MIN_MAIN_WORDS", "MainText", "extract_main", "is_chrome_name", "main_text"]
 
@@ -399,7 +402,8 @@ def extract_main(tree: LexborHTMLParser, body_text: str | None = None) -> MainTe
             dropped = _drop_chrome(body, detach, _JUDGED_ALL)
         root, kind = _choose_root(body)
         text = _text(root)
-    except Exception:  # noqa: BLE001 - invariant 7: odd markup costs the main-content step, never the page
+    except Exception as exc:  # noqa: BLE001 - invariant 7: odd markup costs the main-content step, never the page
+        log.debug("main-content extraction failed (%r): the whole text stands in", exc)
         # The whole text when it was reached, else nothing (no fingerprint beats a wrong one).
         return MainText(full, "fallback", 0)
     finally:

@@ -104,12 +104,16 @@ class Outbox:
         if self._fence is not None and not self._fence(fresh=True):
             raise FencedError("another run holds the output's lease: nothing more is written or acked")
 
-    def put(self, row: OutcomeRow, body: bytes | None = None, schedule: Schedule | None = None) -> None:
-        """Queue one row (and its body under its content hash, and its URL's next refresh)."""
+    def put(self, row: OutcomeRow, body: bytes | None = None, schedule: Schedule | None = None,
+            raw_body: bytes | None = None) -> None:
+        """Queue one row (and its body under its content hash, and its URL's next refresh;
+        for a rendered page, the raw response's body under ``row.raw_sha256``)."""
         self._rows.append(row)
         self._schedules.append(schedule)
         if body is not None and row.content_sha256 is not None:
             self._bodies[row.content_sha256] = body
+        if raw_body is not None and row.raw_sha256 is not None:
+            self._bodies[row.raw_sha256] = raw_body
 
     def pending(self) -> int:
         """Rows not yet durable (buffered here or in the writer)."""

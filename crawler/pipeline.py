@@ -30,6 +30,7 @@ from crawler.output import BlobStore, OutcomeRow
 from crawler.output.headers import encode_headers
 from crawler.parse import ParsedPage, is_html, parse_page
 from crawler.recrawl import Previous, RecrawlPolicy, Schedule
+from crawler.render.renderer import RenderedPage, Renderer
 from crawler.urls import join_url, url_hash
 
 class ContentCheck(Protocol):
@@ -52,6 +53,7 @@ class Outcome:
     body: bytes | None = None
     duplicate: bool = False
     schedule: Schedule | None = None
+    raw_body: bytes | None = None  # a rendered page's response as fetched (stored beside the DOM)
 
 
 class PagePipeline:
@@ -65,6 +67,10 @@ class PagePipeline:
         user_agent_token: for ``<meta name="...">`` robots directives addressed to us.
         max_links_per_page, min_text_tokens, max_body_bytes, store_bodies: from the config.
         recrawl: the interval policy (every outcome gets its URL's next due time).
+        renderer: renders the HTML pages that need it (crawler.render), or None. A rendered
+            page's DOM is what is stored, parsed and fingerprinted; its raw response is
+            stored beside it (``raw_sha256``, ``raw_blob_key``).
+        counters: the shard's counters (shared with the renderer), or a new Counter.
     """
 
     def __init__(
@@ -80,6 +86,8 @@ class PagePipeline:
         max_body_bytes: int,
         store_bodies: bool,
         recrawl: RecrawlPolicy,
+        renderer: Renderer | None = None,
+        counters: Counter[str] | None = None,
     ) -> None:
         self.shard_id = shard_id
         self.links = links
@@ -91,7 +99,8 @@ class PagePipeline:
         self._max_body = max_body_bytes
         self._store_bodies = store_bodies
         self._recrawl = recrawl
-        self.counters: Counter[str] = Counter()
+        self.renderer = renderer
+        self.counters: Counter[str] = counters if counters is not None else Counter()
         self.dropped: Counter[str] = Counter()  # links not followed, by reason
 
     async def page(self, item: UrlItem, res: FetchResult) -> Outcome:
@@ -101,8 +110,16 @@ class PagePipeline:
         ctype = res.headers.get("content-type")  # with its charset parameter
         parsed: ParsedPage | None = None
         fp: int | None = None
+        raw_body: bytes | None = None
+        rendered: RenderedPage | None = None
         if is_html(ctype, body):
             parsed = parse_page(body, item.url, ctype, res.headers, user_agent_token=self._ua_token, max_links=self._max_links)
+            if self.renderer is not None and not res.truncated and parsed.error is None:
+                rendered = await self.renderer.render(item.host, item.url, res, parsed)
+                if rendered.body is not None and rendered.parsed is not None:
+                    # The DOM is the page from here on: links, text, hashes, duplicates.
+                    raw_body, body, parsed = body, rendered.body, rendered.parsed
+                    sha = content_sha256(body)
             if parsed.main_text:
                 fp = text_fingerprint(parsed.main_text, self._min_tokens)
         dup_kind, dup_of = await self._content.submit((item.url, sha, fp))
@@ -114,16 +131,21 @@ class PagePipeline:
         if parsed is not None and parsed.error:
             errors.append(f"parse: {parsed.error}")
             self.counters["parse_errors"] += 1
+        if rendered is not None and rendered.fallback is not None:
+            errors.append(f"render: {rendered.fallback}, raw page stored")
         links: list[UrlItem] = []
         if parsed is not None and parsed.links:
             depth = item.depth + 1
             links = [UrlItem(u, depth, item.url) for u in self.links.follow(parsed, depth, self.dropped)]
         self.counters["bytes"] += len(body)
         row = self.row(
-            item, "fetched", res, sha=sha, simhash=fp, dup_kind=dup_kind, dup_of=dup_of, error="; ".join(errors) or None
+            item, "fetched", res, sha=sha, simhash=fp, dup_kind=dup_kind, dup_of=dup_of, error="; ".join(errors) or None,
+            body_length=len(body), raw_sha=content_sha256(raw_body) if raw_body is not None else None,
         )
         body_kept = body if self._store_bodies else None
-        return Outcome(row, links, body_kept, duplicate=dup_kind is not None, schedule=self.schedule(item, row))
+        raw_kept = raw_body if self._store_bodies else None
+        return Outcome(row, links, body_kept, duplicate=dup_kind is not None, schedule=self.schedule(item, row),
+                       raw_body=raw_kept)
 
     def outcome(self, item: UrlItem, outcome: str, res: FetchResult | None = None, *, error: str | None = None) -> Outcome:
         """An outcome with no page to process (not_modified, an error, robots refusal)."""
@@ -178,6 +200,8 @@ class PagePipeline:
         dup_of: str | None = None,
         error: str | None = None,
         redirect_to: str | None = None,
+        body_length: int | None = None,
+        raw_sha: str | None = None,
     ) -> OutcomeRow:
         """The outcome row of ``item`` (the one place a row is put together)."""
         headers = res.headers if res is not None else {}
@@ -194,7 +218,7 @@ class PagePipeline:
             attempts=item.attempts,
             fetched_at=datetime.fromtimestamp(self._clock.wall(), timezone.utc),
             content_type=res.content_type if res is not None else None,
-            content_length=len(res.body) if res is not None and outcome == "fetched" else None,
+            content_length=(body_length if body_length is not None else len(res.body)) if res is not None and outcome == "fetched" else None,
             content_sha256=sha,
             simhash=to_int64(simhash) if simhash is not None else None,
             dup_kind=dup_kind,
@@ -210,5 +234,8 @@ class PagePipeline:
             fetch_seq=item.fetch_seq,
             changed=changed,
             response_headers=encode_headers(headers) if res is not None and res.status is not None else None,  # for WARC export
+            rendered=(raw_sha is not None) if outcome == "fetched" else None,
+            raw_sha256=raw_sha,
+            raw_blob_key=BlobStore.key_for(raw_sha) if raw_sha is not None and self._store_bodies else None,
         )
 

@@ -24,10 +24,12 @@ frontier's host heap - must reschedule the host after changing any of those.)
 
 Effective interval of a host:
 
-    floor     = max(operator override or configured interval, robots Crawl-delay)
+    floor     = max(configured interval, operator interval, robots Crawl-delay)
     effective = max(floor, min(max(floor, adaptive), max_interval_s))
 
-``max_interval_s`` caps only what *we* add (adaptive backoff after 429/503/failures); a
+An operator's interval (``max_rps``) is a floor like Crawl-delay: it can slow a host,
+never bring it below the configured interval (an API call must not be able to turn
+politeness off). ``max_interval_s`` caps only what *we* add (adaptive backoff after 429/503/failures); a
 Crawl-delay or operator interval above it is honoured as is, because the site or the
 operator asked for it (politeness first). Politeness is about what a host can take, not
 about what it is worth to us: a low-novelty host is demoted in the frontier's order
@@ -191,7 +193,7 @@ class Politeness:
 
     def _floor(self, host: str, st: _Host | None) -> float:
         pol = self.overrides.lookup(host)
-        base = self.interval_s if pol is None or pol[0] is None else pol[0]
+        base = self.interval_s if pol is None or pol[0] is None or pol[0] < self.interval_s else pol[0]
         if st is not None and st.crawl_delay > base:
             return st.crawl_delay
         return base
@@ -302,8 +304,9 @@ class Politeness:
     def set_override(self, host: str, interval_s: float | None = None, paused: bool | None = None) -> None:
         """Operator policy for key ``host`` (``PUT /hosts/:host/policy {max_rps, paused}``).
 
-        ``interval_s`` replaces the configured interval for this host (1 / max_rps); it
-        is a floor like Crawl-delay (the larger of the two applies) and is not capped.
+        ``interval_s`` (1 / max_rps) is a floor like Crawl-delay: the largest of it, the
+        configured interval and Crawl-delay applies, so it can only slow the host; it
+        is not capped by ``max_interval_s``.
         ``paused=True`` makes the host never ready (``next_allowed`` is ``inf``); a
         request already in flight finishes normally. An argument left None keeps its
         current value; :meth:`clear_override` removes both.

@@ -48,6 +48,10 @@ class Runtime(Protocol):
     async def seen_check(self, urls: list[str]) -> list[bool]:
         """Mark URLs seen; True for the ones that were new."""
 
+    async def seen_forget(self, urls: list[str]) -> int:
+        """Undo the seen marks of URLs whose delivery failed (nothing is marked seen
+        unless a shard holds it); returns how many marks were undone."""
+
     async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
         """Hand a batch to the shard that owns its hosts (queued durably on return)."""
 

@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable, Protocol, Sequence
 from crawler.admission import Admission
 from crawler.checkpoint import Checkpointer
 from crawler.clock import Clock, wait_event
-from crawler.errors import FencedError
+from crawler.errors import DeliveryError, FencedError
 from crawler.fetch import FetchResult, classify
 from crawler.frontier import Frontier, UrlItem
 from crawler.hostpolicy import HostTarget, name_of
@@ -402,7 +402,7 @@ class ShardScheduler:
         if outcome.links:
             # Acked (row written) only once its links reached their owners.
             if not await self.router.submit(outcome.links, bypass_seen=item.replay):
-                raise RuntimeError(f"{len(outcome.links)} links could not be delivered to their shards")
+                raise DeliveryError(f"{len(outcome.links)} links could not be delivered to their shards")
         self._record(item, outcome)
 
     def _refused(self, item: UrlItem) -> None:
@@ -421,7 +421,7 @@ class ShardScheduler:
         if item.kind == "refresh":
             self.counters["refresh_fetches"] += 1
             self.counters["changes_found"] += bool(row.changed)
-        self.outbox.put(row, outcome.body, outcome.schedule)
+        self.outbox.put(row, outcome.body, outcome.schedule, outcome.raw_body)
         if self.feed is not None:
             self.feed.after_record(item, row, outcome.schedule)
 

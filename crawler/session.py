@@ -35,7 +35,8 @@ from crawler import ledger
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig
 from crawler.crawlstats import crawl_stats, merge_status, read_stats, write_stats
-from crawler.errors import ConfigError, SeedError
+from crawler.errors import ConfigError, SeedError, ServiceUnavailableError, ShardFailedError
+from crawler.backqueue import check_priority
 from crawler.frontier import UrlItem
 from crawler.hashring import HashRing
 from crawler.hostpolicy import HostPolicy, parse_host
@@ -216,7 +217,7 @@ class CrawlSession:
             return False
         for st in statuses:
             if st.get("error"):
-                raise RuntimeError(f"{st['shard']} failed: {st['error']}")
+                raise ShardFailedError(f"{st['shard']} failed: {st['error']}")
         self.last_total = merge_status(statuses)
         if self.on_progress is not None:
             self.on_progress(self.last_total)
@@ -300,11 +301,15 @@ class CrawlSession:
         Each URL is ``accepted`` (queued), ``already_seen``, or ``refused`` with a reason:
         ``invalid: ...`` (malformed), ``robots: ...`` (the owning shard's cached robots.txt
         rules disallow it) or ``scope: <rule>`` (a trap rule: length, query parameters,
-        repeated path segments). Refused URLs are not marked seen. ``priority`` > 0 puts
+        repeated path segments), or ``not queued: ...`` when its owning shard could not
+        take it (its seen mark is undone, so adding it again works). Refused URLs are not
+        marked seen. ``priority`` (-1000 to 1000, crawler.backqueue.MAX_PRIORITY) > 0 puts
         the seeds that many levels ahead in their hosts' queues (for this run: it is not
         kept across a restart). With ``strict`` a malformed URL raises SeedError before
-        anything is changed. Returns the counts and ``urls``: one entry per URL given.
+        anything is changed; a bad ``priority`` always raises ConfigError. Returns the
+        counts and ``urls``: one entry per URL given.
         """
+        check_priority(priority)
         results: list[dict[str, Any]] = []
         pending: dict[str, dict[str, Any]] = {}  # normalized URL -> its first entry
         for raw in urls:
@@ -332,8 +337,12 @@ class CrawlSession:
         ok = [u for u, e in pending.items() if e["reason"] is None]
         if ok:
             await self.runtime.widen_scope(ok)
-            for u, new in zip(ok, await self._seed(ok, boost=priority)):
-                pending[u]["result"] = "accepted" if new else "already_seen"
+            verdicts, failed = await self._deliver_new(ok, boost=priority)
+            for u, new in zip(ok, verdicts):
+                if u in failed:
+                    pending[u]["reason"] = f"not queued: {failed[u]}; add it again"
+                else:
+                    pending[u]["result"] = "accepted" if new else "already_seen"
         counts = {k: sum(1 for e in results if e["result"] == k) for k in ("accepted", "already_seen", "refused")}
         return {**counts, "urls": results}
 
@@ -388,7 +397,8 @@ class CrawlSession:
         elapsed = self.clock.now() - (self.started_at or self.clock.now())
         stats = self._crawl_stats(statuses, services, elapsed, False)
         total = merge_status(statuses)
-        stats.update(running=True, in_flight=total["in_flight"], hosts=total["hosts"])
+        # Not ended: ``ended`` says why a crawl stopped, and this one has not.
+        stats.update(running=True, ended=None, in_flight=total["in_flight"], hosts=total["hosts"])
         stats.pop("config", None)
         return stats
 
@@ -404,19 +414,43 @@ class CrawlSession:
         assert self.ring is not None, "the session is not started"
         return self.ring.node_for(host)
 
-    async def _seed(self, urls: Sequence[str], boost: int = 0) -> list[bool]:
-        """Seen-check URLs and deliver the new ones (depth 0) to their owners, in batches.
-        Returns the seen verdict of each URL (True: new, delivered)."""
+    async def _seed(self, urls: Sequence[str]) -> None:
+        """The run's own seeds: :meth:`_deliver_new`, and a seed no shard could take
+        fails the start (nothing is half-applied: its seen mark is undone)."""
+        _, failed = await self._deliver_new(urls)
+        if failed:
+            url, why = next(iter(failed.items()))
+            raise ServiceUnavailableError(f"{len(failed)} seeds could not be queued, e.g. {url}: {why}")
+
+    async def _deliver_new(self, urls: Sequence[str], boost: int = 0) -> tuple[list[bool], dict[str, str]]:
+        """Admit URLs at depth 0, atomically per URL (DESIGN.md invariants 3 and 5).
+
+        1. Seen-check them: the new ones are marked seen now.
+        2. Deliver the new ones to their owning shards, one batch per owner.
+        3. Undo the marks of every URL in a batch whose delivery failed, so nothing
+           stays marked seen that no shard holds: such a URL could never be admitted
+           again in this crawl, and the ledger would count it admitted with no row.
+
+        Returns (the seen verdict of each URL, the failed URLs with the reason).
+        """
         verdicts = list(await self.runtime.seen_check(list(urls)))
         by_owner: dict[str, list[UrlItem]] = {}
         for url, new in zip(urls, verdicts):
             if new:
                 item = UrlItem(url, 0, boost=boost)
                 by_owner.setdefault(self._owner(item.host), []).append(item)
+        failed: dict[str, str] = {}
         for owner, batch in by_owner.items():
-            await self.runtime.deliver(owner, batch)
+            try:
+                await self.runtime.deliver(owner, batch)
+            except Exception as exc:  # noqa: BLE001 - any failure: the marks are undone below
+                log.error("delivering %d seeds to %s failed: %r", len(batch), owner, exc)
+                failed.update((item.url, f"{type(exc).__name__}: {exc}") for item in batch)
         self.detector.note_driver_batches(len(by_owner))
-        return verdicts
+        if failed:
+            undone = await self.runtime.seen_forget(list(failed))
+            log.warning("%d seen marks undone for URLs no shard took", undone)
+        return verdicts, failed
 
     def _crawl_stats(self, finals: list[dict[str, Any]], services: dict[str, Any], elapsed: float, finished: bool) -> dict[str, Any]:
         return crawl_stats(

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import zlib
+from collections import Counter
 from typing import Any, Awaitable, Callable, Sequence
 
 from crawler.admission import Admission
@@ -33,6 +35,8 @@ from crawler.pipeline import PagePipeline
 from crawler.politeness import Politeness
 from crawler.recrawl import RecrawlPolicy
 from crawler.refresh import RefreshFeed
+from crawler.render.build import build_renderer
+from crawler.render.renderer import RenderService
 from crawler.sitemaps import SitemapReader
 from crawler.statelog import Restored, StateLog
 from crawler.robots import RobotsCache, RobotsClient
@@ -142,13 +146,15 @@ def build_shard(
     fence: Fence | None = None,
     state_log: StateLog | None = None,
     restored: Restored | None = None,
+    render_service: RenderService | None = None,
 ) -> ShardScheduler:
     """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
     the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs).
     ``state_log``/``restored``: with a remote output, the store's journal in OUT and what
-    OUT held when the store was rebuilt from it (crawler.state.open_shard_store)."""
+    OUT held when the store was rebuilt from it (crawler.state.open_shard_store).
+    ``render_service``: where pages are rendered when ``render.mode`` is not ``never``."""
     pol, rt = cfg.politeness, cfg.runtime
-    rng = rng or random.Random(hash(shard_id) & 0xFFFF)
+    rng = rng or random.Random(zlib.crc32(shard_id.encode()))  # the same in every process (str hash is salted)
     politeness = Politeness(
         pol.interval_s,
         pol.max_interval_s,
@@ -183,6 +189,14 @@ def build_shard(
     batcher: MicroBatcher[tuple[str, str, int | None], tuple[str | None, str | None]] = MicroBatcher(
         content, max_size=rt.content_batch_size, max_delay_s=rt.content_batch_delay_s, clock=clock
     )
+    fetcher = fetcher if fetcher is not None else build_fetcher(cfg, clock)
+    counters: Counter[str] = Counter()
+    renderer = None
+    if cfg.render.mode != "never" and render_service is not None:
+        renderer = build_renderer(
+            cfg, shard_id, render_service, fetch=fetcher.fetch, politeness=politeness, robots=robots_cache,
+            links=links, clock=clock, rng=random.Random(rng.random()), counters=counters,
+        )
     pipeline = PagePipeline(
         shard_id,
         links,
@@ -194,6 +208,8 @@ def build_shard(
         max_body_bytes=cfg.limits.max_body_bytes,
         store_bodies=cfg.output.store_bodies,
         recrawl=recrawl,
+        renderer=renderer,
+        counters=counters,
     )
     checkpointer = None
     out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
@@ -212,6 +228,7 @@ def build_shard(
                 "politeness": (lambda: politeness.snapshot(protecting_only=True), politeness.restore),
                 "counters": (lambda: dict(pipeline.counters), pipeline.counters.update),
                 "dropped": (lambda: dict(pipeline.dropped), pipeline.dropped.update),
+                **({"render_hosts": (renderer.decider.snapshot, renderer.decider.restore)} if renderer else {}),
             },
             clock,
             interval_s=rt.checkpoint_interval_s,
@@ -262,7 +279,7 @@ def build_shard(
         host_budget=host_budget,
         admission=Admission(store, robots_cache, host_budget, frontier, respect_robots=pol.respect_robots, dropped=pipeline.dropped),
         budget=budget,
-        fetcher=fetcher if fetcher is not None else build_fetcher(cfg, clock),
+        fetcher=fetcher,
         outbox=outbox,
         router=router,
         clock=clock,

@@ -19,7 +19,7 @@ import json
 from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from crawler.config import EVENT_SINKS, EventsConfig
-from crawler.errors import ConfigError
+from crawler.errors import ConfigError, CrawlError
 from crawler.output import open_fs
 
 ENTRY_POINT_GROUP = "raycrawl.event_sinks"
@@ -29,7 +29,7 @@ def dumps(event: dict[str, Any]) -> str:
     return json.dumps(event, separators=(",", ":"), ensure_ascii=False)
 
 
-class SinkError(Exception):
+class SinkError(CrawlError):
     """A sink could not take a batch (it is retried; nothing is lost)."""
 
 

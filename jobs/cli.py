@@ -9,7 +9,9 @@
     crawl serve-web [--profile demo] [--port 8080]
     crawl ctl [--api URL] [--token T] seeds add URL... | url URL | host pause|resume|show|set HOST | stats | stop
 
-Bad config or seeds exit with status 2 and a one-line message saying what to fix.
+Bad config or seeds, and a path that cannot serve (a folder holding no crawl output, a file
+where a folder is needed, a page file that cannot be read), exit with status 2 and a
+one-line message saying what to fix; nothing is created on disk first.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import json
 import logging
 import os
 import sys
+import zlib
 from pathlib import Path
 from typing import Sequence
 
-from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError
+from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError, PathError, StorageError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -51,10 +54,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """Serve the bundled synthetic web on loopback and crawl it on embedded Ray."""
     from crawler import config as config_mod
+    from crawler.output.fs import check_output_folder
     from crawler.testing.fixtures import running_web
     from jobs.crawl import print_summary, run_crawl
 
     out = os.path.abspath(args.out)
+    check_output_folder(out)  # before the web starts
     with running_web(seed=args.seed, profile="demo") as server:
         web = server.web
         overrides = [
@@ -82,15 +87,19 @@ def cmd_stats(args: argparse.Namespace) -> int:
     rows in OUT (a lost or invented URL); works for local and fsspec (s3://) outputs.
     """
     from crawler import ledger
-    from crawler.output import open_fs, summarize
+    from crawler.output import summarize
+    from crawler.output.fs import require_crawl_output
 
+    fs, root = require_crawl_output(args.out)  # a typo is not an empty crawl
     summary = summarize(args.out)
-    fs, root = open_fs(args.out)
     stats_path = f"{root.rstrip('/')}/stats.json"
     ok = True
     if fs.exists(stats_path):
-        with fs.open(stats_path, "r") as f:
-            run = json.load(f)
+        try:
+            with fs.open(stats_path, "r") as f:
+                run = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise StorageError(f"{stats_path} cannot be read as JSON: {exc}") from exc
         summary["run"] = {k: run.get(k) for k in (
             "finished", "ended", "elapsed_s", "pages_per_s", "requests", "robots_requests", "retries",
             "queued_unfetched", "shards", "dropped", "events", "refresh",
@@ -152,6 +161,22 @@ def cmd_export_warc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_page_file(path: str) -> bytes:
+    """A saved page's bytes, gunzipped if it is gzip; PathError if it cannot be read."""
+    if os.path.isdir(path):
+        raise PathError(f"{path} is a folder; give a page file or a URL")
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise PathError(f"cannot read {path}: {exc.strerror}") from exc
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+            raise PathError(f"{path} starts like gzip but is not a valid gzip file ({exc})") from exc
+    return data
+
+
 def cmd_links(args: argparse.Namespace) -> int:
     """Print, one JSON object a line, each link the crawler would extract from a page."""
     from crawler import config as config_mod
@@ -160,12 +185,12 @@ def cmd_links(args: argparse.Namespace) -> int:
 
     target = args.target
     if os.path.exists(target):
-        data = Path(target).read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
+        data = _read_page_file(target)
         base = args.url or Path(target).resolve().as_uri()
         ctype = args.content_type
         headers: dict[str, str] = {}
+    elif not target.lower().startswith(("http://", "https://")):
+        raise PathError(f"{target}: no such file, and not an http(s) URL")
     else:
         from crawler.shard import build_fetcher
 

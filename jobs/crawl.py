@@ -4,7 +4,8 @@ This is what ``ray job submit`` runs and what ``crawl run`` calls. It is a thin 
 over :class:`crawler.session.CrawlSession`: it picks the runtime (Ray, or in-process
 with ``--local``), shows progress, and turns SIGINT and SIGTERM (Ctrl-C, ``kill``,
 ``ray job stop``) into a clean stop: rows flushed, ``stats.json`` written, the state
-resumable, a non-zero exit (130 for SIGINT, 143 for SIGTERM). With ``api.enabled`` it
+resumable, a non-zero exit (130 for SIGINT, 143 for SIGTERM); a stop asked for through
+the control API exits 0 (:func:`run_crawl`). With ``api.enabled`` it
 serves the HTTP control API (crawler.api) in its event loop and prints the API's address
 to stderr, which is the job log of a crawl started with ``ray job submit``.
 
@@ -25,8 +26,9 @@ from crawler import config as config_mod
 from crawler import eventloop, ledger
 from crawler.config import CrawlConfig
 from crawler.api import ControlApi
-from crawler.errors import ConfigError, OutputExistsError, OutputLeasedError
+from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError
 from crawler.handle import CrawlHandle
+from crawler.output.fs import check_output_folder
 from crawler.session import CrawlSession
 
 log = logging.getLogger("jobs.crawl")
@@ -105,7 +107,10 @@ async def _run(session: CrawlSession, stopped_by: list[int], api: ControlApi | N
 def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = None, progress: bool = True, force: bool = False) -> tuple[dict[str, Any], int]:
     """Run a crawl to the end with progress output and signal handling.
 
-    Returns (stats, exit status): 0 finished or already finished, 130/143 stopped by a signal.
+    Returns (stats, exit status): 0 finished, already finished, ran its duration, or
+    stopped through the control API (``POST /stop``: the operator asked for it and got a
+    clean, resumable stop; ``stats.json`` says ``finished: false``); 130/143 stopped by a
+    signal; 1 otherwise (the crawl ended without finishing and nobody asked it to).
     """
     from jobs.progress import Progress
 
@@ -118,9 +123,15 @@ def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = No
     prog = Progress(enabled=progress, interval_s=cfg.runtime.progress_interval_s)
     session = make_session(cfg, local=local, address=address, force=force, on_progress=prog.update, on_start=announce)
     stopped_by: list[int] = []
+    stopped_by_api: list[bool] = []
+
+    def api_stop() -> None:
+        stopped_by_api.append(True)
+        session.request_stop()
+
     try:
         # Made before anything starts: a non-loopback API without a token is refused here.
-        api = ControlApi(session, cfg.api, on_request=None if local else api_metrics()) if cfg.api.enabled else None
+        api = ControlApi(session, cfg.api, on_stop=api_stop, on_request=None if local else api_metrics()) if cfg.api.enabled else None
         stats = eventloop.run(_run(session, stopped_by, api))
     except asyncio.CancelledError:  # a second Ctrl-C: abort without flushing
         raise KeyboardInterrupt from None
@@ -128,7 +139,7 @@ def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = No
         prog.close()
     if stats.get("already_finished"):
         return stats, 0
-    if stats.get("finished") or (stats.get("ended") == "duration" and not stopped_by):
+    if stats.get("finished") or (not stopped_by and (stats.get("ended") == "duration" or stopped_by_api)):
         return stats, 0
     code = EXIT_BY_SIGNAL.get(signal.Signals(stopped_by[0]), 1) if stopped_by else 1
     return stats, code
@@ -141,6 +152,7 @@ def load_config(path: str | None, out: str | None, overrides: Sequence[str]) -> 
         ov.append(f"output.path={out}")
     cfg = config_mod.load(path, ov)
     cfg.all_seeds()  # a malformed seed fails the run now, before any actor starts
+    check_output_folder(cfg.output.path, dict(cfg.output.storage_options) or None)  # and a file as --out
     return cfg
 
 
@@ -199,6 +211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, OutputExistsError, OutputLeasedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except CrawlError as exc:  # raised on purpose, with a message that says it all (as `crawl run`)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if not stats.get("already_finished"):
         print_summary(stats, cfg.output.path)
     return code

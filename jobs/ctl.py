@@ -9,7 +9,8 @@
 
 ``--api`` defaults to ``$CRAWL_API`` or http://127.0.0.1:8077, ``--token`` to
 ``$CRAWL_API_TOKEN``. The answer is printed as JSON; the exit status is 0 for a 2xx
-answer, 1 otherwise (the API's error message goes to stderr).
+answer, 1 otherwise (the API's error message goes to stderr), 2 for an ``--api`` that is
+not an http(s) base URL.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import sys
 import urllib.error
 import urllib.request
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
+
+from crawler.errors import ConfigError
 
 DEFAULT_API = "http://127.0.0.1:8077"
 TIMEOUT_S = 30.0
@@ -74,7 +77,20 @@ def call_for(args: argparse.Namespace) -> tuple[str, str, Any]:
     return "POST", "/stop", {}
 
 
+def check_api(api: str) -> str:
+    """``--api`` as a base URL (http or https, a host); ConfigError naming the option."""
+    try:
+        parts = urlsplit(api)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number 0-65535
+    except ValueError as exc:
+        raise ConfigError(f"--api {api!r}: {exc}; give the API's base URL, such as {DEFAULT_API}") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"--api {api!r}: expected the API's base URL, such as {DEFAULT_API}")
+    return api
+
+
 def cmd_ctl(args: argparse.Namespace) -> int:
+    check_api(args.api)
     method, path, body = call_for(args)
     try:
         status, answer = request(args.api, method, path, body, args.token)

@@ -27,7 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from crawler.errors import PathError
 from crawler.output import OUTCOMES, open_fs, read_pages, summarize
+from crawler.output.fs import check_new_file, require_crawl_output
 
 __all__ = ["CHART_COLORS", "OUTCOME_COLORS", "build_report", "write_report"]
 
@@ -270,9 +272,17 @@ def _politeness(t: Any, interval: float | None) -> str:
 
 
 def write_report(out: str, dest: str, storage_options: dict | None = None) -> str:
-    """Write the report page to ``dest`` (a local path or fsspec URL); returns ``dest``."""
+    """Write the report page to ``dest`` (a local path or fsspec URL); returns ``dest``.
+
+    ``out`` must hold crawl output and ``dest``'s folder must exist (PathError otherwise,
+    before anything is written)."""
+    require_crawl_output(out, storage_options)
+    check_new_file(dest)
     page = build_report(out, storage_options)
     fs, path = open_fs(dest)
-    with fs.open(path, "w", encoding="utf-8") as f:
-        f.write(page)
+    try:
+        with fs.open(path, "w", encoding="utf-8") as f:
+            f.write(page)
+    except OSError as exc:
+        raise PathError(f"cannot write {dest}: {exc.strerror or exc}") from exc
     return dest

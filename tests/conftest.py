@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 from crawler.testing.server import WebServer
 from crawler.testing.web import SyntheticWeb
+
+# Property tests judge results, not speed: on a loaded 2-core machine one example can take
+# longer than hypothesis's 200 ms default deadline, which then reports a "flaky" failure.
+settings.register_profile("raycrawl", deadline=None)
+settings.load_profile("raycrawl")
 
 
 @pytest.fixture(scope="session")

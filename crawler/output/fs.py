@@ -18,10 +18,13 @@ import posixpath
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from crawler.errors import ConfigError, StorageError
+from crawler.errors import ConfigError, PathError, StorageError
 from crawler.output.layout import temp_name
 
 __all__ = [
+    "OUTPUT_MARKS",
+    "check_new_file",
+    "check_output_folder",
     "ensure_dir",
     "fsync_path",
     "is_local",
@@ -29,8 +32,13 @@ __all__ = [
     "open_fs",
     "publish",
     "remove_quietly",
+    "require_crawl_output",
     "write_local_atomic",
 ]
+
+OUTPUT_MARKS = ("pages", "stats.json", "state")
+"""What a crawl puts in OUT (``state/`` holds the lease from its first moment): a folder
+with none of them is not crawl output."""
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
@@ -132,3 +140,63 @@ def remove_quietly(path: str) -> None:
     """Remove a local file that may already be gone."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+# -- paths the user gives (checked before anything is created) ------------------------------
+
+
+def _file_above(path: str) -> str | None:
+    """The nearest existing ancestor of local ``path`` if it is not a folder, else None."""
+    parent = os.path.dirname(path)
+    while parent and not os.path.exists(parent):
+        if parent == os.path.dirname(parent):
+            return None
+        parent = os.path.dirname(parent)
+    return parent if parent and not os.path.isdir(parent) else None
+
+
+def require_crawl_output(out: str, storage_options: dict | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """``open_fs(out)`` if ``out`` holds crawl output (one of :data:`OUTPUT_MARKS`); else
+    PathError saying what is there instead. Reads only: a typo creates nothing."""
+    fs, root = open_fs(out, storage_options)
+    if is_local(fs):
+        if os.path.exists(root) and not os.path.isdir(root):
+            raise PathError(f"{out} is a file, not a folder of crawl output")
+        if not os.path.isdir(root):
+            raise PathError(f"{out} holds no crawl output: there is no such folder")
+        found = any(os.path.exists(os.path.join(root, m)) for m in OUTPUT_MARKS)
+    else:
+        try:
+            found = any(fs.exists(f"{root}/{m}") for m in OUTPUT_MARKS)
+        except Exception as exc:  # botocore/aiohttp errors alike: unreachable, no access
+            raise StorageError(f"cannot read {out}: {exc}") from exc
+    if not found:
+        raise PathError(f"{out} holds no crawl output (none of {', '.join(OUTPUT_MARKS)} in it)")
+    return fs, root
+
+
+def check_output_folder(path: str, storage_options: dict | None = None) -> None:
+    """Refuse a local folder to write into that is a file, or lies under one (the folder
+    and its parents are created later, by the writer). Object stores have no folders."""
+    fs, root = open_fs(path, storage_options)
+    if not is_local(fs):
+        return
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise PathError(f"{path} is a file, not a folder")
+    above = _file_above(root)
+    if above is not None:
+        raise PathError(f"{path}: {above} is a file, not a folder")
+
+
+def check_new_file(path: str, storage_options: dict | None = None) -> None:
+    """Refuse a local file to write that cannot be: a folder by that name, or a folder to
+    put it in that does not exist (it is not created: a typo in it would be)."""
+    fs, root = open_fs(path, storage_options)
+    if not is_local(fs):
+        return
+    if os.path.isdir(root):
+        raise PathError(f"{path} is a folder; give a file name")
+    parent = os.path.dirname(root)
+    if not os.path.isdir(parent):
+        what = "is a file, not a folder" if os.path.exists(parent) else "does not exist"
+        raise PathError(f"{path}: the folder {parent} {what}")

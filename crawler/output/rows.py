@@ -29,11 +29,13 @@ from crawler.output.schema import (
     simhash_to_signed,
 )
 
-__all__ = ["I_BLOB", "I_SHA", "I_URL", "build_table", "row_key", "to_values"]
+__all__ = ["I_BLOB", "I_RAW_BLOB", "I_RAW_SHA", "I_SHA", "I_URL", "build_table", "row_key", "to_values"]
 
 I_URL = COLUMNS.index("url")
 I_SHA = COLUMNS.index("content_sha256")
 I_BLOB = COLUMNS.index("blob_key")
+I_RAW_SHA = COLUMNS.index("raw_sha256")
+I_RAW_BLOB = COLUMNS.index("raw_blob_key")
 _I_OUTCOME = COLUMNS.index("outcome")
 _I_SEQ = COLUMNS.index("fetch_seq")
 _I_DUPKIND = COLUMNS.index("dup_kind")
@@ -154,6 +156,8 @@ def to_values(row: OutcomeRow) -> list[Any]:
         raise ValueError(f"outcome must be one of {OUTCOMES}, got {out[_I_OUTCOME]!r}")
     if out[I_SHA] is not None:
         check_sha256(out[I_SHA])
+    if out[I_RAW_SHA] is not None:
+        check_sha256(out[I_RAW_SHA])
     if out[_I_DUPKIND] is not None and out[_I_DUPKIND] not in DUP_KINDS:
         raise ValueError(f"dup_kind must be one of {DUP_KINDS} or None, got {out[_I_DUPKIND]!r}")
     return out

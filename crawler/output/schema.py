@@ -115,6 +115,13 @@ class OutcomeRow:
     """The response's header fields as received (JSON ``[[name, value], ...]``, names
     lowercased, cut at 16 KB: crawler.output.headers); None without a response. WARC
     export rebuilds the HTTP response from them."""
+    rendered: bool | None = field(default=None, metadata=_arrow(_BOOL))
+    """The stored body is the DOM a headless browser rendered from the response
+    (crawler.render); ``content_sha256``, links and fingerprints are of that DOM."""
+    raw_sha256: str | None = field(default=None, metadata=_arrow(_STR))
+    """For a rendered page: SHA-256 of the raw response body as fetched."""
+    raw_blob_key: str | None = field(default=None, metadata=_arrow(_STR))
+    """For a rendered page: where the raw response body is (a key of ``raw_sha256``)."""
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(OutcomeRow))

@@ -50,7 +50,7 @@ from warcio.warcwriter import WARCWriter
 
 from crawler.errors import ConfigError, StorageError
 from crawler.output.blobs import BlobStore
-from crawler.output.fs import ensure_dir, is_local, open_fs
+from crawler.output.fs import check_new_file, check_output_folder, ensure_dir, is_local, open_fs, require_crawl_output
 from crawler.output.headers import decode_headers
 from crawler.output.layout import temp_name
 from crawler.output.reader import read_pages
@@ -64,7 +64,7 @@ WARC_1_1_SPEC = "https://iipc.github.io/warc-specifications/specifications/warc-
 _COLUMNS = [
     "url", "depth", "status", "attempts", "fetched_at", "content_type", "content_sha256",
     "simhash", "dup_kind", "dup_of", "blob_key", "etag", "last_modified", "truncated",
-    "shard", "referrer", "fetch_seq", "response_headers",
+    "shard", "referrer", "fetch_seq", "response_headers", "rendered", "raw_sha256", "raw_blob_key",
 ]
 # Headers that describe the wire form of the body, not the stored (decoded) one.
 _WIRE_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length"})
@@ -140,6 +140,7 @@ def _metadata(row: dict[str, Any], decoded: str | None) -> bytes:
         ("duplicateKind", row["dup_kind"]), ("duplicateOfUrlHash", row["dup_of"]),
         ("decodedContentEncoding", decoded),
         ("responseHeaders", "from the row" if row["response_headers"] is not None else "rebuilt from content_type, etag, last_modified"),
+        ("storedBody", "rendered DOM (conversion record)" if row.get("rendered") else None),
     ]
     return "".join(f"{k}: {v}\r\n" for k, v in items if v is not None).encode("utf-8")
 
@@ -215,8 +216,13 @@ def export_warc(
     """
     if max_file_bytes <= 0:
         raise ConfigError(f"max_file_bytes must be positive, got {max_file_bytes}")
-    src_fs, root = open_fs(out, storage_options)
+    # Checked before anything is made: `export-warc /typo` must not create /typo/warc/.
+    src_fs, root = require_crawl_output(out, storage_options)
     dest = dest or f"{out.rstrip('/')}/warc"
+    if dest.endswith((".warc", ".warc.gz")):
+        check_new_file(dest, storage_options)
+    else:
+        check_output_folder(dest, storage_options)
     table = read_pages(out, storage_options, columns=_COLUMNS, where=pc.field("outcome") == "fetched")
     blobs = BlobStore(out, storage_options)
     crawl = _crawl_info(src_fs, root)
@@ -227,7 +233,7 @@ def export_warc(
     originals: dict[str, tuple[str, str, str]] = {}
     for row in rows_list:
         sha = row["content_sha256"]
-        if sha and row["blob_key"] and row["dup_kind"] != "exact" and sha not in originals:
+        if sha and row["blob_key"] and row["dup_kind"] != "exact" and not row["rendered"] and sha not in originals:
             originals[sha] = (_record_id(row["url"], row["fetch_seq"], "response"), row["url"], _warc_date(row["fetched_at"]))
 
     files = _Files(dest, storage_options, max_file_bytes, prefix)
@@ -269,7 +275,13 @@ def _write_row(
     date = _warc_date(row["fetched_at"])
     headers = {"WARC-Record-ID": rid, "WARC-Date": date}
     original = originals.get(sha)
-    if row["dup_kind"] == "exact" and original is not None and original[0] != rid:
+    if row["rendered"] and row["raw_blob_key"] and row["raw_sha256"]:
+        # A rendered page: the response as fetched, then the DOM the browser made of it.
+        if not _write_rendered(writer, row, blobs, rid, date, result):
+            return
+        decoded = _http_headers(row, None)[1]
+        kind = ""
+    elif row["dup_kind"] == "exact" and original is not None and original[0] != rid:
         http, decoded = _http_headers(row, None)
         headers["WARC-Refers-To"] = original[0]
         # warcio adds WARC-Profile, -Refers-To-Target-URI, -Refers-To-Date and the digest.
@@ -289,8 +301,9 @@ def _write_row(
         record = writer.create_warc_record(url, "response", payload=BytesIO(body), length=len(body),
                                            http_headers=http, warc_headers_dict=headers)
         kind = "response"
-    writer.write_record(record)
-    result.records[kind] += 1
+    if kind:
+        writer.write_record(record)
+        result.records[kind] += 1
     meta = _metadata(row, decoded)
     writer.write_record(writer.create_warc_record(
         url, "metadata", payload=BytesIO(meta), length=len(meta), warc_content_type="application/warc-fields",
@@ -298,3 +311,30 @@ def _write_row(
                            "WARC-Concurrent-To": rid},
     ))
     result.records["metadata"] += 1
+
+
+def _write_rendered(writer: WARCWriter, row: dict[str, Any], blobs: BlobStore, rid: str, date: str,
+                    result: WarcExport) -> bool:
+    """A rendered row's ``response`` record (the raw body, as fetched) and ``conversion``
+    record (the rendered DOM, ``WARC-Refers-To`` the response: WARC 1.1 section 6.8)."""
+    url = row["url"]
+    try:
+        raw = blobs.get(row["raw_blob_key"])
+        dom = blobs.get(row["blob_key"])
+    except StorageError:
+        result.skipped["missing_or_corrupt_blob"] += 1
+        return False
+    http, _ = _http_headers(row, len(raw))
+    headers = {"WARC-Record-ID": rid, "WARC-Date": date, "WARC-Payload-Digest": payload_digest(row["raw_sha256"])}
+    if row["truncated"]:
+        headers["WARC-Truncated"] = "length"
+    writer.write_record(writer.create_warc_record(url, "response", payload=BytesIO(raw), length=len(raw),
+                                                  http_headers=http, warc_headers_dict=headers))
+    result.records["response"] += 1
+    writer.write_record(writer.create_warc_record(
+        url, "conversion", payload=BytesIO(dom), length=len(dom), warc_content_type="text/html; charset=utf-8",
+        warc_headers_dict={"WARC-Record-ID": _record_id(url, row["fetch_seq"], "conversion"), "WARC-Date": date,
+                           "WARC-Refers-To": rid, "WARC-Payload-Digest": payload_digest(row["content_sha256"])},
+    ))
+    result.records["conversion"] += 1
+    return True

@@ -35,7 +35,7 @@ from crawler.output.layout import (
     part_seq,
     temp_target,
 )
-from crawler.output.rows import I_BLOB, I_SHA, I_URL, build_table, row_key, to_values
+from crawler.output.rows import I_BLOB, I_RAW_BLOB, I_RAW_SHA, I_SHA, I_URL, build_table, row_key, to_values
 from crawler.output.schema import COLUMNS, OutcomeRow, encode_part
 
 __all__ = ["ResultWriter"]
@@ -171,6 +171,11 @@ class ResultWriter:
                 raise ValueError(f"blob_key {given!r} is not a key of content_sha256 {sha!r}")
             if sha is not None and sha in checked:
                 vals[I_BLOB] = None  # the key of this flush's pack, set by flush()
+            raw = vals[I_RAW_SHA]
+            if vals[I_RAW_BLOB] is not None and (raw is None or _key_sha(vals[I_RAW_BLOB]) != raw):
+                raise ValueError(f"raw_blob_key {vals[I_RAW_BLOB]!r} is not a key of raw_sha256 {raw!r}")
+            if raw is not None and raw in checked:
+                vals[I_RAW_BLOB] = None  # a rendered page's raw response: set by flush() too
         with self._lock:
             if self._closed:
                 raise RuntimeError("ResultWriter is closed")
@@ -237,11 +242,16 @@ class ResultWriter:
                             if key is not None:
                                 blob_col[i] = key
                                 filled.append(i)
+                    raw_col = cols[I_RAW_BLOB]
+                    for i, sha in enumerate(cols[I_RAW_SHA]):
+                        if raw_col[i] is None and sha is not None:
+                            raw_col[i] = keys.get(sha)
                 if n:
                     self._write_part(encode_part(build_table(cols)))
             except Exception as exc:
                 for i in filled:  # keys are set again by the retry
                     cols[I_BLOB][i] = None
+                cols[I_RAW_BLOB][:] = [None if sha is not None else k for sha, k in zip(cols[I_RAW_SHA], cols[I_RAW_BLOB])]
                 with self._lock:
                     if packed:
                         # The pack is durable and its keys are remembered: its name is

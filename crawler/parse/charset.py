@@ -22,9 +22,12 @@ raise on web input.
 from __future__ import annotations
 
 import codecs
+import logging
 import re
 
 from crawler.encodings import C1_CODECS, GB18030_2022_SWAPS, UTF16, WHATWG_LABELS
+
+log = logging.getLogger(__name__)
 
 __all__ = ["lookup_charset", "detect_charset", "detect_encoding", "decoding_codec", "decode", "ASCII_WS"]
 
@@ -225,7 +228,8 @@ def detect_charset(body: bytes, content_type: str | None) -> str:
     """
     try:
         return decoding_codec(detect_encoding(body, content_type)[0])
-    except Exception:  # noqa: BLE001 - web input must not raise (invariant 7)
+    except Exception as exc:  # noqa: BLE001 - web input must not raise (invariant 7)
+        log.debug("charset detection failed (%r): decoding as UTF-8", exc)
         return "utf-8"
 
 

@@ -13,6 +13,7 @@ that cannot be parsed yields a :class:`ParsedPage` whose ``error`` says why.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from crawler.errors import ConfigError
 from crawler.maincontent import main_text
 from crawler.parse.charset import ASCII_WS, decode, decoding_codec, detect_encoding
 from crawler.urls import join_url
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Link", "ParsedPage", "parse_page", "is_html"]
 
@@ -156,7 +159,8 @@ def is_html(content_type: str | None, body: bytes) -> bool:
             codec = "utf-16-le" if head[:2] == b"\xff\xfe" else "utf-16-be"
             head = head[2:].decode(codec, "replace").encode("utf-8", "replace")
         return _sniff_html(head)
-    except Exception:  # noqa: BLE001 - web input must not raise (invariant 7); "not HTML" is safe
+    except Exception as exc:  # noqa: BLE001 - web input must not raise (invariant 7); "not HTML" is safe
+        log.debug("HTML sniffing failed (%r): treated as not HTML", exc)
         return False
 
 

@@ -13,8 +13,8 @@ hash over N seen shards. Modules, each importing only those above it:
 """
 
 from crawler.seen.bloom import BLOOM_BACKENDS, DEFAULT_BLOOM
-from crawler.seen.group import SeenGroup, ShardCall
+from crawler.seen.group import ForgetCall, SeenGroup, ShardCall
 from crawler.seen.hashing import shard_of, url_hash64
 from crawler.seen.set import SeenSet
 
-__all__ = ["BLOOM_BACKENDS", "DEFAULT_BLOOM", "SeenGroup", "SeenSet", "ShardCall", "shard_of", "url_hash64"]
+__all__ = ["BLOOM_BACKENDS", "DEFAULT_BLOOM", "ForgetCall", "SeenGroup", "SeenSet", "ShardCall", "shard_of", "url_hash64"]

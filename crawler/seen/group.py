@@ -23,10 +23,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from crawler.errors import ConfigError
 from crawler.seen.hashing import shard_of, url_hash64
 
-__all__ = ["SeenGroup", "ShardCall"]
+__all__ = ["ForgetCall", "SeenGroup", "ShardCall"]
 
 ShardCall = Callable[[list[int]], Awaitable[Sequence[bool]]]
 """One seen shard: URL hashes in, one "novel" verdict per hash out (``check_and_add_hashes``)."""
+
+ForgetCall = Callable[[list[int]], Awaitable[int]]
+"""One seen shard's ``forget_hashes``: URL hashes in, how many marks were undone out."""
 
 
 class SeenGroup:
@@ -39,10 +42,31 @@ class SeenGroup:
             Each returns an awaitable (a coroutine, a future, a Ray ``ObjectRef``).
     """
 
-    def __init__(self, shards: Sequence[ShardCall]) -> None:
+    def __init__(self, shards: Sequence[ShardCall], forget: Sequence[ForgetCall] = ()) -> None:
         if not shards:
             raise ConfigError("seen shards: a seen group needs at least one shard")
+        if forget and len(forget) != len(shards):
+            raise ConfigError("seen shards: give one forget call per shard, or none")
         self._shards = list(shards)
+        self._forget = list(forget)
+
+    def _split(self, urls: Sequence[str]) -> tuple[list[int], dict[int, list[int]]]:
+        n = len(self._shards)
+        hashes = [url_hash64(u) for u in urls]
+        parts: dict[int, list[int]] = {}
+        for i, h in enumerate(hashes):
+            parts.setdefault(shard_of(h, n), []).append(i)
+        return hashes, parts
+
+    async def forget(self, urls: Sequence[str]) -> int:
+        """Undo the marks :meth:`check_and_add` just made for ``urls`` (their delivery
+        failed; see :meth:`crawler.seen.set.SeenSet.forget_hashes`). Returns how many
+        marks were undone."""
+        if not self._forget:
+            raise ConfigError("seen group: built without forget calls")
+        hashes, parts = self._split(urls)
+        done = await asyncio.gather(*(self._forget[s]([hashes[i] for i in pos]) for s, pos in parts.items()))
+        return sum(done)
 
     def __len__(self) -> int:
         """Number of shards."""
@@ -56,11 +80,7 @@ class SeenGroup:
         cancelled: they may still mark their URLs seen); a shard that answers with the
         wrong number of verdicts raises ValueError.
         """
-        n = len(self._shards)
-        hashes = [url_hash64(u) for u in urls]
-        parts: dict[int, list[int]] = {}
-        for i, h in enumerate(hashes):
-            parts.setdefault(shard_of(h, n), []).append(i)
+        hashes, parts = self._split(urls)
         owners = list(parts)
         answers = await asyncio.gather(*(self._shards[s]([hashes[i] for i in parts[s]]) for s in owners))
         out = [False] * len(hashes)

@@ -50,6 +50,7 @@ _COUNTERS = (
     "false_positives",
     "cache_hits",
     "db_lookups",
+    "forgotten",
 )
 
 
@@ -136,6 +137,7 @@ class SeenSet:
         self.false_positives = 0
         self.cache_hits = 0
         self.db_lookups = 0
+        self.forgotten = 0  # marks undone (:meth:`forget_hashes`): a delivery that failed
         # Lossy mode: running expectation of new URLs dropped by false positives.
         self._est_dropped = 0.0
         # Where the Bloom filter came from: "new", "snapshot" or "rebuilt" (disk mode).
@@ -386,6 +388,7 @@ class SeenSet:
             "false_positives": self.false_positives + len(pending) - confirmations,
             "cache_hits": self.cache_hits + cache_hits,
             "db_lookups": self.db_lookups + len(ask),
+            "forgotten": self.forgotten,
         }
         if novel_here:
             # One transaction; the counters ride along. If it raises, nothing is counted
@@ -422,6 +425,40 @@ class SeenSet:
         self.checks += len(hashes)
         self.novel += len(hashes) - positives
         return out
+
+    def forget_hashes(self, hashes: list[int]) -> int:
+        """Undo :meth:`check_and_add_hashes` for hashes it just reported new, because
+        their delivery to the owning shard failed (invariant 3 marks a URL seen when it
+        is enqueued: a mark without a queue entry would lose the URL for the whole
+        crawl). Returns how many marks were undone; ``novel`` drops by as much, so the
+        URL ledger still counts only what a shard holds.
+
+        The Bloom bits stay set (a Bloom filter cannot delete): in exact mode the next
+        sighting is a Bloom positive that the exact store clears, at the cost of one
+        lookup. In Bloom-only mode nothing can be undone: the URLs stay marked (that mode
+        is lossy by choice) and are counted in ``novel`` no more, as they hold no place.
+        """
+        self._require_open()
+        hs = list(dict.fromkeys(h & MASK64 for h in hashes))
+        if not hs:
+            return 0
+        if self._store is None:
+            removed = min(len(hs), self.novel)
+        elif self._disk is not None:
+            assert self._hot is not None
+            counters = self._counters()
+            present = self._disk.lookup(hs)
+            counters["novel"] -= len(present)
+            counters["forgotten"] += len(present)
+            removed = self._disk.delete(sorted(present), counters)
+            self._hot.discard_many(hs)
+            self.novel, self.forgotten = int(counters["novel"]), int(counters["forgotten"])
+            return removed
+        else:
+            removed = self._store.discard_many(hs)  # type: ignore[union-attr]
+        self.novel -= removed
+        self.forgotten += removed
+        return removed
 
     def fill_ratio(self) -> float:
         """Fraction of the Bloom filter's bits that are set."""
@@ -462,6 +499,7 @@ class SeenSet:
             "false_positives": self.false_positives,
             "cache_hits": self.cache_hits,
             "db_lookups": self.db_lookups,
+            "forgotten": self.forgotten,
             "bloom_bits": self._bloom.m,
             "bloom_hashes": self._bloom.k,
             "fill_ratio": self.fill_ratio(),

@@ -48,7 +48,7 @@ _BLOOM_MAGIC = b"SEENBLM\x01"
 MakeBloom = Callable[[bytes | None], Bloom]
 
 
-class BadSnapshot(Exception):
+class BadSnapshot(StorageError):
     """The Bloom snapshot file is unreadable or does not match (internal: caller decides)."""
 
 

@@ -44,6 +44,12 @@ class ExactStore:
         """Add hashes (repeats are harmless)."""
         self._set.update(hashes)
 
+    def discard_many(self, hashes: Iterable[int]) -> int:
+        """Remove hashes (absent ones are ignored); returns how many were removed."""
+        before = len(self._set)
+        self._set.difference_update(hashes)
+        return before - len(self._set)
+
     def contains_many(self, hashes: list[int]) -> list[bool]:
         """For each hash, whether the store holds it."""
         s = self._set
@@ -103,6 +109,12 @@ class HotSet:
             items = items[room:]
             if len(self._young) >= half:
                 self._rotate()
+
+    def discard_many(self, hashes: Iterable[int]) -> None:
+        """Forget hashes from both generations."""
+        for h in hashes:
+            self._young.discard(h)
+            self._old.discard(h)
 
     def _rotate(self) -> None:
         self._old = self._young
@@ -268,6 +280,35 @@ class DiskStore:
             raise StorageError(f"seen store {self.path}: write failed: {exc}") from exc
         self.rows += added
         self.counters = counters
+
+    def delete(self, hashes: list[int], counters: dict[str, float]) -> int:
+        """Remove ``hashes`` (unsigned) and save the counters in one transaction; returns
+        how many rows went. The database gets a new ``db_id``: a Bloom snapshot taken
+        before still has the removed hashes' bits but, after later inserts, could match
+        the row count again while missing theirs, so every older snapshot is invalidated
+        (the next open rebuilds the filter from the table)."""
+        conn = self.conn
+        rows = [(_signed(h),) for h in hashes]
+        db_id = int.from_bytes(os.urandom(8), "little") >> 1
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                removed = conn.executemany("DELETE FROM seen WHERE h = ?", rows).rowcount
+                conn.execute(
+                    "UPDATE state SET rows = rows - ?, counters = ?, db_id = ? WHERE id = 0",
+                    (removed, json.dumps(counters), db_id),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StorageError(f"seen store {self.path}: delete failed: {exc}") from exc
+        self.rows -= removed
+        self.db_id = db_id
+        self.counters = counters
+        return removed
 
     def save_counters(self, counters: dict[str, float]) -> None:
         """Persist the counters alone (calls that found nothing new do not write)."""

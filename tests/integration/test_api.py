@@ -6,6 +6,9 @@ unpause lets it finish; seeds, URL status, host view, stats and stop through HTT
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -60,6 +63,8 @@ def test_control_api_steers_a_crawl_across_a_restart(web, tmp_path, capsys):
             return s["paused"]["urls"] > 0 and s["in_flight"] == 0 and s["queued_unfetched"] == s["paused"]["urls"]
 
         _until(settled)
+        live = request(api, "GET", "/stats", token=TOKEN)[1]
+        assert live["running"] is True and live["finished"] is False and live["ended"] is None  # not "stopped"
         code, host = _ctl(capsys, api, "host", "show", PAUSED)
         assert code == 0 and host["hostname_policy"]["paused"] is True
         assert [k["key"] for k in host["keys"]] == [web.web.netloc(PAUSED)]
@@ -134,6 +139,37 @@ def test_a_public_bind_without_token_is_refused_before_anything_starts(web, tmp_
     assert cli.main(["run", str(cfgfile), "--local", "--no-progress"]) == 2
     assert "api.token" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not web.requests()
+
+
+def test_a_stop_through_the_api_is_a_clean_exit_0(web, tmp_path):
+    """``crawl run`` stopped by ``POST /stop`` did what the operator asked: exit 0 (a
+    failure, or Ctrl-C, is not 0), rows flushed, stats.json written, resumable."""
+    out = tmp_path / "out"
+    cfgfile = tmp_path / "crawl.yaml"
+    cfgfile.write_text(json.dumps(crawl_config_for(
+        web, output={"path": str(out)}, politeness={"interval_s": 0.5, "max_interval_s": 2.0},
+        api={"enabled": True, "port": 0})))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", str(cfgfile), "--local", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        api = None
+        while api is None:
+            line = proc.stderr.readline()
+            assert line, (proc.poll(), proc.communicate())
+            if line.startswith("control API: "):
+                api = line.split(": ", 1)[1].strip()
+        _until(lambda: request(api, "GET", "/stats")[0] == 200 and len(web.requests()) >= 5)
+        assert request(api, "POST", "/stop", {}) == (202, {"stopping": True})
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-2000:]
+    assert "crawl stopped" in stdout
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["finished"] is False
+    checks.check_ledger(stats)
 
 
 @pytest.fixture(autouse=True)

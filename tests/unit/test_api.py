@@ -12,6 +12,7 @@ from crawler.config import ApiConfig
 from crawler.errors import ConfigError
 
 TOKEN = "t0ken"
+JSON = {"Content-Type": "application/json"}
 
 
 class FakeSession:
@@ -97,7 +98,7 @@ async def test_requests_without_the_token_are_refused(api):
 )
 async def test_bad_input_is_a_400_naming_the_field_and_changes_nothing(api, method, path, body, field):
     _, session, http, _ = api
-    kw = {"data": body} if isinstance(body, bytes) else {"json": body} if body is not None else {}
+    kw = {"data": body, "headers": JSON} if isinstance(body, bytes) else {"json": body} if body is not None else {}
     status, answer = await call(http, method, path, **kw)
     assert status == 400 and answer["field"] == field, answer
     assert session.calls == []
@@ -115,7 +116,7 @@ async def test_each_endpoint_calls_its_session_method(api):
     assert (await call(http, "GET", "/urls/00112233445566ff"))[0] == 404
     assert await call(http, "GET", "/stats") == (200, {"outcomes": {"fetched": 3}})
     assert (await call(http, "GET", "/nowhere"))[0] == 404
-    assert await call(http, "POST", "/stop") == (202, {"stopping": True})
+    assert await call(http, "POST", "/stop", json={}) == (202, {"stopping": True})
     assert (await call(http, "PUT", "/hosts/a.test/policy", json={"paused": True}))[0] == 409  # stopping
     assert session.calls == [
         ("seeds", ["http://a.test/"], 2, False),
@@ -155,4 +156,125 @@ async def test_503_until_the_shards_run(api):
     assert (await call(http, "GET", "/stats"))[0] == 503
     assert (await call(http, "PUT", "/hosts/a.test/policy", json={"paused": True}))[0] == 503
     assert (await call(http, "PUT", "/hosts/a b/policy", json={"paused": True}))[0] == 400  # bad input first
+    assert session.calls == []
+
+
+# -- issue 24: a hostile web page, a careless operator -----------------------------------------
+
+HOST_SPECS = ["*", "*.test", "-bad-.example", "a.test:0"]
+
+
+@pytest.mark.parametrize(
+    "method, path, body, field",
+    [
+        # every endpoint's bad input, one row each at least (the table above has the rest)
+        ("POST", "/stop", {"now": True}, "now"),
+        ("POST", "/stop", b"[]", "body"),
+        pytest.param("POST", "/seeds", b"[" * 100_000 + b"]" * 100_000, "body", id="nested-100000"),  # RecursionError before
+        pytest.param("POST", "/seeds", b'{"urls": ' + b"[" * 5_000 + b"]" * 5_000 + b"}", "body", id="nested-5000"),
+        ("GET", "/urls?url=http://a.test/&colour=1", None, "colour"),
+        ("GET", "/hosts/a.test:99999", None, "host"),
+        *[("PUT", f"/hosts/{h}/policy", {"paused": True}, "host") for h in HOST_SPECS],
+        *[("GET", f"/hosts/{h}", None, "host") for h in HOST_SPECS],
+    ],
+)
+async def test_bad_input_of_every_endpoint_is_a_400_naming_the_field(api, method, path, body, field, caplog):
+    _, session, http, _ = api
+    kw = {"data": body, "headers": JSON} if isinstance(body, bytes) else {"json": body} if body is not None else {}
+    status, answer = await call(http, method, path, **kw)
+    assert status == 400 and answer["field"] == field, answer
+    assert session.calls == []
+    assert not [r for r in caplog.records if r.exc_info], "a traceback in the log"
+
+
+async def test_a_body_over_the_limit_is_a_json_413(api):
+    _, session, http, _ = api
+    status, answer = await call(http, "POST", "/seeds", data=b" " * (9 * 1024 * 1024), headers=JSON)
+    assert status == 413 and "error" in answer
+    assert session.calls == []
+
+
+async def test_a_web_page_cannot_drive_the_api(api):
+    """What a page in the operator's browser can send, without a preflight: a "simple"
+    request (text/plain, a form type, or no body), from its own Origin; and, after DNS
+    rebinding, any request with its own name in Host. All refused, nothing called."""
+    server, session, http, _ = api
+    port = server.port
+    refused = [
+        # (method, path, headers, body) -> (status, field)
+        (("POST", "/stop", {"Content-Type": "text/plain"}, b"{}"), (415, "Content-Type")),
+        (("POST", "/seeds", {"Content-Type": "text/plain"}, b'{"urls": ["http://a.test/"]}'), (415, "Content-Type")),
+        (("POST", "/stop", {"Content-Type": "application/x-www-form-urlencoded"}, b"a=1"), (415, "Content-Type")),
+        (("POST", "/stop", {}, b""), (415, "Content-Type")),
+        (("PUT", "/hosts/a.test/policy", {"Content-Type": "multipart/form-data; boundary=x"}, b"--x--"), (415, "Content-Type")),
+        (("POST", "/stop", {"Content-Type": "application/json", "Origin": "http://evil.example"}, b"{}"), (403, "Origin")),
+        (("POST", "/stop", {"Content-Type": "application/json", "Origin": "null"}, b"{}"), (403, "Origin")),
+        (("POST", "/stop", {"Content-Type": "application/json", "Origin": f"http://localhost:{port + 1}"}, b"{}"), (403, "Origin")),
+        (("GET", "/stats", {"Origin": "http://evil.example"}, None), (403, "Origin")),
+        # DNS rebinding: the browser thinks it talks to evil.example, and says so in Host
+        (("GET", "/stats", {"Host": f"evil.example:{port}"}, None), (400, "Host")),
+        (("GET", "/urls?url=http://a.test/known", {"Host": f"evil.example:{port}"}, None), (400, "Host")),
+        (("POST", "/stop", {"Host": f"evil.example:{port}", "Content-Type": "application/json", "Origin": f"http://evil.example:{port}"}, b"{}"), (400, "Host")),
+        (("GET", "/stats", {"Host": f"127.0.0.1.evil.example:{port}"}, None), (400, "Host")),
+    ]
+    for (method, path, headers, body), (status, field) in refused:
+        got, answer = await call(http, method, path, headers=headers, data=body)
+        assert (got, answer and answer.get("field")) == (status, field), (method, path, headers, answer)
+    assert session.calls == []
+    # The API's own names and origin still work (also through an ssh -L tunnel: any port).
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost:9999", f"[::1]:{port}"):
+        assert (await call(http, "GET", "/stats", headers={"Host": host}))[0] == 200, host
+    same = {"Content-Type": "application/json; charset=utf-8", "Origin": f"http://127.0.0.1:{port}"}
+    assert (await call(http, "POST", "/seeds", headers=same, data=b'{"urls": ["http://a.test/"]}'))[0] == 202
+
+
+async def test_the_bearer_scheme_is_case_insensitive(api):
+    """RFC 9110 11.1: the authentication scheme is case-insensitive; the token is not."""
+    server, session, _, _ = api
+    async with aiohttp.ClientSession(server.url) as anon:
+        for auth, status in ((f"bearer {TOKEN}", 200), (f"BEARER {TOKEN}", 200), (f"Bearer  {TOKEN}", 200),
+                             (f"bearer {TOKEN.upper()}", 401), (f"Basic {TOKEN}", 401), (TOKEN, 401), ("bearer", 401)):
+            async with anon.get("/stats", headers={"Authorization": auth}) as r:
+                assert r.status == status, auth
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /stats?" + b"a" * 9000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",  # a URL over 8 KB
+        b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n",  # a header over 8 KB
+        b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(200)) + b"\r\n",
+        b"GET /stats HTTP/1.1\r\nHo st: x\r\n\r\n",  # not HTTP
+    ],
+    ids=["long-url", "long-header", "200-headers", "bad-header-name"],
+)
+async def test_requests_the_http_parser_refuses_are_json_400_without_a_traceback(api, request_bytes, caplog):
+    """aiohttp answers these before any middleware: plain text, and a full traceback at
+    ERROR in the job log for each one (log flooding for any web page). Here: a JSON 400,
+    one log line, no traceback."""
+    import asyncio
+    import json as _json
+    import logging
+
+    server, session, _, seen = api
+    caplog.set_level(logging.DEBUG)
+    raw = await asyncio.to_thread(_raw, server.port, request_bytes)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1] == b"400", raw[:200]
+    assert b"application/json" in head.lower()
+    answer = _json.loads(body)
+    assert answer["field"] == "request" and answer["error"], answer
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 1
     assert session.calls == []

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from crawler import config
 from crawler.errors import ConfigError, SeedError
@@ -14,9 +15,21 @@ def test_default_yaml_documents_exactly_the_defaults():
     assert config.load(ROOT / "configs" / "default.yaml") == config.CrawlConfig()
 
 
-def test_bundled_configs_load():
-    for p in (ROOT / "configs").glob("*.yaml"):
-        config.load(p)
+def test_bundled_configs_load_and_every_setting_they_write_is_read():
+    paths = sorted((ROOT / "configs").glob("*.yaml"))
+    assert [p.name for p in paths][:2] == ["default.yaml", "demo.yaml"]
+    for p in paths:
+        raw = yaml.safe_load(p.read_text()) or {}
+        cfg = config.load(p)
+        # A key the file sets and the loader dropped or renamed would read back otherwise.
+        for section, values in raw.items():
+            if not isinstance(values, dict):
+                continue
+            for key, value in values.items():
+                got = getattr(getattr(cfg, section), key)
+                if value == "auto" or isinstance(value, (dict, list)):
+                    continue  # resolved or converted on load (shards: auto, tables)
+                assert got == value, f"{p.name}: {section}.{key} = {value!r} reads back as {got!r}"
 
 
 @pytest.mark.parametrize(
@@ -84,3 +97,25 @@ def test_shards_auto_is_one_per_cpu_at_least_two():
     assert config.resolve_shards("auto", 1) == 2
     assert config.resolve_shards("auto", 8) == 8
     assert config.resolve_shards(3, 8) == 3
+
+
+def test_render_section_is_strict_and_a_missing_browser_fails_at_start_saying_how_to_install(monkeypatch):
+    assert config.CrawlConfig().render.mode == "never"  # no browser needed by default
+    with pytest.raises(ConfigError, match="unknown setting render.tab "):
+        config.from_dict({"render": {"tab": 4}})
+    with pytest.raises(ConfigError, match="render.mode: expected one of"):
+        config.from_dict({"render": {"mode": "sometimes"}})
+    with pytest.raises(ConfigError, match="render.spot_check_share"):
+        config.from_dict({"render": {"spot_check_share": 1.5}})
+    with pytest.raises(ConfigError, match="render.block: unknown resource type 'images'"):
+        config.from_dict({"render": {"block": ["images"]}})
+    with pytest.raises(ConfigError, match="render.max_wait_s: must be below timeout_s"):
+        config.from_dict({"render": {"max_wait_s": 30, "timeout_s": 20}})
+    with pytest.raises(ConfigError) as err:
+        config.from_dict({"render": {"mode": "auto", "browser": "/nonexistent/chromium"}})
+    assert "apt-get install chromium" in str(err.value) and "\n" not in str(err.value)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ConfigError, match="none is on PATH; install one with `apt-get install chromium`"):
+        config.from_dict({"render": {"mode": "always"}})
+    # Turning rendering on continues the same crawl (same output fingerprint).
+    assert config.from_dict({"render": {"mode": "auto", "browser": "/bin/true"}}).fingerprint() == config.CrawlConfig().fingerprint()

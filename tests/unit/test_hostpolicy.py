@@ -39,6 +39,8 @@ async def run_for(clock: MockClock, seconds: float) -> None:
         ("0x7f.1", "127.0.0.1", "127.0.0.1", True),  # WHATWG IPv4 parser
         ("[::1]", "[::1]", "[::1]", True),
         ("[::1]:8443", "[::1]", "[::1]:8443", False),
+        ("in-ner_under.example", "in-ner_under.example", "in-ner_under.example", True),  # _ is in real DNS names
+        ("xn--bcher-kva.example:1", "xn--bcher-kva.example", "xn--bcher-kva.example:1", False),
     ],
 )
 def test_host_spec_is_normalized_like_a_url_host(spec, name, key, wide):
@@ -46,7 +48,13 @@ def test_host_spec_is_normalized_like_a_url_host(spec, name, key, wide):
     assert (t.name, t.key, t.hostname_wide) == (name, key, wide)
 
 
-@pytest.mark.parametrize("spec", ["", "http://example.org/", "example.org/path", "exa mple.org", "example.org:99999", "a..b"])
+@pytest.mark.parametrize("spec", [
+    "", "http://example.org/", "example.org/path", "exa mple.org", "example.org:99999", "a..b",
+    # issue 24: accepted before (204) and matched nothing. A policy names one host, not a
+    # pattern; a label is letters, digits and inner hyphens (RFC 1123 2.1, RFC 5891 4.2.3.1);
+    # port 0 is no port a URL can name (RFC 6335 6: reserved).
+    "*", "*.test", "a.*.test", "-bad-.example", "bad-.example", "example.org:0", "127.0.0.1:0", "[::1]:0",
+])
 def test_bad_host_spec_names_the_field(spec):
     with pytest.raises(ConfigError, match="^host: "):
         parse_host(spec)

@@ -280,9 +280,22 @@ def test_zero_interval_host_still_backs_off(clock: MockClock) -> None:
 # -- operator overrides, pause -------------------------------------------------------------
 
 
+@pytest.mark.parametrize("asked", [0.25, 1e-308, 0.0, 0.999999])
+def test_an_operator_interval_never_goes_below_the_configured_one(pol: Politeness, clock: MockClock, asked: float) -> None:
+    # max_rps 4, 1e308, ...: a floor like Crawl-delay, never a way to turn politeness off.
+    pol.set_override(H, interval_s=asked)
+    assert pol.interval(H) == 1.0
+    request(pol, clock, H, headers_after=0.0, total=0.0)
+    assert pol.next_allowed(H) == clock.now() + 1.0
+    pol.set_name_override("ex.com", interval_s=asked)
+    assert pol.interval(H) == 1.0
+
+
 def test_override_interval(pol: Politeness) -> None:
-    pol.set_override(H, interval_s=0.25)  # max_rps = 4
-    assert pol.interval(H) == 0.25
+    pol.set_override(H, interval_s=0.25)  # max_rps = 4: faster than configured, no effect
+    assert pol.interval(H) == 1.0
+    pol.set_override(H, interval_s=1.5)  # slower: a floor
+    assert pol.interval(H) == 1.5
     assert pol.interval("other.com") == 1.0
     pol.set_crawl_delay(H, 2)  # the site's floor still applies
     assert pol.interval(H) == 2.0
@@ -293,14 +306,14 @@ def test_override_interval(pol: Politeness) -> None:
 
 
 def test_pause_and_resume(pol: Politeness, clock: MockClock) -> None:
-    pol.set_override(H, interval_s=0.5)
+    pol.set_override(H, interval_s=1.5)
     pol.set_override(H, paused=True)
     assert not pol.ready(H) and pol.next_allowed(H) == math.inf
     clock.advance(1000)
     assert not pol.ready(H)
-    assert pol.override(H) == (0.5, True)  # pausing kept the interval
+    assert pol.override(H) == (1.5, True)  # pausing kept the interval
     pol.set_override(H, paused=False)
-    assert pol.ready(H) and pol.interval(H) == 0.5
+    assert pol.ready(H) and pol.interval(H) == 1.5
 
 
 def test_pause_lets_the_in_flight_request_finish(pol: Politeness, clock: MockClock) -> None:

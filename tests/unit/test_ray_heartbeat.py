@@ -50,4 +50,6 @@ def test_a_shard_that_never_answers_does_not_hold_up_the_beat():
 
 
 def test_no_shards_yet_is_a_no_op():
-    asyncio.run(asyncio.wait_for(RayRuntime().heartbeat(), timeout=10))
+    rt = RayRuntime()
+    assert asyncio.run(asyncio.wait_for(rt.heartbeat(), timeout=10)) is None
+    assert rt.shards == {}

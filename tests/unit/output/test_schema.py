@@ -27,6 +27,7 @@ PUBLISHED = [
     ("shard", pa.string()), ("referrer", pa.string()),
     ("url_hash", pa.string()), ("fetch_seq", pa.int32()), ("changed", pa.bool_()),
     ("response_headers", pa.string()),
+    ("rendered", pa.bool_()), ("raw_sha256", pa.string()), ("raw_blob_key", pa.string()),
 ]
 
 

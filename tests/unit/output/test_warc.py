@@ -176,3 +176,25 @@ def test_export_to_object_storage(tmp_path, s3_out):
     with fs.open(name, "rb") as f:
         kinds = [r.rec_type for r in ArchiveIterator(f)]
     assert kinds.count("response") == 2 and kinds.count("revisit") == 1
+
+
+def test_a_rendered_page_exports_as_its_raw_response_then_a_conversion_of_the_dom(tmp_path):
+    out = str(tmp_path / "out")
+    raw = b'<html><body><div id="root"></div><script src="/app.js"></script></body></html>'
+    dom = b'<!DOCTYPE html><html><body><div id="root"><a href="/r/1">r1</a></div></body></html>'
+    row = OutcomeRow(url="http://spa.test/", outcome="fetched", status=200, fetched_at=T0, fetch_seq=1,
+                     content_sha256=sha(dom), content_type="text/html", rendered=True, raw_sha256=sha(raw),
+                     response_headers=encode_headers({"content-type": "text/html"}))
+    with ResultWriter(out, "w0") as w:
+        w.add([row], {sha(dom): dom, sha(raw): raw})
+    stored = read_pages(out).to_pylist()[0]
+    assert BlobStore(out).get(stored["raw_blob_key"]) == raw and BlobStore(out).get(stored["blob_key"]) == dom
+    result = export_warc(out, str(tmp_path / "x.warc.gz"))
+    assert result.records["response"] == 1 and result.records["conversion"] == 1
+    recs = {t: (h, body) for t, h, _, body in _records(str(tmp_path / "x.warc.gz"))}
+    assert recs["response"][1] == raw  # what the server sent: the WARC response record
+    conv_headers, conv_body = recs["conversion"]
+    assert conv_body == dom
+    assert conv_headers.get_header("WARC-Refers-To") == recs["response"][0].get_header("WARC-Record-ID")
+    assert conv_headers.get_header("WARC-Payload-Digest") == payload_digest(sha(dom))
+    assert b"storedBody: rendered DOM" in recs["metadata"][1]

@@ -1,0 +1,85 @@
+"""Render actors: a thin Ray shell over crawler.render's browser pool.
+
+How many and where: one :class:`RenderWorker` per ``render.cores_per_actor`` CPUs of the
+cluster (``render.actors: auto``), each reserving that many CPUs, spread over the nodes.
+Why per cores, not one per node: a Chromium render is CPU-bound work in the browser's
+own processes, outside the actor; reserving the cores it will use keeps Ray from packing
+shards onto CPUs the browsers already saturate, and a node with more cores gets more
+browsers. Each worker owns ``render.processes`` browsers with ``render.tabs`` renders
+at a time (crawler.render.browser.BrowserPool): browsers are started on demand and
+recycled by renders, age and memory.
+
+A worker holds no crawl state. Each job arrives with the handle of the shard that owns
+the page, and every request the browser makes goes back to that shard
+(:meth:`HostShard.render_answer`), where the host's politeness gate, robots rules,
+scope and User-Agent apply (DESIGN.md invariant 12). A worker that dies (its process,
+or its browsers) costs the renders in flight: the shards see an error, try once more on
+a worker (Ray restarts the dead one), then store the raw page (crawler.render.renderer).
+Browsers are started with a parent-death signal, so they die with the worker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any, Awaitable, Callable, Sequence
+
+import ray
+
+from crawler.clock import SYSTEM_CLOCK
+from crawler.config import from_dict
+from crawler.render.build import build_pool
+from crawler.render.jobs import RenderJob, RenderReply, SubRequest, SubResponse
+
+log = logging.getLogger(__name__)
+
+
+def render_actor_name(crawl_name: str, i: int) -> str:
+    return f"{crawl_name}:render-{i:03d}"
+
+
+@ray.remote(max_concurrency=1000)
+class RenderWorker:
+    """Owns a browser pool; renders jobs for any shard (see the module docstring)."""
+
+    def __init__(self, cfg_dict: dict[str, Any]) -> None:
+        logging.basicConfig(level=logging.WARNING)
+        self.pool = build_pool(from_dict(cfg_dict), SYSTEM_CLOCK)
+
+    async def render(self, job: RenderJob, shard: Any) -> RenderReply:
+        """Render ``job``; the browser's requests are answered by ``shard``."""
+
+        async def subfetch(req: SubRequest) -> SubResponse:
+            return await shard.render_answer.remote(req)
+
+        return await self.pool.render(job, subfetch)
+
+    async def status(self) -> dict[str, Any]:
+        return {**self.pool.status(), "pids": self.pool.pids(), "rss_samples": self.pool.rss_samples[-20:]}
+
+    async def close(self) -> None:
+        """Kill the browsers (before the actor itself is killed)."""
+        await self.pool.close()
+
+
+class RenderClient:
+    """A shard's :class:`~crawler.render.renderer.RenderService` on Ray: spreads jobs over
+    the render workers (the least busy first, from this shard's view) and passes its own
+    actor handle along for the browser's requests."""
+
+    def __init__(self, workers: Sequence[Any], shard_handle: Any) -> None:
+        self.workers = list(workers)
+        self.shard_handle = shard_handle
+        self._busy = [0] * len(self.workers)
+        self._rr = itertools.count()
+
+    async def render(self, job: RenderJob, subfetch: Callable[[SubRequest], Awaitable[SubResponse]]) -> RenderReply:
+        # ``subfetch`` is the gate in this process; the worker reaches it through the
+        # shard's actor handle (HostShard.render_answer calls the same gate).
+        start = next(self._rr)
+        i = min(range(len(self.workers)), key=lambda k: (self._busy[k], (k - start) % len(self.workers)))
+        self._busy[i] += 1
+        try:
+            return await self.workers[i].render.remote(job, self.shard_handle)
+        finally:
+            self._busy[i] -= 1
