@@ -50,8 +50,9 @@ class HostShard:
     """Owns every host that the ring maps to ``shard_id``.
 
     Restartable (``max_restarts``): a new incarnation reopens the shard's durable store
-    under ``state_dir``, re-queues what was in flight, and starts fetching on the first
-    call it receives (the driver polls every shard, so that happens at once).
+    under ``state_dir`` on its own node (rebuilt from OUT for a remote output),
+    re-queues what was in flight, and starts fetching on the first call it receives (the
+    driver polls every shard, so that happens at once).
     """
 
     def __init__(
@@ -74,9 +75,9 @@ class HostShard:
         self.crawl_name = crawl_name
         self.peers: dict[str, Any] = {}
         self.incarnation = uuid.uuid4().hex[:8]
-        store, from_copy = None, False
-        if state_dir:  # on a machine without the state of a remote output: the copy in OUT
-            store, from_copy = state.open_shard_store(cfg.output.path, dict(cfg.output.storage_options) or None, shard_id, state_dir)
+        # state_dir is resolved here, on this actor's node (crawler.state.here): with a
+        # remote output the store lives on this node's disk and is rebuilt from OUT.
+        opened = state.open_shard_store(cfg, shard_id, state_dir, SYSTEM_CLOCK) if state_dir else None
 
         async def content(items):
             return await call_service(lambda: content_actor.check_and_add.remote(items), "content index")
@@ -96,9 +97,10 @@ class HostShard:
             budget=LeasedBudget(lease, cfg.limits.max_pages, len(shard_ids), cfg.runtime.budget_lease_max),
             deliver=self._deliver,
             owner_of=HashRing(list(shard_ids)).node_for,
-            store=store,
+            store=opened.store if opened else None,
             fence=self.fence,
-            from_copy=from_copy,
+            state_log=opened.log if opened else None,
+            restored=opened.restored if opened else None,
             render_service=RenderClient(render_workers, ray.get_runtime_context().current_actor) if render_workers else None,
         )
         self.shard.gate = self._may_work
@@ -175,14 +177,17 @@ class HostShard:
 
     async def _deliver(self, owner: str, items: list[UrlItem]) -> None:
         if owner == self.shard_id:
-            self.shard.accept(items)
+            await self.shard.accept_durably(items)
         else:
-            await self._peer(owner).accept.remote(items)
+            # A peer lost with its node is restarted by Ray (from OUT): the batch waits for
+            # it, and is forgotten only once the peer made it durable.
+            await call_service(lambda: self._peer(owner).accept.remote(items), f"shard {owner}")
 
     async def accept(self, items: list[UrlItem]) -> int:
-        """A batch of novel URLs owned by this shard (journaled before this returns)."""
+        """A batch of novel URLs owned by this shard (durable, in OUT for a remote output,
+        before this returns)."""
         self._ensure_running()
-        return self.shard.accept(items)
+        return await self.shard.accept_durably(items)
 
     async def add_seeds(self, urls: list[str]) -> None:
         self.shard.pipeline.links.scope.add_seeds(urls)
@@ -192,6 +197,7 @@ class HostShard:
         hostname_wide: bool = False,
     ) -> None:
         self.shard.set_host_policy(host, interval_s, paused, max_pages, hostname_wide=hostname_wide)
+        await self.shard.synced()
 
     async def url_status(self, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
         return self.shard.store.url_status(url, url_hash=url_hash) if self.shard.store is not None else None

@@ -98,9 +98,9 @@ class RayRuntime:
         from actors.host_shard import HostShard, shard_actor_name
         from actors.services import Budget, ContentIndexActor, SeenFilter, SeenGroupClient
 
+        # plan.state_dir is a spec each actor resolves on its own node (crawler.state.here):
+        # with a remote output every node keeps its files on its own disk.
         cfg, sdir = plan.cfg, plan.state_dir
-        if sdir:
-            os.makedirs(sdir, exist_ok=True)
         d, rt = cfg.dedup, cfg.runtime
         cap = seen_capacity_per_shard(cfg, plan.seen_shards)
         restart = {"max_restarts": rt.max_restarts}
@@ -170,7 +170,10 @@ class RayRuntime:
         return await self._seen.forget(urls)
 
     async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
-        await self.shards[shard_id].accept.remote(items)
+        from actors.services import call_service
+
+        # A shard restarting after its node was lost: wait for it (it comes back from OUT).
+        await call_service(lambda: self.shards[shard_id].accept.remote(items), f"shard {shard_id}")
 
     async def widen_scope(self, urls: list[str]) -> None:
         await asyncio.gather(*(s.add_seeds.remote(urls) for s in self.shards.values()))

@@ -64,11 +64,18 @@ class SeenFilter:
         remote: tuple[str, dict | None, str] | None = None, index: int = 0,
     ) -> None:
         # remote: (OUT, storage options, file name) of this shard's copy in a remote output.
+        # path: a spec resolved on this actor's node (crawler.state.here).
         self.remote = remote
         self.metrics = SeenMetrics(index)
+        path = state.here(path) if path else None
+        # With a remote output the node's disk is a cache: the set starts from OUT's copy.
+        # A copy older than the crash (or none) forgets URLs marked since: they may be
+        # admitted again, each a duplicate delivery the owner's store refuses (counted).
+        self.restored = 0
         if path and remote:
             out, opts, name = remote
-            state.fetch_local(out, opts, name, os.path.join(os.path.dirname(path), name))
+            fetched = state.fetch_local(out, opts, name, os.path.join(os.path.dirname(path), name))
+            self.restored = int(fetched or ray.get_runtime_context().was_current_actor_reconstructed)
         deadline = time.monotonic() + OPEN_WAIT_S
         while True:
             try:
@@ -96,7 +103,7 @@ class SeenFilter:
         return self.set.forget_hashes(hashes)
 
     def stats(self) -> dict[str, Any]:
-        return self.set.stats()
+        return {**self.set.stats(), "restored_from_out": self.restored}
 
 
 class SeenGroupClient:
@@ -135,6 +142,7 @@ class ContentShardActor:
     an index spread over several actors (``runtime.content_shards`` > 1)."""
 
     def __init__(self, distance: int, tables: int, path: str | None, remote: tuple[str, dict | None] | None = None) -> None:
+        path = state.here(path) if path else None
         self.path, self.remote = path, remote
         if path and remote:
             state.fetch_local(remote[0], remote[1], os.path.basename(path), path)
@@ -180,6 +188,7 @@ class ContentIndexActor:
         self, distance: int, tables: int, path: str | None, every_s: float, remote: tuple[str, dict | None] | None = None,
         shards: int = 1, restart: dict[str, Any] | None = None,
     ) -> None:
+        path = state.here(path) if path else None
         self.path, self.remote = path, remote
         self.shard_actors: list[Any] = []
         handles = None
@@ -215,9 +224,14 @@ class ContentIndexActor:
 
 @ray.remote(num_cpus=0)
 class Budget:
-    """The global ``limits.max_pages`` count (crawler.services.BudgetPool)."""
+    """The global ``limits.max_pages`` count (crawler.services.BudgetPool).
+
+    With a remote output every grant is written to ``OUT/state/budget.json`` before the
+    lease returns (one PUT per lease of up to ``runtime.budget_lease_max`` pages), so a
+    pool restarted from OUT on another node never grants pages twice."""
 
     def __init__(self, max_pages: int | None, path: str | None, remote: tuple[str, dict | None] | None = None) -> None:
+        path = state.here(path) if path else None
         self.path, self.remote = path, remote
         if path and remote:
             state.fetch_local(remote[0], remote[1], "budget.json", path)
@@ -228,4 +242,7 @@ class Budget:
             state.ship_file(self.remote[0], self.remote[1], "budget.json", self.path, wall)
 
     def lease(self, n: int) -> int:
-        return self.pool.lease(n)
+        granted = self.pool.lease(n)
+        if granted and self.path and self.remote is not None:
+            state.ship_file(self.remote[0], self.remote[1], "budget.json", self.path, time.time())
+        return granted

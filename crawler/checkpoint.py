@@ -11,17 +11,18 @@ if it had not stopped:
 * counters and dropped-link counts (stats continue across runs).
 
 A checkpoint is one JSON value in the store's ``meta`` table, written on the injected
-clock every ``interval_s`` and at once when an operator changes a host's policy. With a
-remote output the whole store is also copied to ``OUT/state/<shard>.sqlite`` every
-``ship_interval_s`` and at the end (crawler.state), so a shard resumes on another machine.
+clock every ``interval_s`` and at once when an operator changes a host's policy (then
+journaled too: with a remote output it reaches OUT before the call returns). With a
+remote output a snapshot of the whole store is also written to ``OUT/state/<shard>/``
+every ``ship_interval_s`` and at the end (crawler.statelog), so a shard resumes on
+another machine.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from crawler.clock import Clock
 from crawler.frontier import Frontier
@@ -56,8 +57,8 @@ class Checkpointer:
         parts: name -> (snapshot, restore) of each piece of state.
         clock: when checkpoints are due.
         interval_s: seconds between periodic checkpoints.
-        ship: copies the store to a remote output (blocking; run in a thread), or None.
-        ship_interval_s: seconds between copies.
+        ship: writes a snapshot of the store to a remote output, or None.
+        ship_interval_s: seconds between snapshots.
     """
 
     def __init__(
@@ -67,7 +68,7 @@ class Checkpointer:
         clock: Clock,
         *,
         interval_s: float,
-        ship: Callable[[], None] | None = None,
+        ship: Callable[[], Awaitable[None]] | None = None,
         ship_interval_s: float = 60.0,
     ) -> None:
         self.store = store
@@ -100,20 +101,24 @@ class Checkpointer:
                 log.warning("%s: ignoring checkpoint part %r: %r", self.store.path, name, exc)
         return True
 
-    def save(self) -> None:
-        """Write every part now (one committed value)."""
-        self.store.set_meta("checkpoint", json.dumps({name: snap() for name, (snap, _) in self.parts.items()}))
+    def save(self, *, journal: bool = False) -> None:
+        """Write every part now (one committed value); ``journal``: also to the store's
+        journal (an operator's setting: crawler.journal)."""
+        value = json.dumps({name: snap() for name, (snap, _) in self.parts.items()})
+        self.store.set_meta("checkpoint", value, journal=journal)
         self._last_save = self._clock.now()
         self.saves += 1
 
     async def tick(self, final: bool = False) -> None:
-        """Save if one is due (or ``final``), and ship the store to a remote output."""
+        """Save if one is due (or ``final``), and snapshot the store to a remote output."""
         now = self._clock.now()
-        if final or now - self._last_save >= self._interval_s:
+        shipping = self._ship is not None and (final or now - self._last_ship >= self._ship_interval_s)
+        if final or shipping or now - self._last_save >= self._interval_s:
             self.save()
-        if self._ship is not None and (final or now - self._last_ship >= self._ship_interval_s):
+        if shipping:
+            assert self._ship is not None
             self._last_ship = now
             try:
-                await asyncio.to_thread(self._ship)
+                await self._ship()
             except Exception as exc:  # noqa: BLE001 - the local store is intact; try again next time
                 log.warning("%s: copying state to the output failed: %r", self.store.path, exc)

@@ -151,6 +151,7 @@ class RuntimeConfig:
     state_dir: str | None = None
     checkpoint_interval_s: float = 10.0
     state_ship_interval_s: float = 60.0
+    state_log_interval_s: float = 0.5
     content_snapshot_interval_s: float = 30.0
     content_shards: int = 1
     lease_ttl_s: float = 15.0
@@ -343,7 +344,7 @@ def _validate(obj: Any, prefix: str) -> None:
         positive(
             obj, prefix, "batch_size", "link_flush_interval_s", "content_batch_size", "content_batch_delay_s",
             "budget_lease_max", "progress_interval_s", "frontier_window", "checkpoint_interval_s",
-            "state_ship_interval_s", "content_snapshot_interval_s", "lease_ttl_s", "driver_timeout_s",
+            "state_ship_interval_s", "state_log_interval_s", "content_snapshot_interval_s", "lease_ttl_s", "driver_timeout_s",
             "content_shards",
         )
         positive(obj, prefix, "max_restarts", allow_zero=True)

@@ -161,6 +161,16 @@ class EventLog:
     def __len__(self) -> int:
         return self._count
 
+    def backup(self, dest_path: str) -> None:
+        """A consistent copy of the pending events at ``dest_path`` (crawler.statelog ships
+        it with each snapshot of the shard's store, so a lost node loses none of them)."""
+        with self._lock:
+            dst = sqlite3.connect(dest_path)
+            try:
+                self._db.backup(dst)
+            finally:
+                dst.close()
+
     def close(self) -> None:
         with self._lock:
             self._db.close()

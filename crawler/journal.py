@@ -33,6 +33,12 @@ fetched and is next due, its interval, validators (ETag, Last-Modified), content
 and main-content fingerprint, fetch and change counts, last outcome. :meth:`record`
 writes it in the same commit as the ack; :meth:`due` hands out the refreshes coming due.
 
+With a remote output the store is a cache of state kept in OUT (DESIGN.md invariant 11):
+every change a crash of the node must not lose (URLs added or dropped, acked rows' state,
+a forced checkpoint) is handed to ``journal`` in the same locked step as its commit, in
+commit order, and :meth:`replay` applies such changes to a store restored from a
+snapshot (crawler.statelog).
+
 ``synchronous=NORMAL`` with WAL makes every commit durable against a crash of the
 process (the log write is in the operating system before commit returns); a power loss
 may lose the last commits. ``durable=False`` turns syncing off (benchmarks only).
@@ -44,7 +50,7 @@ import datetime as dt
 import os
 import sqlite3
 import threading
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from crawler.errors import StorageError
 from crawler.frontier import UrlItem
@@ -129,8 +135,13 @@ def _chunks(seq: Sequence, n: int = _CHUNK) -> Iterable[Sequence]:
 class FrontierStore:
     """One shard's durable URL table (see the module docstring for the states)."""
 
-    def __init__(self, path: str, *, durable: bool = True, cache_kib: int = 16_000) -> None:
+    def __init__(
+        self, path: str, *, durable: bool = True, cache_kib: int = 16_000,
+        journal: Callable[[str, Any], int] | None = None,
+    ) -> None:
+        # journal(kind, payload) -> seq: crawler.statelog.StateLog.append (remote outputs).
         self.path = path
+        self.journal = journal
         os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -204,6 +215,8 @@ class FrontierStore:
             )
             self._db.execute("COMMIT")
             self._in_tx = False
+            if self.journal is not None and fresh:
+                self.journal("add", [[i.url, i.host, i.depth, i.referrer, i.boost] for i in fresh])
         return fresh
 
     def claim(self, urls: Sequence[str]) -> None:
@@ -237,15 +250,20 @@ class FrontierStore:
             ))
         with self._lock:
             self._begin()
-            self._db.executemany(
-                "UPDATE urls SET state=2, last_crawled_at=?, next_crawl_at=?, interval_s=coalesce(?, interval_s),"
-                " etag=coalesce(?, etag), last_modified=coalesce(?, last_modified),"
-                " content_sha=coalesce(?, content_sha), fingerprint=coalesce(?, fingerprint),"
-                " fetches=fetches+1, changes=changes+?, last_outcome=?, last_status=? WHERE h=?",
-                params,
-            )
+            self._record(params)
             self._db.execute("COMMIT")
             self._in_tx = False
+            if self.journal is not None:
+                self.journal("done", params)
+
+    def _record(self, params: list) -> None:
+        self._db.executemany(
+            "UPDATE urls SET state=2, last_crawled_at=?, next_crawl_at=?, interval_s=coalesce(?, interval_s),"
+            " etag=coalesce(?, etag), last_modified=coalesce(?, last_modified),"
+            " content_sha=coalesce(?, content_sha), fingerprint=coalesce(?, fingerprint),"
+            " fetches=fetches+1, changes=changes+?, last_outcome=?, last_status=? WHERE h=?",
+            params,
+        )
 
     def due(self, until: float, after: tuple[float, int], limit: int) -> list[tuple[UrlItem, float, tuple[float, int]]]:
         """Fetched URLs due for a refresh by ``until`` (wall), after the cursor ``after``
@@ -298,6 +316,8 @@ class FrontierStore:
             self._db.executemany("UPDATE urls SET state=? WHERE h=?", [(state, _key(u)) for u in urls])
             self._db.execute("COMMIT")
             self._in_tx = False
+            if self.journal is not None and state == DROPPED:
+                self.journal("drop", list(urls))
 
     # -- reads ------------------------------------------------------------------------
 
@@ -328,6 +348,8 @@ class FrontierStore:
             self._db.executemany("UPDATE urls SET state=3 WHERE id=?", [(r[0],) for r in rows])
             self._db.execute("COMMIT")
             self._in_tx = False
+            if self.journal is not None and rows:
+                self.journal("drop", [r[1] for r in rows])
         return [r[1] for r in rows]
 
     def count_queued(self, host: str, after_id: int) -> int:
@@ -425,18 +447,57 @@ class FrontierStore:
             row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return row[0] if row else None
 
-    def set_meta(self, key: str, value: str) -> None:
+    def set_meta(self, key: str, value: str, *, journal: bool = False) -> None:
+        """Set a ``meta`` value; with ``journal`` the change is also journaled (an
+        operator's setting, which must survive the node: crawler.checkpoint)."""
         with self._lock:
-            self._db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value))
+            self._set_meta(key, value)
+            if journal and self.journal is not None:
+                self.journal("meta", [key, value])
 
-    def backup(self, dest_path: str) -> None:
-        """A consistent copy of the whole store (SQLite's online backup) at ``dest_path``."""
+    def _set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value))
+
+    def backup(self, dest_path: str, mark: Callable[[], int] | None = None) -> int:
+        """A consistent copy of the whole store (SQLite's online backup) at ``dest_path``.
+        Returns ``mark()`` read in the same locked step: the seq of the last change
+        journaled, which the copy contains (crawler.statelog snapshots)."""
         with self._lock:
+            seq = mark() if mark is not None else 0
             dst = sqlite3.connect(dest_path)
             try:
                 self._db.backup(dst)
             finally:
                 dst.close()
+        return seq
+
+    def replay(self, records: Sequence[Sequence[Any]]) -> int:
+        """Apply journaled changes (crawler.statelog.restore) to a store restored from a
+        snapshot, in order, without journaling them again. Returns how many were applied.
+
+        Each kind is idempotent where it can be seen twice: an ``add`` skips URLs the
+        store has (the snapshot may hold a delivery the log also holds)."""
+        journal, self.journal = self.journal, None
+        try:
+            for kind, payload in records:
+                if kind == "add":
+                    self.add([UrlItem(u, d, r, host=h, boost=b) for u, h, d, r, b in payload])
+                elif kind == "drop":
+                    self._set_state(payload, DROPPED)
+                elif kind == "done":
+                    with self._lock:
+                        self._begin()
+                        self._record([tuple(p) for p in payload])
+                        self._db.execute("COMMIT")
+                        self._in_tx = False
+                elif kind == "meta":
+                    with self._lock:
+                        self._set_meta(payload[0], payload[1])
+                else:
+                    raise StorageError(f"{self.path}: unknown journaled change {kind!r} (a newer version's log?)")
+        finally:
+            self.journal = journal
+        return len(records)
 
     def close(self) -> None:
         with self._lock:

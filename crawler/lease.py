@@ -90,8 +90,9 @@ class LeaseStore:
         try:
             if not self._local:
                 self.fs.invalidate_cache(self.path.rsplit("/", 1)[0])
-            with self.fs.open(self.path, "r") as f:
-                data = json.load(f)
+            # One GET: fs.open would check the object's ETag between requests, and fail
+            # (FileExpired) when the driver renews the lease in between.
+            data = json.loads(self.fs.cat_file(self.path))
             return LeaseRecord(**{k: data[k] for k in LeaseRecord.__dataclass_fields__})
         except FileNotFoundError:
             return None

@@ -94,7 +94,10 @@ def for_run(
     ledger = build(
         counts,  # type: ignore[arg-type]
         seen_novel=seen_stats.get("novel"),
-        seen_bypassed=sum(s.get("router", {}).get("links_seen_bypassed", 0) for s in statuses),
+        # A seen set restarted from OUT's copy may admit again what it forgot (a duplicate
+        # delivery each, refused by the owner's store): its count is no longer exact.
+        seen_bypassed=sum(s.get("router", {}).get("links_seen_bypassed", 0) for s in statuses)
+        + int(seen_stats.get("restored_from_out", 0)),
         rows=output_url_count(out, storage_options),
         finished=finished,
         page_budget_spent=any(s.get("budget_spent") for s in statuses),

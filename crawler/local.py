@@ -48,6 +48,7 @@ class LocalRuntime:
         self.content: ContentIndexService | None = None
         self.cfg: CrawlConfig | None = None
         self.sdir: str | None = None
+        self.seen_restored = 0  # seen sets started from a copy in OUT (crawler.ledger)
         self._runners: list[asyncio.Task[None]] = []
         self.render_pool: Any = None  # crawler.render.browser.BrowserPool when render.mode is on
 
@@ -58,14 +59,15 @@ class LocalRuntime:
         return n, n_seen
 
     async def start(self, plan: Plan) -> None:
-        cfg, sdir = plan.cfg, plan.state_dir
+        cfg = plan.cfg
+        sdir = state.here(plan.state_dir) if plan.state_dir else None
         self.cfg, self.sdir = cfg, sdir
         d = cfg.dedup
         out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
-        if sdir:  # a remote output on a machine without its state: the copies in OUT
+        if sdir:  # a remote output: this machine's files are a cache, the copies in OUT win
             for i in range(plan.seen_shards):
                 name = state.seen_name(i, d.seen_exact)
-                state.fetch_local(out, opts, name, os.path.join(sdir, name))
+                self.seen_restored += state.fetch_local(out, opts, name, os.path.join(sdir, name))
             for name in [*content_log_names(cfg), "budget.json"]:
                 state.fetch_local(out, opts, name, os.path.join(sdir, name))
         cap = seen_capacity_per_shard(cfg, plan.seen_shards)
@@ -100,7 +102,7 @@ class LocalRuntime:
 
             self.render_pool = build_pool(cfg, self.clock)  # one pool for every shard here
         for sid in plan.shard_ids:
-            store, from_copy = state.open_shard_store(out, opts, sid, sdir) if sdir else (None, False)
+            opened = state.open_shard_store(cfg, sid, sdir, self.clock) if sdir else None
             self.shards[sid] = build_shard(
                 cfg,
                 sid,
@@ -110,11 +112,12 @@ class LocalRuntime:
                 budget=LeasedBudget(lease, cfg.limits.max_pages, len(plan.shard_ids), cfg.runtime.budget_lease_max),
                 deliver=self.deliver,
                 owner_of=ring.node_for,
-                store=store,
+                store=opened.store if opened else None,
                 clock=self.clock,
                 fetcher=self.fetcher_factory() if self.fetcher_factory else None,
                 fence=build_fence(cfg, plan.epoch, self.clock),
-                from_copy=from_copy,
+                state_log=opened.log if opened else None,
+                restored=opened.restored if opened else None,
                 render_service=self.render_pool,
             )
         self._runners = [asyncio.ensure_future(s.run()) for s in self.shards.values()]
@@ -160,7 +163,7 @@ class LocalRuntime:
         return await self._seen_group.forget(urls)
 
     async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
-        self.shards[shard_id].accept(items)
+        await self.shards[shard_id].accept_durably(items)
 
     async def widen_scope(self, urls: list[str]) -> None:
         for s in self.shards.values():
@@ -223,6 +226,7 @@ class LocalRuntime:
                     seen[k] = seen.get(k, 0) + v
                 else:
                     seen.setdefault(k, v)
+        seen["restored_from_out"] = self.seen_restored
         return {"seen": seen, "content": await self.content.stats() if self.content is not None else {}}
 
     async def close(self) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from crawler.config import CrawlConfig
 from crawler.errors import OutputExistsError
-from crawler.state import state_dir
+from crawler.state import here, state_dir
 from crawler.output import open_fs
 
 
@@ -44,7 +44,8 @@ def _record_path(cfg: CrawlConfig) -> tuple[Any, str]:
 
 
 def crawl_state_dir(cfg: CrawlConfig) -> str:
-    """The local folder with this crawl's SQLite stores."""
+    """The folder with this crawl's SQLite stores, as a spec each process resolves on its
+    own node (crawler.state.here)."""
     return state_dir(cfg.output.path, cfg.runtime.state_dir, cfg.fingerprint())
 
 
@@ -80,7 +81,7 @@ def _start_over(cfg: CrawlConfig) -> None:
         for path in fs.ls(f"{root}/state", detail=False):
             if path.rsplit("/", 1)[-1] != "lease.json":
                 fs.rm(path, recursive=True)
-    local = crawl_state_dir(cfg)
+    local = here(crawl_state_dir(cfg))  # this machine's cache of it, for a remote output
     if os.path.isdir(local):
         for name in os.listdir(local):
             if name != "lease.json":

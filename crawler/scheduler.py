@@ -40,6 +40,7 @@ from crawler.politeness import Politeness
 from crawler.recrawl import conditional_headers
 from crawler.refresh import RefreshFeed
 from crawler.sitemaps import SitemapReader
+from crawler.statelog import StateLog
 from crawler.robots import RobotsClient
 from crawler.routing import LinkRouter
 from crawler.traps import HostBudget
@@ -96,6 +97,7 @@ class ShardScheduler:
         feed: RefreshFeed | None = None,
         sitemaps: SitemapReader | None = None,
         news: NewsPolicy | None = None,
+        state_log: StateLog | None = None,
     ) -> None:
         self.shard_id = shard_id
         self.settings = settings
@@ -105,6 +107,7 @@ class ShardScheduler:
         self.clock, self.store, self.checkpointer, self.feed = clock, store, checkpointer, feed
         self.sitemaps = sitemaps
         self.news = news  # feeds, hubs, news sitemaps (crawler.news): credited at accept
+        self.state_log = state_log  # the store's journal in a remote OUT (crawler.statelog)
         self.counters: Counter[str] = pipeline.counters
         self.dropped: Counter[str] = pipeline.dropped
         self.batches_received = 0
@@ -148,6 +151,19 @@ class ShardScheduler:
         self._wake.set()
         return accepted
 
+    async def accept_durably(self, items: Sequence[UrlItem]) -> int:
+        """:meth:`accept`, returning only once the batch is durable where this shard's state
+        is kept: in its store, and with a remote output in OUT too (crawler.statelog), so
+        that a sender may forget the batch when this returns (DESIGN.md invariant 11)."""
+        queued = self.accept(items)
+        await self.synced()
+        return queued
+
+    async def synced(self) -> None:
+        """Return once every change journaled so far is in OUT (a no-op for a local output)."""
+        if self.state_log is not None:
+            await self.state_log.synced()
+
     def set_host_policy(
         self, host: str, interval_s: float | None, paused: bool | None, max_pages: int | None = None,
         *, hostname_wide: bool = False,
@@ -173,7 +189,7 @@ class ShardScheduler:
         for key in keys:
             self.frontier.reschedule(key)
         if self.checkpointer is not None:
-            self.checkpointer.save()
+            self.checkpointer.save(journal=True)  # an operator's setting: journaled (synced by the caller)
         self._wake.set()
 
     def host_info(self, target: HostTarget) -> dict[str, Any]:
@@ -251,6 +267,7 @@ class ShardScheduler:
     async def run(self) -> None:
         """Dispatch until :meth:`stop`, waking on events or the next due host."""
         output = asyncio.ensure_future(self.outbox.run())
+        journal = asyncio.ensure_future(self.state_log.run()) if self.state_log is not None else None
         try:
             for step in self.on_start:
                 await step()
@@ -262,6 +279,9 @@ class ShardScheduler:
         finally:
             self.outbox.stop()
             await output
+            if journal is not None:
+                self.state_log.stop()  # type: ignore[union-attr]
+                await journal
 
     def stop(self) -> None:
         """Dispatch nothing more (in-flight fetches are cancelled by :meth:`close`)."""
@@ -284,6 +304,7 @@ class ShardScheduler:
         if self.events is not None:
             await self.events.close()  # done by the final flush, unless that was fenced off
         await self.fetcher.close()
+        await self.synced()
         if self.store is not None:
             self._final_counts = self.store.counts()  # after the last acks, for the ledger
             self.store.close()
@@ -456,4 +477,5 @@ class ShardScheduler:
             "resumed": self.resumed,
             "events": self.events.stats() if self.events is not None else None,
             "news": self.news.stats(fresh=self._stopping) if self.news is not None else {},
+            "state_log": self.state_log.stats() if self.state_log is not None else None,
         }

@@ -39,6 +39,7 @@ from crawler.refresh import RefreshFeed
 from crawler.render.build import build_renderer
 from crawler.render.renderer import RenderService
 from crawler.sitemaps import SitemapReader
+from crawler.statelog import Restored, StateLog
 from crawler.robots import RobotsCache, RobotsClient
 from crawler.routing import LinkRouter, SeenService
 from crawler.scheduler import PageBudget, SchedulerSettings, ShardScheduler
@@ -144,12 +145,14 @@ def build_shard(
     writer: Any = None,
     run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
     fence: Fence | None = None,
-    from_copy: bool = False,
+    state_log: StateLog | None = None,
+    restored: Restored | None = None,
     render_service: RenderService | None = None,
 ) -> ShardScheduler:
     """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
     the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs).
-    ``from_copy``: the store was restored from the copy in a remote OUT (crawler.state).
+    ``state_log``/``restored``: with a remote output, the store's journal in OUT and what
+    OUT held when the store was rebuilt from it (crawler.state.open_shard_store).
     ``render_service``: where pages are rendered when ``render.mode`` is not ``never``."""
     pol, rt = cfg.politeness, cfg.runtime
     rng = rng or random.Random(zlib.crc32(shard_id.encode()))  # the same in every process (str hash is salted)
@@ -221,8 +224,10 @@ def build_shard(
     out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
     if store is not None:
 
-        def ship() -> None:
-            state.ship(store.backup, out, f"{shard_id}.sqlite", clock.wall(), opts)
+        async def ship() -> None:
+            assert state_log is not None
+            pending = getattr(emitter.log, "backup", None) if emitter is not None else None
+            await state_log.snapshot(lambda dest: store.backup(dest, lambda: state_log.seq), events=pending)
 
         checkpointer = Checkpointer(
             store,
@@ -236,7 +241,7 @@ def build_shard(
             },
             clock,
             interval_s=rt.checkpoint_interval_s,
-            ship=ship if state.is_remote(out) else None,
+            ship=ship if state_log is not None else None,
             ship_interval_s=rt.state_ship_interval_s,
         )
     shard_ref: list[ShardScheduler] = []  # the emitter holds the shard's dispatch (built below)
@@ -292,6 +297,7 @@ def build_shard(
         feed=feed,
         sitemaps=sitemaps,
         news=news,
+        state_log=state_log,
     )
     shard_ref.append(shard)
     shard.events = emitter
@@ -299,16 +305,26 @@ def build_shard(
     if fence is not None:
         shard.gate = fence.ok
     if store is not None and checkpointer is not None:
-        if from_copy:
-            # Older than the crash: rows in OUT since the oldest copy settle the rest.
-            rows = state.rows_since(shard_id, out, opts, state.oldest_copy(out, opts))
-            state.reconcile_store(store, rows)
-            shard.on_start.append(lambda: state.reroute(shard, rows, out, opts))
+        if restored is not None and restored.anything:
+            # Rebuilt from OUT: rows written since the snapshot whose acks were not yet
+            # journaled settle the rest (crawler.state.reconcile_store).
+            rows = state.rows_since(shard_id, out, opts, restored.snapshot_wall)
+            settled = state.reconcile_store(store, rows)
+            if emitter is not None:
+                # Events of rows since the snapshot may have been waiting in the lost log
+                # (the ones before it came back with the snapshot): sent again, at least once.
+                async def resend(rows=rows) -> None:
+                    emitter.on_durable(state.event_rows(rows))
+
+                shard.on_start.append(resend)
         # Policies first: the frontier schedules the resumed hosts by them (a paused host
         # must be parked from the start, not scheduled as never contacted).
-        restored = checkpointer.restore()
+        had_checkpoint = checkpointer.restore()
+        if restored is not None and restored.anything:
+            shard.counters["restarts_from_out"] += 1
+            shard.counters["restored_done_from_rows"] += settled
         shard.resumed = resume_queue(store, frontier)
-        if restored or shard.resumed:
+        if had_checkpoint or shard.resumed:
             # No request before one interval: a host contacted just before the stop is
             # not contacted again too soon.
             shard.hold(max(pol.interval_s, 0.05))

@@ -1,52 +1,51 @@
-"""Where a crawl's durable state lives, and how it travels with a remote output.
+"""Where a crawl's state lives: node-local files, and with a remote output, OUT/state.
 
-State (the shards' frontier stores, the seen stores, the content index, the page budget)
-lives on local disk, because SQLite needs a real file: under ``OUT/state`` for a local
-output, in a local cache folder for a remote one (``s3://...``). With a remote output,
-every piece is also copied to ``OUT/state/`` now and then (:func:`ship`), with a small
-``.json`` beside it saying when; a crawl resumed on a machine whose cache is empty brings
-the copies back (:func:`fetch`), from what is in OUT alone.
+State (the shards' frontier stores, the seen stores, the content index, the page budget,
+the shards' event logs) lives in SQLite and log files on local disk. With a local output
+they live under ``OUT/state``, beside the rows. With a remote output (``s3://...``)
+each process keeps them on the disk of the node it runs on, under ``RAYCRAWL_LOCAL_DIR``
+(:func:`local_dir`, resolved on that node by :func:`here`), and that disk is a cache,
+never the only copy (DESIGN.md invariant 11):
 
-A copy is older than the crash. Resuming from copies keeps DESIGN.md invariants 5 and 6
-(every URL a row, nothing acked lost, nothing fetched twice beyond what was in flight) by
-:func:`reconcile`, in this order, for each shard restored from a copy:
-
-1. every URL still queued in the copy is flagged ``replay``, so the links of pages
-   fetched again bypass the seen filter (which may remember links whose owner's copy
-   does not) and the owner's store de-duplicates them;
-2. every row in OUT written by this shard since the oldest copy was taken is applied:
-   its URL is marked done (it is not fetched again), and the links of its page (from
-   the stored body) or its redirect target are routed again, bypassing the seen filter
-   (they may have reached an owner after that owner's copy was taken).
-
-Rows older than every copy need nothing: their links were delivered before the row was
-written, so before every copy.
+* a shard's store is rebuilt from OUT when the shard starts (:func:`open_shard_store`):
+  snapshot plus the log of changes since (crawler.statelog), then :func:`reconcile_store`
+  marks done every URL whose row reached OUT after the snapshot and flags every queued
+  URL ``replay`` (its page's links bypass the seen filter when it is fetched: they may
+  have been marked seen by a fetch whose links never arrived);
+* the seen sets, the content index and the budget are copied to ``OUT/state/`` now and
+  then (:func:`ship`) and brought back when their actor starts (:func:`fetch`), always
+  replacing what the node's disk holds. A seen set older than the crash re-admits URLs
+  the shards' stores already hold: each costs a duplicate delivery, counted, never a
+  fetch (the owner's store refuses it).
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import logging
 import os
 import shutil
 import tempfile
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import pyarrow.dataset as pads
 
+from crawler import statelog
+from crawler.clock import Clock
+from crawler.config import CrawlConfig
 from crawler.frontier import UrlItem
 from crawler.journal import FrontierStore
-from crawler.output import BlobStore, open_fs, read_pages
-
-if TYPE_CHECKING:
-    from crawler.scheduler import ShardScheduler
+from crawler.output import OutcomeRow, open_fs, read_pages
+from crawler.statelog import RemoteDir, Restored, StateLog, discard
 
 log = logging.getLogger(__name__)
 
-#: Rows this much older than the oldest copy are applied too (clocks of two machines).
-CLOCK_SLACK_S = 5.0
+#: Rows this much older than a shard's snapshot are applied too: clocks of two machines
+#: differ, and a row is stamped when its page was fetched, which may be well before its
+#: ack (a slow flush), so the snapshot may hold its URL as not yet done.
+CLOCK_SLACK_S = 60.0
 
 
 def is_remote(path: str) -> bool:
@@ -54,19 +53,46 @@ def is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
-def state_dir(output_path: str, configured: str | None, fingerprint: str) -> str:
-    """Where a crawl keeps its durable state on local disk.
+#: The environment variable naming a node's folder for local files (default ~/.cache/raycrawl).
+LOCAL_DIR_ENV = "RAYCRAWL_LOCAL_DIR"
+#: How a state folder on "whichever node this runs on" is spelled between processes.
+NODE_LOCAL = "$" + LOCAL_DIR_ENV
 
-    ``configured`` (runtime.state_dir) wins; a local output keeps it under ``OUT/state``;
-    a remote output keeps it in a local cache folder named by the config.
-    """
+
+def local_dir() -> str:
+    """This node's folder for a crawl's local files: ``$RAYCRAWL_LOCAL_DIR``, else
+    ``$XDG_CACHE_HOME/raycrawl``, else ``~/.cache/raycrawl``. Read where it is used (inside
+    an actor, on its node), never computed by the driver and handed over."""
+    configured = os.environ.get(LOCAL_DIR_ENV)
     if configured:
         return os.path.abspath(os.path.expanduser(configured))
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(cache, "raycrawl")
+
+
+def here(spec: str) -> str:
+    """The folder ``spec`` names on this node: :data:`NODE_LOCAL` becomes :func:`local_dir`,
+    ``~`` this node's home. Every process that opens a state file resolves it with this."""
+    if spec == NODE_LOCAL or spec.startswith(NODE_LOCAL + "/"):
+        spec = local_dir() + spec[len(NODE_LOCAL):]
+    return os.path.abspath(os.path.expanduser(spec))
+
+
+def state_dir(output_path: str, configured: str | None, fingerprint: str) -> str:
+    """Where a crawl keeps its state files, as a spec for :func:`here`.
+
+    A local output keeps them under ``OUT/state`` (the output's own disk: one path for
+    every process). A remote output keeps them on each node's own disk, in the folder
+    ``runtime.state_dir`` names there, else ``$RAYCRAWL_LOCAL_DIR/<fingerprint>``: the spec
+    is resolved by each process on its node (:func:`here`), so a shard on a worker node
+    writes to that node's disk, never to a path that exists only on the driver's.
+    """
     if not is_remote(output_path):
+        if configured:
+            return os.path.abspath(os.path.expanduser(configured))
         base = output_path[len("file://") :] if output_path.startswith("file://") else output_path
         return os.path.join(os.path.abspath(base), "state")
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return os.path.join(cache, "raycrawl", fingerprint)
+    return configured or f"{NODE_LOCAL}/{fingerprint}"
 
 
 def remote_path(out: str, name: str) -> str:
@@ -89,9 +115,12 @@ def ship(copy_to: Callable[[str], None], out: str, name: str, wall: float, optio
 
 
 def fetch(out: str, name: str, local_path: str, options: dict | None = None) -> bool:
-    """Bring ``OUT/state/<name>`` to ``local_path`` if there is no local copy. True if copied."""
-    if os.path.exists(local_path):
-        return False
+    """Replace ``local_path`` by ``OUT/state/<name>``; True if OUT had a copy.
+
+    Whatever is at ``local_path`` is discarded first, copy or not: a node's disk is a
+    cache (DESIGN.md invariant 11), and a file left there by an earlier incarnation or run
+    may be older than what OUT holds, so it never wins."""
+    discard(local_path)
     fs, _ = open_fs(out, options)
     source = remote_path(out, name)
     if not fs.exists(source):
@@ -100,26 +129,6 @@ def fetch(out: str, name: str, local_path: str, options: dict | None = None) -> 
     fs.get_file(source, local_path + ".part")
     os.replace(local_path + ".part", local_path)
     return True
-
-
-def oldest_copy(out: str, options: dict | None = None) -> float | None:
-    """Wall time of the oldest shipped shard store copy in ``OUT/state`` (None if none).
-
-    Only the shards' copies matter: a link is delivered to its owner before its page's row
-    is written. The seen set's copy may be older or newer; :func:`reconcile_store` flags
-    every restored URL for replay, so a link the seen set remembers is still delivered."""
-    fs, _ = open_fs(out, options)
-    base = remote_path(out, "")
-    try:
-        fs.invalidate_cache(base.rstrip("/"))
-        names = [p for p in fs.ls(base, detail=False) if p.rsplit("/", 1)[-1].startswith("shard-") and p.endswith(".sqlite.json")]
-    except FileNotFoundError:
-        return None
-    times = []
-    for p in names:
-        with fs.open(p, "r") as f:
-            times.append(float(json.load(f)["shipped_at"]))
-    return min(times) if times else None
 
 
 def seen_name(index: int, exact: bool) -> str:
@@ -138,12 +147,40 @@ def ship_file(out: str, options: dict | None, name: str, local_path: str, wall: 
         ship(lambda dest: shutil.copyfile(local_path, dest), out, name, wall, options)
 
 
-def open_shard_store(out: str, options: dict | None, shard_id: str, sdir: str) -> tuple[FrontierStore, bool]:
-    """The shard's durable store; with a remote output and no local store, the copy from
-    OUT. Returns (store, restored from a copy)."""
-    local = os.path.join(sdir, f"{shard_id}.sqlite")
-    from_copy = is_remote(out) and fetch(out, f"{shard_id}.sqlite", local, options)
-    return FrontierStore(local), from_copy
+@dataclass
+class ShardState:
+    """A shard's store opened on this node, with its log in OUT for a remote output."""
+
+    store: FrontierStore
+    log: StateLog | None = None  # None: a local output (the store is on the output's disk)
+    restored: Restored | None = None  # what OUT held for this shard when it started
+
+
+def open_shard_store(cfg: CrawlConfig, shard_id: str, sdir: str, clock: Clock) -> ShardState:
+    """The shard's store under ``sdir`` (a :func:`state_dir` spec, resolved here).
+
+    With a remote output the store is rebuilt from OUT (crawler.statelog.restore: newest
+    snapshot plus the changes logged since), whatever the node's disk holds, and every
+    change from now on is journaled to OUT."""
+    out, options = cfg.output.path, dict(cfg.output.storage_options) or None
+    local = os.path.join(here(sdir), f"{shard_id}.sqlite")
+    if not is_remote(out):
+        return ShardState(FrontierStore(local))
+    remote = RemoteDir(out, options, shard_id)
+    found = statelog.restore(remote, local)
+    # The events that waited for the sink at the snapshot (a local log may be stale).
+    events = os.path.splitext(local)[0] + ".events.sqlite"
+    discard(events)
+    if found.events is not None:
+        remote.get_file(found.events.path, events)
+    slog = StateLog(remote, found.gen, clock, interval_s=cfg.runtime.state_log_interval_s)
+    store = FrontierStore(local, journal=slog.append)
+    store.replay(found.records)
+    if found.anything:
+        log.info("%s: restored from OUT: generation %d, snapshot %s, %d segments, %d changes, %d bytes",
+                 shard_id, found.gen, found.snapshot.path if found.snapshot else None, found.segments,
+                 len(found.records), found.bytes_read)
+    return ShardState(store, slog, found)
 
 
 def rows_since(shard_id: str, out: str, options: dict | None, since: float | None) -> list[dict[str, Any]]:
@@ -152,37 +189,28 @@ def rows_since(shard_id: str, out: str, options: dict | None, since: float | Non
     if since is not None:
         cutoff = dt.datetime.fromtimestamp(since - CLOCK_SLACK_S, dt.timezone.utc)
         where = where & (pads.field("fetched_at") >= cutoff)
-    return read_pages(
-        out, options, dedupe=False, where=where,
-        columns=["url", "depth", "outcome", "content_type", "blob_key", "redirect_to"],
-    ).to_pylist()
+    return read_pages(out, options, dedupe=False, where=where, columns=list(ROW_COLUMNS)).to_pylist()
+
+
+#: The columns :func:`rows_since` reads: what the reconcile and the events need.
+ROW_COLUMNS = ("url", "depth", "outcome", "status", "fetched_at", "url_hash", "blob_key", "content_sha256",
+               "simhash", "dup_kind", "changed", "fetch_seq")
+
+
+def event_rows(rows: list[dict[str, Any]]) -> list[OutcomeRow]:
+    """:func:`rows_since` rows as the rows crawler.events makes ``page.fetched`` events of."""
+    return [OutcomeRow(**{k: r.get(k) for k in ROW_COLUMNS}) for r in rows]
 
 
 def reconcile_store(store: FrontierStore, rows: list[dict[str, Any]]) -> int:
-    """Steps 1 and 2a of the module docstring: replay flags, and every URL with a row done.
-    Runs before the frontier loads the store. Returns the URLs marked done."""
+    """After a rebuild from OUT (before the frontier loads the store): every queued URL
+    flagged ``replay``, and every URL with one of ``rows`` done.
+
+    A URL may have a row and no entry at all: a shard fetches what it accepted before the
+    log segment holding it is written (the sender waits for that, the fetch does not),
+    so a node lost in between leaves the row and not the admission. It is added now
+    (journaled) and marked done, so the sender's retry of the delivery is a duplicate,
+    not a second fetch. Returns the URLs marked done."""
     store.recover(replay_all=True)
+    store.add([UrlItem(r["url"], r["depth"] or 0) for r in rows])
     return store.finish_from_output([r["url"] for r in rows])
-
-
-async def reroute(shard: "ShardScheduler", rows: list[dict[str, Any]], out: str, options: dict | None) -> int:
-    """Step 2b: the links of those rows' pages (from their stored bodies) and their
-    redirect targets go out again, past the seen filter. Returns how many were sent."""
-    blobs = BlobStore(out, storage_options=options)
-    links: list[UrlItem] = []
-    for r in rows:
-        depth = (r["depth"] or 0) + 1
-        if r["outcome"] == "redirect" and r["redirect_to"]:
-            links.append(UrlItem(r["redirect_to"], depth, r["url"]))
-        elif r["outcome"] == "fetched" and r["blob_key"]:
-            try:
-                body = await asyncio.to_thread(blobs.get, r["blob_key"])
-            except Exception as exc:  # noqa: BLE001 - a missing body costs that page's links, counted
-                log.warning("%s: body of %s unreadable (%r): its links are not re-sent", shard.shard_id, r["url"], exc)
-                shard.counters["reconcile_missing_bodies"] += 1
-                continue
-            links.extend(shard.pipeline.links_from(r["url"], depth, r["content_type"], body))
-    if links and not await shard.router.submit(links, bypass_seen=True):
-        raise RuntimeError(f"{shard.shard_id}: links of pages written before the crash could not be re-sent")
-    log.info("%s: resumed from OUT: %d rows since the oldest copy, %d links re-sent", shard.shard_id, len(rows), len(links))
-    return len(links)

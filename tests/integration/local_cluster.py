@@ -6,11 +6,15 @@ builds a head node (``ray.cluster_utils.Cluster``, every process bound to 127.0.
 dashboard, its own temp dir) and prints one JSON line ``{"address", "head"}``, then obeys
 one command per line on stdin, answering one JSON line each:
 
-    add-worker        a second raylet ({"worker": node_id})
-    actors            the GCS actor table ({"actors": [{"name", "node", "state"}...]})
+    add-worker [DIR]  a second raylet ({"worker": node_id}); with DIR its processes keep
+                      their local files there (RAYCRAWL_LOCAL_DIR, as on a machine's disk)
+    actors            the GCS actor table ({"actors": [{"name", "node", "state", "pid"}...]})
     kill-worker       SIGKILL every process of that raylet and its workers, by PID
                       ({"killed": node_id, "workers": n}): a machine lost at once
+    kill-actor NAME   SIGKILL the worker process of one live named actor ({"pid": pid})
     quit / EOF        shut the cluster down
+
+The head's processes inherit this process's RAYCRAWL_LOCAL_DIR (the caller sets it).
 
 It runs in its own process so the test process (which may hold the session's Ray) stays
 out of it, and so ``Cluster``'s address file lands in TEMP_DIR, not in /tmp/ray. A second
@@ -71,14 +75,30 @@ def main(temp_dir: str) -> None:
     try:
         for line in sys.stdin:
             cmd = line.strip()
-            if cmd == "add-worker":
-                worker = cluster.add_node(**common, resources={"second_node": 1})
+            if cmd == "add-worker" or cmd.startswith("add-worker "):
+                local_dir = cmd[len("add-worker"):].strip()
+                head_dir = os.environ.get("RAYCRAWL_LOCAL_DIR")
+                if local_dir:  # the raylet, and every worker it starts, inherit it
+                    os.environ["RAYCRAWL_LOCAL_DIR"] = local_dir
+                try:
+                    worker = cluster.add_node(**common, resources={"second_node": 1})
+                finally:
+                    if head_dir is None:
+                        os.environ.pop("RAYCRAWL_LOCAL_DIR", None)
+                    else:
+                        os.environ["RAYCRAWL_LOCAL_DIR"] = head_dir
                 cluster.wait_for_nodes()
                 say({"worker": worker.node_id})
             elif cmd == "actors":
                 table = cluster.global_state.actor_table(None)
-                say({"actors": [{"name": a.get("Name", ""), "node": a["Address"]["NodeID"], "state": a["State"]}
-                                for a in table.values()]})
+                say({"actors": [{"name": a.get("Name", ""), "node": a["Address"]["NodeID"], "state": a["State"],
+                                 "pid": a.get("Pid")} for a in table.values()]})
+            elif cmd.startswith("kill-actor "):
+                name = cmd[len("kill-actor "):].strip()
+                table = cluster.global_state.actor_table(None)
+                pid = next(a["Pid"] for a in table.values() if a.get("Name") == name and a["State"] == "ALIVE")
+                os.kill(pid, signal.SIGKILL)
+                say({"pid": pid})
             elif cmd == "kill-worker":
                 assert worker is not None, "no worker to kill"
                 say({"killed": worker.node_id, "workers": _kill_node(cluster, worker)})

@@ -10,11 +10,8 @@ job runs on a cluster. Every process of the cluster is stopped by PID at the end
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,67 +23,8 @@ from crawler.output import read_pages
 from crawler.testing.fixtures import crawl_config_for
 
 from tests.integration import checks
-from tests.integration.procs import _wait_requests, check_nothing_lost, ray_node_pids, stop_pids
-
-ROOT = Path(__file__).resolve().parents[2]
-TOKEN = secrets.token_hex(32)  # this cluster's own token (never the machine's ~/.ray/auth_token)
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", PYTHONUNBUFFERED="1",
-               RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN, PYTHONPATH=os.pathsep.join(
-                   p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-    for k in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH"):
-        env.pop(k, None)
-    return env
-
-
-class LocalCluster:
-    """Talks to the cluster process (one JSON line per command)."""
-
-    def __init__(self) -> None:
-        self.temp_dir = tempfile.mkdtemp(prefix="ray2n-", dir="/tmp")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.integration.local_cluster", self.temp_dir],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env(), cwd=ROOT,
-                                     start_new_session=True)  # its own process group: ray_node_pids
-        first = self._read()
-        self.address, self.head = first["address"], first["head"]
-        self.worker: str | None = None
-
-    def _read(self) -> dict:
-        line = self.proc.stdout.readline()
-        assert line, f"the cluster process ended (exit {self.proc.poll()})"
-        return json.loads(line)
-
-    def ask(self, cmd: str) -> dict:
-        self.proc.stdin.write(cmd + "\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def add_worker(self) -> str:
-        self.worker = self.ask("add-worker")["worker"]
-        return self.worker
-
-    def shards(self) -> dict[str, tuple[str, str]]:
-        """HostShard actors: name -> (node id, state)."""
-        return {a["name"]: (a["node"], a["state"]) for a in self.ask("actors")["actors"] if ":shard-" in a["name"]}
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.proc.stdin.write("quit\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        finally:
-            pids = ray_node_pids(self.temp_dir)
-            pids.discard(self.proc.pid)
-            if self.proc.poll() is None:
-                pids.add(self.proc.pid)
-            stop_pids(pids)
-            assert not pids, f"cluster processes still alive: {sorted(pids)}"
-
+from tests.integration.cluster_client import ROOT, LocalCluster, _env
+from tests.integration.procs import _wait_requests, check_nothing_lost
 
 @pytest.fixture(scope="module")
 def cluster():

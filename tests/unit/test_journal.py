@@ -5,7 +5,7 @@ import random
 from crawler.clock import MockClock
 from crawler.frontier import Frontier, UrlItem
 from crawler.journal import FrontierStore
-from crawler.state import state_dir
+from crawler.state import here, state_dir
 
 
 class Pacer:
@@ -74,10 +74,18 @@ def test_restore_registers_spilled_hosts_and_serves_them(tmp_path):
     assert sorted(i.url for i in first) == ["http://a.test/p/0", "http://b.test/p/0"]
 
 
-def test_state_dir_is_under_a_local_output_and_a_cache_for_remote_ones(tmp_path):
-    assert state_dir(str(tmp_path / "out"), None, "abc") == str(tmp_path / "out" / "state")
-    assert state_dir("s3://bucket/x", None, "abc").endswith("raycrawl/abc")
-    assert state_dir("s3://bucket/x", str(tmp_path / "st"), "abc") == str(tmp_path / "st")
+def test_state_dir_is_under_a_local_output_and_on_each_nodes_disk_for_remote_ones(tmp_path, monkeypatch):
+    assert here(state_dir(str(tmp_path / "out"), None, "abc")) == str(tmp_path / "out" / "state")
+    # A remote output's folder is resolved where it is used: each node's RAYCRAWL_LOCAL_DIR.
+    spec = state_dir("s3://bucket/x", None, "abc")
+    monkeypatch.setenv("RAYCRAWL_LOCAL_DIR", str(tmp_path / "node-a"))
+    assert here(spec) == str(tmp_path / "node-a" / "abc")
+    monkeypatch.setenv("RAYCRAWL_LOCAL_DIR", str(tmp_path / "node-b"))
+    assert here(spec) == str(tmp_path / "node-b" / "abc")
+    monkeypatch.delenv("RAYCRAWL_LOCAL_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert here(spec) == str(tmp_path / "cache" / "raycrawl" / "abc")
+    assert here(state_dir("s3://bucket/x", str(tmp_path / "st"), "abc")) == str(tmp_path / "st")
 
 
 def test_trim_drops_spilled_urls_in_the_store_first(tmp_path):
