@@ -32,23 +32,11 @@ from pathlib import Path
 import yaml
 
 from crawler.testing.fixtures import crawl_config_for, running_web
+from crawler.testing.s3 import start_loopback_s3
 from tests.integration.cluster_client import LocalCluster, _env
 from tests.integration.procs import _refetched_outside_window
 
 HERE = Path(__file__).resolve().parent
-
-
-def _moto():
-    from moto.server import ThreadedMotoServer
-    import boto3
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket="bench")
-    return server, endpoint
 
 
 AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
@@ -99,7 +87,7 @@ def _whereabouts(urls: list[str], disk: Path, out: str, opts: dict) -> dict:
 
 
 def scenario(repo: str, ship_interval_s: float) -> dict:
-    moto, endpoint = _moto()
+    moto, endpoint = start_loopback_s3("bench")
     tmp = Path(tempfile.mkdtemp(prefix="nodeloss-"))
     head_dir, worker_dir, driver_dir, stale_dir = tmp / "head", tmp / "worker", tmp / "driver", tmp / "stale"
     # Where a checkout from before issue 18 keeps every node's files: the driver's cache.

@@ -28,27 +28,15 @@ from crawler.clock import SYSTEM_CLOCK
 from crawler.local import local_session
 from crawler.state import open_shard_store, state_dir
 from crawler.testing.fixtures import crawl_config_for, running_web
+from crawler.testing.s3 import start_loopback_s3
 
 HERE = Path(__file__).resolve().parent
-
-
-def _moto():
-    from moto.server import ThreadedMotoServer
-    import boto3
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket="bench")
-    return server, endpoint
 
 
 def measure(hosts: int, shards: int, interval_s: float) -> dict:
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
                       AWS_EC2_METADATA_DISABLED="true")
-    moto, endpoint = _moto()
+    moto, endpoint = start_loopback_s3("bench")
     try:
         with running_web(seed=1, profile="bench", hosts=hosts) as web, tempfile.TemporaryDirectory() as tmp:
             os.environ["RAYCRAWL_LOCAL_DIR"] = os.path.join(tmp, "node")

@@ -11,6 +11,8 @@ import tempfile
 
 import pytest
 
+from crawler.testing.s3 import S3_ENV, start_loopback_s3
+
 
 @pytest.fixture(scope="session")
 def ray_cluster():
@@ -41,21 +43,9 @@ def s3_server():
 
     Credentials are fake and instance metadata is off, so nothing reaches AWS.
     """
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-    }
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
+    pytest.importorskip("moto.server")
+    server, endpoint = start_loopback_s3("crawl-test")
     try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        env["AWS_ENDPOINT_URL"] = endpoint
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                     aws_secret_access_key="testing").create_bucket(Bucket="crawl-test")
-        yield endpoint, env
+        yield endpoint, {**S3_ENV, "AWS_ENDPOINT_URL": endpoint}
     finally:
         server.stop()

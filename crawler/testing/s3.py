@@ -1,0 +1,32 @@
+"""A loopback S3 for the s3fs path (moto's server), shared by tests and benchmarks.
+
+Credentials are fake and instance metadata is off (:data:`S3_ENV`), so nothing reaches
+AWS: every request goes to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+#: Environment for processes that talk to the loopback S3 (add AWS_ENDPOINT_URL).
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}
+
+
+def start_loopback_s3(bucket: str) -> tuple[Any, str]:
+    """Start moto's S3 server on 127.0.0.1 (any free port) with ``bucket`` created.
+    Returns (server, endpoint URL); the caller stops it with ``server.stop()``."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                 aws_secret_access_key="testing").create_bucket(Bucket=bucket)
+    return server, endpoint
