@@ -167,10 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     hdrs = {"content-type": ct}
     bodies = [b for _, b in pages]
 
-    def parse_all() -> list[Any]:
-        return [parse_page(b, u, ct, hdrs, user_agent_token="raycrawl") for u, b in pages]
+    # Timed stages keep no results: the pipeline handles one page at a time, and holding
+    # 10k pages' results would add the cost of growing the heap (page faults) to the stage.
+    def parse_each() -> None:
+        for u, b in pages:
+            parse_page(b, u, ct, hdrs, user_agent_token="raycrawl")
 
-    parsed = parse_all()
+    parsed = [parse_page(b, u, ct, hdrs, user_agent_token="raycrawl") for u, b in pages]
     text_fingerprint("warm up the tokenizer table", 1)  # built once per process, not per page
     followed = [policy.follow(pp, 2, Counter()) for pp in parsed]
     results: dict[str, float] = {}
@@ -183,18 +186,25 @@ def main(argv: list[str] | None = None) -> int:
         note = f"  (budget {budget:g})" if budget is not None else ""
         print(f"[stages] {name:16s} {results[name]:9.1f} us/page{note}", file=sys.stderr, flush=True)
 
-    stage("sha256", lambda: [content_sha256(b) for b in bodies])
-    stage("parse", parse_all)
+    def each(fn: Callable[[Any], Any], items: list[Any]) -> Callable[[], None]:
+        def run() -> None:
+            for x in items:
+                fn(x)
+
+        return run
+
+    stage("sha256", each(content_sha256, bodies))
+    stage("parse", parse_each)
 
     trees: list[Any] = []
 
     def fresh_trees() -> None:
         trees[:] = [LexborHTMLParser(b) for b in bodies]
 
-    stage("parse.tree", fresh_trees)
+    stage("parse.tree", each(LexborHTMLParser, bodies))
     fresh_trees()
     head_sel = f'{parse_html._HEAD_SELECTOR}, meta[name="raycrawl" i]'
-    stage("parse.head", lambda: [[nd.tag for nd in t.css(head_sel)] for t in trees])
+    stage("parse.head", each(lambda t: [nd.tag for nd in t.css(head_sel)], trees))
 
     def links_only() -> None:
         for t in trees:
@@ -208,7 +218,12 @@ def main(argv: list[str] | None = None) -> int:
 
     stage("parse.links", links_only)
     hrefs = [(pp.base_url, list(dict.fromkeys(lk.raw for lk in pp.links))) for pp in parsed]
-    stage("parse.join", lambda: [[join_url(base, h, "utf-8") for h in hs] for base, hs in hrefs])
+    def join_each() -> None:
+        for base, hs in hrefs:
+            for h in hs:
+                join_url(base, h, "utf-8")
+
+    stage("parse.join", join_each)
 
     def text_only() -> None:
         for t in trees:
@@ -223,12 +238,16 @@ def main(argv: list[str] | None = None) -> int:
         for t in trees:
             t.strip_tags(parse_html._STRIP_FOR_TEXT)
 
-    stage("parse.main", lambda: [main_text(t, x) for t, x in zip(trees, texts)], setup=stripped_trees)
+    def main_each() -> None:
+        for t, x in zip(trees, texts):
+            main_text(t, x)
+
+    stage("parse.main", main_each, setup=stripped_trees)
     trees.clear()
     mains = [pp.main_text for pp in parsed]
-    stage("fingerprint", lambda: [text_fingerprint(t, min_tokens) for t in mains])
-    stage("follow", lambda: [policy.follow(pp, 2, Counter()) for pp in parsed])
-    stage("urlitems", lambda: [[UrlItem(u, 2, pu) for u in f] for (pu, _), f in zip(pages, followed)])
+    stage("fingerprint", each(lambda t: text_fingerprint(t, min_tokens), mains))
+    stage("follow", each(lambda pp: policy.follow(pp, 2, Counter()), parsed))
+    stage("urlitems", each(lambda pf: [UrlItem(u, 2, pf[0]) for u in pf[1]], [(pu, f) for (pu, _), f in zip(pages, followed)]))
 
     def seen_run(backend: str) -> Callable[[], Any]:
         sets: list[SeenSet] = []
@@ -246,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, backend in (("seen", DEFAULT_BLOOM), ("seen.pybloom", "pybloom"), ("seen.rbloom", "rbloom")):
         setup, run = seen_run(backend)  # type: ignore[misc]
         stage(name, run, setup=setup)
-    stage("bare_extract", lambda: [extract(b, u) for u, b in pages])
+    stage("bare_extract", each(lambda ub: extract(ub[1], ub[0]), pages))
     sizes: dict[str, float] = {"body": sum(map(len, bodies)) / n}
     if a.alternatives:
         import pyarrow as pa
@@ -261,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             "lz4": lambda b: lz4.compress(b, asbytes=True),
         }
         for name, fn in codecs.items():
-            stage(name, lambda fn=fn: [fn(b) for b in bodies])
+            stage(name, each(fn, bodies))
             sizes[name] = sum(len(fn(b)) for b in bodies) / n
     pipeline = round(sum(results[s] for s in PIPELINE_STAGES if s in results), 1)
     instr: dict[str, float] = {}
