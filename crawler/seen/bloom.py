@@ -30,10 +30,11 @@ __all__ = ["BLOOM_BACKENDS", "DEFAULT_BLOOM", "RBLOOM_HINT", "Bloom", "PyBloom",
 
 BLOOM_BACKENDS = ("pybloom", "rbloom")
 # rbloom is the default (issue 20): the seen stage (url_hash64 + check_and_add_hashes of a
-# page's ~39 followed links, exact, in memory) costs 144 us/page CPU with pybloom against
-# 62 with rbloom on the bench pages (benchmarks/stages.py, stage seen.pybloom / seen.rbloom),
-# ~10% of the pipeline's whole budget per page; the filters answer the same (tests/unit/
-# test_seen_*.py run both). pybloom-live stays a dependency and a choice: a snapshot or a
+# page's ~37 followed links, exact, in memory) costs 146 us/page CPU and 1.03M instructions
+# with pybloom against 38 us and 0.29M with rbloom on 10k bench pages
+# (benchmarks/results/stages_before.json, seen.pybloom / seen.rbloom), a fifth of the
+# page stages' budget saved; the filters answer the same (tests/unit/test_seen_*.py run
+# both). pybloom-live stays a dependency and a choice: a snapshot or a
 # Bloom-only set written with it opens with dedup.seen_bloom: pybloom.
 DEFAULT_BLOOM = "rbloom"
 
