@@ -27,7 +27,11 @@ Pipeline stages (what ``crawler.pipeline.PagePipeline.page`` does per HTML page)
 Reference: ``bare_extract`` (what benchmarks/bare_loop.py does per page: lexbor +
 ``urljoin``). Alternatives measured with ``--alternatives``: body compression codecs.
 
-    python -m benchmarks.stages --pages 10000 --repeat 5 --json benchmarks/results/stages_after.json
+    python -m benchmarks.stages --pages 10000 --repeat 3 --callgrind 60 --json benchmarks/results/stages_after.json
+
+Memory: the ``parse.head/links/text/main`` parts time a prepared tree per page, and all
+10k lexbor trees are alive at once (peak RSS ~13 GB at 10k pages; two such runs at once
+were OOM-killed on the 23 GB project machine): run one at a time, or fewer ``--pages``.
 """
 
 from __future__ import annotations
