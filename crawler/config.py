@@ -91,7 +91,7 @@ class DedupConfig:
     seen_capacity: int = 10_000_000
     seen_error_rate: float = 0.01
     seen_exact: bool = True
-    seen_bloom: Literal["pybloom", "rbloom"] = "pybloom"
+    seen_bloom: Literal["pybloom", "rbloom"] = "rbloom"
     novelty_window: int = 20
     novelty_threshold: float = 0.5
 

@@ -79,12 +79,27 @@ class LinkPolicy:
         return url, None
 
     def follow(self, page: ParsedPage, depth: int, counts: Counter) -> list[str]:
-        """Unique URLs to follow from ``page`` (links are at ``depth``); drops counted by reason."""
+        """Unique URLs to follow from ``page`` (links are at ``depth``); drops counted by reason.
+
+        A link whose resolved string (and nofollow flag) already came up on this page
+        reuses that verdict: the verdict depends on nothing else (the depth and the
+        page's robots meta are the page's), so only the first occurrence is normalized
+        and checked, and the counts stay those of deciding every link.
+        """
         out: list[str] = []
         seen: set[str] = set()
         meta = page.meta_nofollow
+        # One dict per nofollow flag: no tuple key to build per link.
+        verdicts: tuple[dict, dict] = ({}, {})
+        verdict = self._verdict
         for link in page.links:
-            url, reason = self._verdict(link.resolved, link.nofollow and not meta, meta, depth)
+            resolved = link.resolved
+            nofollow = link.nofollow and not meta
+            known = verdicts[nofollow]
+            found = known.get(resolved)
+            if found is None:
+                found = known[resolved] = verdict(resolved, nofollow, meta, depth)
+            url, reason = found
             if reason is not None:
                 counts[reason] += 1
             elif url in seen:

@@ -2,8 +2,8 @@
 
 A filter answers "maybe seen" or "certainly new" for a 64-bit URL hash and sets the
 hash's bits in the same step (:meth:`Bloom.check_and_add`); it never forgets, so it has
-no false negatives. Two backends: ``"pybloom"`` (pybloom-live, the project's declared
-dependency, the default) and ``"rbloom"`` (Rust, an optional extra). Measured on the
+no false negatives. Two backends: ``"rbloom"`` (Rust, the default) and ``"pybloom"``
+(pybloom-live, pure Python, kept available: ``dedup.seen_bloom: pybloom``). Measured on the
 project machine for 100k ``check_and_add`` operations in batches of 100 URLs (half of
 them repeats), capacity 1M, hashing included: exact mode pybloom 3.1 us / rbloom 0.9 us
 per URL, Bloom-only 2.8 / 0.6 us.
@@ -29,13 +29,16 @@ from crawler.seen.hashing import MASK64
 __all__ = ["BLOOM_BACKENDS", "DEFAULT_BLOOM", "RBLOOM_HINT", "Bloom", "PyBloom", "RBloom", "make_bloom"]
 
 BLOOM_BACKENDS = ("pybloom", "rbloom")
-# pybloom stays the default: rbloom is ~9x faster per Bloom operation but only 3.4x
-# (exact mode) to 4.4x (Bloom-only) faster end to end, below the 5x that would justify
-# leaving the declared dependency; pybloom's ~3 us per URL is ~6% of a core at 20k
-# links/s (400 pages/s x 50 links).
-DEFAULT_BLOOM = "pybloom"
+# rbloom is the default (issue 20): the seen stage (url_hash64 + check_and_add_hashes of a
+# page's ~37 followed links, exact, in memory) costs 146 us/page CPU and 1.03M instructions
+# with pybloom against 38 us and 0.29M with rbloom on 10k bench pages
+# (benchmarks/results/stages_before.json, seen.pybloom / seen.rbloom), a fifth of the
+# page stages' budget saved; the filters answer the same (tests/unit/test_seen_*.py run
+# both). pybloom-live stays a dependency and a choice: a snapshot or a
+# Bloom-only set written with it opens with dedup.seen_bloom: pybloom.
+DEFAULT_BLOOM = "rbloom"
 
-RBLOOM_HINT = "pip install -e '.[rbloom]' (or use bloom='pybloom')"
+RBLOOM_HINT = "pip install -e . (rbloom is a dependency; or use bloom='pybloom')"
 """How to get the optional rbloom backend (quoted by the error that needs it)."""
 
 

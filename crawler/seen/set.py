@@ -64,8 +64,8 @@ class SeenSet:
         error_rate: the filter's false-positive rate at ``capacity`` items.
         exact: keep the exact store behind the filter (default). False = Bloom only,
             lossy but ~10x smaller.
-        bloom: "pybloom" (default) or "rbloom" (an optional extra; 3.4x faster end to end,
-            see :mod:`crawler.seen.bloom`).
+        bloom: "rbloom" (default; 3.4x faster end to end, see :mod:`crawler.seen.bloom`)
+            or "pybloom" (pybloom-live).
         path: None (default) keeps everything in memory. A file path makes the set
             crash-safe: in exact mode the exact store is the SQLite database at ``path``
             (created if missing, reopened if present) and the Bloom filter is snapshotted

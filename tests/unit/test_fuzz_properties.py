@@ -327,6 +327,8 @@ def check_link_pipeline(html: str, codec: str, ct: str | None, page_url: str, po
     counts: Counter[str] = Counter()
     assert links.follow(page, depth, counts) == followed  # `crawl links` and the crawl agree
     assert sum(counts.values()) == len(decisions) - len(followed)  # every drop has a reason
+    # ... and the same reason per link: follow() decides a repeated link once, decide() each time.
+    assert counts == Counter(d.reason for d in decisions if not d.followed)
     for d in decisions:
         assert d.followed == (d.reason is None)
         if d.followed:

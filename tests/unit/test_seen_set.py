@@ -142,15 +142,16 @@ def test_bad_configuration_raises_config_error(kwargs: dict, match: str) -> None
         SeenSet(**kwargs)
 
 
-def test_default_backend_is_pybloom() -> None:
-    assert SeenSet(10).bloom_backend == "pybloom"
+def test_default_backend_is_rbloom() -> None:
+    assert SeenSet(10).bloom_backend == "rbloom"
+    assert SeenSet(10, bloom="pybloom").check_and_add(["a", "a"]) == [True, False]  # still available
 
 
 def test_rbloom_without_rbloom_installed_is_a_config_error_naming_the_fix(tmp_path, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "rbloom", None)  # makes ``import rbloom`` fail
-    with pytest.raises(ConfigError, match=r"rbloom.*pip install -e '\.\[rbloom\]'"):
+    with pytest.raises(ConfigError, match=r"rbloom.*pip install -e \. \(rbloom is a dependency"):
         SeenSet(1000, bloom="rbloom")
     with pytest.raises(ConfigError, match="rbloom"):
         SeenSet(1000, bloom="rbloom", path=tmp_path / "seen.db")
     assert list(tmp_path.iterdir()) == []  # refused before anything was created on disk
-    assert SeenSet(1000).check_and_add(["a", "a"]) == [True, False]  # the default needs no rbloom
+    assert SeenSet(1000, bloom="pybloom").check_and_add(["a", "a"]) == [True, False]  # pybloom needs no rbloom
