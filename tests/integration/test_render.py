@@ -24,7 +24,7 @@ from crawler.testing.server import WebServer
 from crawler.testing.spaweb import SpaWeb
 from crawler.testing.webtypes import USER_AGENT
 
-from tests.integration import checks
+from tests.integration import checks, procs
 
 pytestmark = pytest.mark.skipif(
     not any(__import__("shutil").which(c) for c in CANDIDATES) and os.environ.get("CI") != "true",
@@ -106,17 +106,16 @@ def test_auto_renders_the_apps_once_each_and_politely(spa, tmp_path):
 def chromium_pids() -> list[int]:
     """Browser main processes started by this test process (crawler.render.browser)."""
     out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid, cmd, _env in procs.processes():
+        if b"raycrawl-chromium-" not in cmd:
+            continue
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read()
             with open(f"/proc/{pid}/stat", "rb") as f:
                 stat = f.read()
         except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if b"raycrawl-chromium-" in cmd and int(fields[1]) == os.getpid():
-            out.append(int(pid))
+            continue  # gone since the scan
+        if int(stat[stat.rindex(b")") + 2:].split()[1]) == os.getpid():  # field 4: the parent
+            out.append(pid)
     return out
 
 
