@@ -52,18 +52,11 @@ log = logging.getLogger(__name__)
 TOKEN_ENV = "CRAWL_API_TOKEN"
 #: Most URLs one POST /seeds takes (a bigger list is a seeds file, not an API call).
 MAX_SEEDS_PER_REQUEST = 10_000
-#: The fields of GET /urls answers (a public contract: README), and the names the shard's
-#: per-URL state may use for them.
-URL_FIELDS: dict[str, tuple[str, ...]] = {
-    "url": ("url",),
-    "url_hash": ("url_hash",),
-    "status": ("status",),
-    "last_crawled_at": ("last_crawled_at", "last_crawl_at", "last_fetched_at"),
-    "next_crawl_at": ("next_crawl_at", "next_fetch_at"),
-    "content_hash": ("content_hash", "content_sha256"),
-    "fetches": ("fetches", "fetch_count"),
-    "last_outcome": ("last_outcome", "outcome"),
-}
+#: The fields of GET /urls answers (a public contract: README), by the names the shard
+#: store's per-URL state uses (crawler.journal ``FrontierStore.url_status``).
+URL_FIELDS: tuple[str, ...] = (
+    "url", "url_hash", "status", "last_crawled_at", "next_crawl_at", "content_hash", "fetches", "last_outcome",
+)
 _HEX16 = re.compile(r"[0-9a-fA-F]{16}").fullmatch
 #: The longest request line or header line, and the most headers, a request may have
 #: (aiohttp's own defaults, stated here because the README promises them).
@@ -108,9 +101,7 @@ def check_binding(cfg: ApiConfig, token: str | None) -> None:
 def url_view(status: dict[str, Any]) -> dict[str, Any]:
     """A shard's per-URL state as the API answers it: every field of :data:`URL_FIELDS`
     (null when the state does not know it), plus depth and referrer when known."""
-    out = {}
-    for name, sources in URL_FIELDS.items():
-        out[name] = next((status[s] for s in sources if status.get(s) is not None), None)
+    out = {name: status.get(name) for name in URL_FIELDS}
     for extra in ("depth", "referrer", "host"):
         if extra in status:
             out[extra] = status[extra]

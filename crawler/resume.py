@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from crawler.config import CrawlConfig
-from crawler.errors import OutputExistsError
+from crawler.errors import OutputExistsError, StorageError
 from crawler.state import here, state_dir
 from crawler.output import open_fs
 
@@ -53,9 +53,16 @@ def load_record(cfg: CrawlConfig) -> CrawlRecord | None:
     fs, path = _record_path(cfg)
     if not fs.exists(path):
         return None
-    with fs.open(path, "r") as f:
-        data = json.load(f)
-    return CrawlRecord(**{k: v for k, v in data.items() if k in CrawlRecord.__dataclass_fields__})
+    try:
+        with fs.open(path, "r") as f:
+            data = json.load(f)
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        return CrawlRecord(**{k: v for k, v in data.items() if k in CrawlRecord.__dataclass_fields__})
+    except (ValueError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise StorageError(
+            f"{path}: the crawl record is damaged ({exc}); restore it, or start over in this output with --force"
+        ) from exc
 
 
 def save_record(cfg: CrawlConfig, rec: CrawlRecord) -> None:
@@ -95,7 +102,12 @@ def prepare(cfg: CrawlConfig, shards: int, seen_shards: int, *, force: bool = Fa
     mode is "new", "resume" or "finished". Raises :class:`OutputExistsError` when the
     folder holds a crawl of a different config and ``force`` is not set.
     """
-    rec = load_record(cfg)
+    try:
+        rec = load_record(cfg)
+    except StorageError:
+        if not force:
+            raise
+        rec = CrawlRecord("damaged", shards, seen_shards)  # --force: start over below
     fp = cfg.fingerprint()
     if rec is not None and rec.fingerprint != fp:
         if not force:

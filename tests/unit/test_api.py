@@ -4,10 +4,16 @@ serve beyond this machine without a token. (The API over a real crawl: tests/int
 
 from __future__ import annotations
 
+import datetime as dt
+
 import aiohttp
 import pytest
 
 from crawler.api import ControlApi, check_binding, url_view
+from crawler.frontier import UrlItem
+from crawler.journal import FrontierStore
+from crawler.output.schema import OutcomeRow
+from crawler.recrawl import Previous, RecrawlPolicy
 from crawler.config import ApiConfig
 from crawler.errors import ConfigError
 
@@ -128,10 +134,21 @@ async def test_each_endpoint_calls_its_session_method(api):
     assert all("a.test" not in r for r in routes)  # bounded labels: the template, not the host
 
 
-def test_url_view_has_every_field_null_when_unknown():
-    view = url_view({"url": "http://a.test/", "url_hash": "ab" * 8, "status": "done", "content_sha256": "cd" * 32})
-    assert list(view)[:8] == ["url", "url_hash", "status", "last_crawled_at", "next_crawl_at", "content_hash", "fetches", "last_outcome"]
-    assert view["content_hash"] == "cd" * 32 and view["fetches"] is None
+def test_url_view_answers_every_field_from_what_the_store_records(tmp_path):
+    st = FrontierStore(str(tmp_path / "s.sqlite"))
+    url = "http://a.test/p"
+    st.add([UrlItem(url, 1)])
+    pending = url_view(st.url_status(url))
+    assert list(pending)[:8] == ["url", "url_hash", "status", "last_crawled_at", "next_crawl_at", "content_hash", "fetches", "last_outcome"]
+    assert (pending["status"], pending["fetches"], pending["content_hash"], pending["depth"]) == ("pending", 0, None, 1)
+    row = OutcomeRow(url=url, outcome="fetched", status=200, content_sha256="cd" * 32, simhash=7,
+                     fetched_at=dt.datetime.fromtimestamp(1000.0, dt.timezone.utc))
+    st.record([(row, RecrawlPolicy(min_interval_s=60, max_interval_s=86400, initial_interval_s=3600, grow_factor=2, shrink_factor=0.5).after_fetch(
+        Previous(), 1000.0, 200, "cd" * 32, 7))])
+    view = url_view(st.url_status(url))
+    # A field the store names differently would read null here: the view and the store agree.
+    assert view["content_hash"] == "cd" * 32 and view["fetches"] == 1 and view["last_outcome"] == "fetched"
+    assert view["last_crawled_at"] == 1000.0 and view["next_crawl_at"] > 1000.0
 
 
 @pytest.mark.parametrize("host, token, ok", [("127.0.0.1", None, True), ("::1", None, True), ("localhost", None, True),

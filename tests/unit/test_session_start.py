@@ -74,3 +74,21 @@ async def test_the_lease_is_renewed_while_the_runtime_starts(tmp_path, monkeypat
     assert len(during) > START_S / TTL and all(b - a <= TTL / 4 + beat + 1e-9 for a, b in zip(during, during[1:]))
     session._heartbeat_task.cancel()
     session.lease.release()
+
+
+def test_a_damaged_crawl_record_is_one_line_naming_the_fix_and_force_starts_over(tmp_path):
+    from crawler.errors import StorageError
+    from crawler.resume import prepare
+
+    cfg = config.from_dict({"seeds": ["https://seed.example/"], "output": {"path": str(tmp_path / "out")}})
+    (tmp_path / "out" / "state").mkdir(parents=True)
+    for damage in (b"{not json", b"\xff\xfe", b"[1, 2]"):
+        (tmp_path / "out" / "state" / "crawl.json").write_bytes(damage)
+        try:
+            prepare(cfg, 2, 2)
+        except StorageError as exc:
+            assert "crawl record is damaged" in str(exc) and "--force" in str(exc) and "\n" not in str(exc)
+        else:
+            raise AssertionError("a damaged record was read as a crawl")
+    rec, mode = prepare(cfg, 2, 2, force=True)
+    assert mode == "new" and rec.fingerprint == cfg.fingerprint()
