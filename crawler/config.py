@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -79,6 +79,7 @@ class FetchConfig:
     max_in_flight: int = 256
     ssrf_guard: bool = True
     allow_networks: tuple[str, ...] = ()
+    source_address: str | None = None  # RAYCRAWL_SOURCE_ADDRESS wins (crawler.fetch.source_address)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,18 @@ class RuntimeConfig:
     lease_ttl_s: float = 15.0
     driver_timeout_s: float = 1.0
     max_restarts: int = 5
+    regions: tuple[str, ...] | None = None  # None: one region (no placement)
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    """Which region fetches each host (crawler.regions); needs ``runtime.regions``."""
+
+    default_region: str | None = None  # None: the first of runtime.regions
+    rules: Mapping[str, str] = field(default_factory=dict)  # host or *.suffix -> region
+    remeasure_s: float = 86_400.0
+    move_gain: float = 0.7
+    move_min_s: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -220,6 +233,7 @@ class CrawlConfig:
     sitemaps: SitemapsConfig = field(default_factory=SitemapsConfig)
     news: NewsConfig = field(default_factory=NewsConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     events: EventsConfig = field(default_factory=EventsConfig)
@@ -263,13 +277,15 @@ class CrawlConfig:
     def fingerprint(self) -> str:
         """A stable hash of the settings that change what a crawl fetches.
 
-        Output, runtime, recrawl, news, API, event and render settings are left out: moving
-        the output, changing the shard count, tuning (or starting) recrawl or news sources,
-        turning the API or rendering on continues the same crawl.
+        Output, runtime, placement, recrawl, news, API, event and render settings are left
+        out, and so is ``fetch.source_address``: moving the output, changing the shard
+        count or the regions, tuning (or starting) recrawl or news sources, turning the API
+        or rendering on continues the same crawl.
         """
         d = to_dict(self)
-        for section in ("runtime", "output", "recrawl", "news", "api", "events", "render"):
+        for section in ("runtime", "placement", "output", "recrawl", "news", "api", "events", "render"):
             d.pop(section, None)
+        d["fetch"].pop("source_address", None)  # where a node connects from, not what it fetches
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -311,6 +327,10 @@ def _validate(obj: Any, prefix: str) -> None:
                 ipaddress.ip_network(net, strict=False)
             except ValueError as exc:
                 raise ConfigError(f"{prefix}allow_networks: {net!r} is not a network like 10.0.0.0/8") from exc
+        if obj.source_address is not None:
+            from crawler.fetch import check_source_address
+
+            check_source_address(obj.source_address, f"{prefix}source_address")
     elif isinstance(obj, DedupConfig):
         if not 0 <= obj.simhash_distance <= 16:
             raise ConfigError(f"{prefix}simhash_distance: must be in 0..16, got {obj.simhash_distance}")
@@ -348,6 +368,19 @@ def _validate(obj: Any, prefix: str) -> None:
             "content_shards",
         )
         positive(obj, prefix, "max_restarts", allow_zero=True)
+        if obj.regions is not None:
+            from crawler.regions import check_region_names
+
+            check_region_names(obj.regions, f"{prefix}regions")
+    elif isinstance(obj, PlacementConfig):
+        positive(obj, prefix, "remeasure_s", "move_min_s", allow_zero=True)
+        if not 0.0 < obj.move_gain <= 1.0:
+            raise ConfigError(f"{prefix}move_gain: must be in (0, 1] (0.7: the new region answers in 70% of the time), "
+                              f"got {obj.move_gain}")
+        from crawler.regions import rule_key
+
+        for spec in obj.rules:
+            rule_key(spec, f"{prefix}rules")
     elif isinstance(obj, OutputConfig):
         if not obj.path:
             raise ConfigError(f"{prefix}path: must not be empty")
@@ -378,6 +411,23 @@ def _validate(obj: Any, prefix: str) -> None:
     elif isinstance(obj, CrawlConfig):
         if not obj.user_agent.strip():
             raise ConfigError("user_agent: must not be empty (servers identify crawlers by it)")
+        _check_placement(obj.runtime.regions, obj.placement)
+
+
+def _check_placement(regions: tuple[str, ...] | None, p: PlacementConfig) -> None:
+    """Placement names only regions of ``runtime.regions``, and needs them."""
+    if regions is None:
+        changed = [f.name for f in fields(PlacementConfig) if getattr(p, f.name) != getattr(PlacementConfig(), f.name)]
+        if changed:
+            raise ConfigError(f"placement.{changed[0]}: set, but runtime.regions is null (one region: nothing to "
+                              "place); list the regions first, e.g. runtime.regions: [eu-west, us-east]")
+        return
+    known = ", ".join(regions)
+    if p.default_region is not None and p.default_region not in regions:
+        raise ConfigError(f"placement.default_region: {p.default_region!r} is not one of runtime.regions ({known})")
+    for spec, region in p.rules.items():
+        if region not in regions:
+            raise ConfigError(f"placement.rules.{spec}: {region!r} is not one of runtime.regions ({known})")
 
 
 def from_dict(data: Mapping[str, Any] | None, overrides: list[str] | tuple[str, ...] = ()) -> CrawlConfig:

@@ -25,11 +25,12 @@ Decisions (see also the outcome table in :meth:`Fetcher._map_exception`):
 from __future__ import annotations
 
 import errno
+import ipaddress
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from yarl import URL
@@ -43,9 +44,43 @@ from crawler.errors import ConfigError
 from crawler.robots import ROBOTS_MAX_BYTES
 from crawler.transport import Request, Response, Transport, TransportError, describe_os_error
 
+if TYPE_CHECKING:
+    from crawler.config import CrawlConfig
+
+
 log = logging.getLogger(__name__)
 
-__all__ = ["FetchResult", "Fetcher", "classify", "ERROR_KINDS"]
+__all__ = ["FetchResult", "Fetcher", "classify", "ERROR_KINDS", "SOURCE_ADDRESS_ENV", "source_address"]
+
+
+#: The environment variable naming this node's own source address (it wins over
+#: ``fetch.source_address``: the config is one for the whole cluster, the address is the node's).
+SOURCE_ADDRESS_ENV = "RAYCRAWL_SOURCE_ADDRESS"
+
+
+def check_source_address(value: str, key: str) -> str:
+    """``value`` as a normalized IP literal, or ConfigError naming ``key``."""
+    try:
+        return str(ipaddress.ip_address(value.strip()))
+    except ValueError as exc:
+        raise ConfigError(
+            f"{key}: expected a local IP address of this machine like 10.0.0.5 or 127.0.0.2, got {value!r}"
+        ) from exc
+
+
+def source_address(cfg: CrawlConfig, environ: Mapping[str, str]) -> str | None:
+    """The local address this node's outgoing connections bind to, or None (the system's
+    choice): ``$RAYCRAWL_SOURCE_ADDRESS`` if set and not empty, else ``fetch.source_address``.
+
+    Read where the fetcher is built, so on each node: machines with several addresses (or a
+    test's regions on 127.0.0.2 and 127.0.0.3) connect from the one the node is given.
+    """
+    env = environ.get(SOURCE_ADDRESS_ENV, "").strip()
+    if env:
+        return check_source_address(env, SOURCE_ADDRESS_ENV)
+    configured = cfg.fetch.source_address
+    return check_source_address(configured, "fetch.source_address") if configured is not None else None
+
 
 #: Machine categories of ``FetchResult.error_kind``.
 ERROR_KINDS = ("timeout", "connect", "dns", "reset", "protocol", "decode", "guard", "tls", "url", "internal")

@@ -119,3 +119,68 @@ def test_render_section_is_strict_and_a_missing_browser_fails_at_start_saying_ho
         config.from_dict({"render": {"mode": "always"}})
     # Turning rendering on continues the same crawl (same output fingerprint).
     assert config.from_dict({"render": {"mode": "auto", "browser": "/bin/true"}}).fingerprint() == config.CrawlConfig().fingerprint()
+
+
+# -- regions (issue 21): runtime.regions, fetch.source_address, placement ----------------
+
+REGIONS = {"runtime": {"regions": ["eu-west", "us-east"]}}
+
+
+def test_regions_and_placement_load_with_rules_normalized_as_hosts():
+    cfg = config.from_dict({
+        **REGIONS,
+        "fetch": {"source_address": "127.0.0.2"},
+        "placement": {"default_region": "us-east", "rules": {"*.example.de": "eu-west", "shop.example.com": "us-east"},
+                      "remeasure_s": 3600, "move_gain": 0.5, "move_min_s": 0.1},
+    })
+    assert cfg.runtime.regions == ("eu-west", "us-east")
+    assert cfg.fetch.source_address == "127.0.0.2"
+    assert cfg.placement.default_region == "us-east" and cfg.placement.rules["*.example.de"] == "eu-west"
+    assert (cfg.placement.remeasure_s, cfg.placement.move_gain, cfg.placement.move_min_s) == (3600, 0.5, 0.1)
+    # Defaults: one region, nothing to place (today's behaviour).
+    d = config.CrawlConfig()
+    assert d.runtime.regions is None and d.fetch.source_address is None
+    assert (d.placement.default_region, dict(d.placement.rules), d.placement.remeasure_s,
+            d.placement.move_gain, d.placement.move_min_s) == (None, {}, 86400.0, 0.7, 0.05)
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"runtime": {"regions": []}}, "runtime.regions: list at least one region"),
+        ({"runtime": {"regions": ["eu-west", ""]}}, "runtime.regions[1]: '' is not a region name"),
+        ({"runtime": {"regions": ["EU West"]}}, "runtime.regions[0]: 'EU West' is not a region name"),
+        ({"runtime": {"regions": ["eu-west", "-x"]}}, "runtime.regions[1]: '-x' is not a region name"),
+        ({"runtime": {"regions": ["eu-west", "eu-west"]}}, "runtime.regions[1]: region 'eu-west' is listed twice"),
+        ({"runtime": {"regions": "eu-west"}}, "runtime.regions: expected list of str | null"),
+        ({"fetch": {"source_address": "localhost"}}, "fetch.source_address: expected a local IP address"),
+        ({"fetch": {"source_address": "127.0.0.300"}}, "fetch.source_address: expected a local IP address"),
+        ({"placement": {"rules": {"a.test": "eu-west"}}}, "placement.rules: set, but runtime.regions is null"),
+        ({"placement": {"default_region": "eu-west"}}, "placement.default_region: set, but runtime.regions is null"),
+        ({"placement": {"move_gain": 0.5}}, "placement.move_gain: set, but runtime.regions is null"),
+        ({**REGIONS, "placement": {"default_region": "ap-south"}},
+         "placement.default_region: 'ap-south' is not one of runtime.regions (eu-west, us-east)"),
+        ({**REGIONS, "placement": {"rules": {"*.example.de": "ap-south"}}},
+         "placement.rules.*.example.de: 'ap-south' is not one of runtime.regions"),
+        ({**REGIONS, "placement": {"rules": {"http://a.test/": "eu-west"}}}, "placement.rules.http://a.test/: "),
+        ({**REGIONS, "placement": {"rules": {"*.*.test": "eu-west"}}}, "placement.rules.*.*.test: "),
+        ({**REGIONS, "placement": {"rules": {"*.a.test:8080": "eu-west"}}}, "a *.domain rule takes no port"),
+        ({**REGIONS, "placement": {"move_gain": 0}}, "placement.move_gain: must be in (0, 1]"),
+        ({**REGIONS, "placement": {"move_gain": 1.5}}, "placement.move_gain: must be in (0, 1]"),
+        ({**REGIONS, "placement": {"move_min_s": -1}}, "placement.move_min_s: must be >= 0"),
+        ({**REGIONS, "placement": {"remeasure_s": -5}}, "placement.remeasure_s: must be >= 0"),
+        ({**REGIONS, "placement": {"rulez": {}}}, "unknown setting placement.rulez"),
+    ],
+)
+def test_bad_region_settings_fail_on_one_line_naming_the_key(data, message):
+    with pytest.raises(ConfigError) as exc:
+        config.from_dict(data)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_regions_placement_and_source_address_keep_the_crawl_fingerprint():
+    # Adding regions, rules or a node's address continues the same crawl on the same output.
+    base = config.from_dict({"seeds": ["http://a.test/"]})
+    placed = config.from_dict({"seeds": ["http://a.test/"], **REGIONS, "fetch": {"source_address": "127.0.0.3"},
+                               "placement": {"rules": {"a.test": "us-east"}}})
+    assert base.fingerprint() == placed.fingerprint()
