@@ -19,6 +19,9 @@ Decisions:
   ``connect_timeout_s`` bounds the TCP connect here (a socket concern).
 * IP-literal URLs skip the resolver in aiohttp, so :meth:`AiohttpTransport.send` checks
   them against the guard before sending (a literal is never "via override").
+* ``source_address`` binds every outgoing connection to that local address (aiohttp's
+  ``local_addr``): on a machine with several addresses, the node's own one (the address
+  guard still checks the *remote* address, whatever the local one).
 * Cookies are never stored (they would leak across the web and grow without bound) and
   proxies from the environment are never used.
 
@@ -150,7 +153,8 @@ class AiohttpTransport:
     ``keepalive_s`` bounds how long an idle connection is kept: with one request per
     host per second, a short keep-alive still reuses the connection for the next request
     to the same host, while bounding idle sockets to about ``pages/s * keepalive_s``
-    (file descriptors are the limiting resource).
+    (file descriptors are the limiting resource). ``source_address`` (an IP literal of this
+    machine) is the local address connections are made from; None lets the system choose.
     """
 
     def __init__(
@@ -169,6 +173,7 @@ class AiohttpTransport:
         clock: Clock = SYSTEM_CLOCK,
         base_resolver: aiohttp.abc.AbstractResolver | None = None,
         connector_factory: Callable[..., aiohttp.BaseConnector] | None = None,
+        source_address: str | None = None,
     ) -> None:
         if not connect_timeout_s > 0:
             raise ConfigError(f"fetch.connect_timeout_s must be > 0 (got {connect_timeout_s})")
@@ -181,6 +186,12 @@ class AiohttpTransport:
         self._keepalive_s = float(keepalive_s)
         self._clock = clock
         self._connector_factory = connector_factory
+        if source_address is not None:
+            try:
+                source_address = str(ipaddress.ip_address(source_address))
+            except ValueError as exc:
+                raise ConfigError(f"fetch.source_address: expected an IP address of this machine, got {source_address!r}") from exc
+        self.source_address = source_address
         self.guard = AddressGuard(ssrf_guard, allow_networks)
         # Built now so a bad ``resolve`` entry fails at construction (ConfigError).
         self.dns = DnsCache(
@@ -203,6 +214,8 @@ class AiohttpTransport:
             "keepalive_timeout": self._keepalive_s,
             "socket_factory": socket_factory,
         }
+        if self.source_address is not None:
+            kwargs["local_addr"] = (self.source_address, 0)  # port 0: any free local port
         factory = self._connector_factory or aiohttp.TCPConnector
         self._session = aiohttp.ClientSession(
             connector=factory(**kwargs),

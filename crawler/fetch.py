@@ -202,7 +202,7 @@ class Fetcher:
     :class:`~crawler.aiohttp_transport.AiohttpTransport` is built from the network
     options (``connect_timeout_s``, ``resolve``, ``dns_ttl_s``, ``dns_negative_ttl_s``,
     ``ssrf_guard``, ``allow_networks``, ``max_connections``, ``base_resolver``,
-    ``connector_factory``, ``keepalive_s``; documented there); with one, those options
+    ``connector_factory``, ``keepalive_s``, ``source_address``; documented there); with one, those options
     are not used (so ``build_fetcher(cfg, clock, transport=fake)`` works unchanged).
     """
 
@@ -224,6 +224,7 @@ class Fetcher:
         connector_factory: Callable[..., aiohttp.BaseConnector] | None = None,
         keepalive_s: float = 5.0,
         transport: Transport | None = None,
+        source_address: str | None = None,
     ) -> None:
         if not isinstance(user_agent, str) or not user_agent.strip():
             raise ConfigError("fetch.user_agent must be a non-empty string naming the crawler")
@@ -255,6 +256,7 @@ class Fetcher:
                 clock=self._clock,
                 base_resolver=base_resolver,
                 connector_factory=connector_factory,
+                source_address=source_address,
             )
         self.transport: Transport = transport
         self._closed = False

@@ -23,7 +23,7 @@ from crawler.checkpoint import Checkpointer, resume_queue
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig
 from crawler.events import EventEmitter, build_emitter
-from crawler.fetch import Fetcher, classify
+from crawler.fetch import Fetcher, classify, source_address
 from crawler.frontier import Frontier, UrlItem
 from crawler import state
 from crawler.journal import FrontierStore
@@ -67,8 +67,10 @@ def build_link_policy(cfg: CrawlConfig, seeds: Sequence[str]) -> LinkPolicy:
 
 
 def build_fetcher(cfg: CrawlConfig, clock: Clock = SYSTEM_CLOCK, **kw: Any) -> Fetcher:
-    """The HTTP fetcher a config describes."""
+    """The HTTP fetcher a config describes, connecting from this node's source address
+    (``$RAYCRAWL_SOURCE_ADDRESS``, read here on the node, else ``fetch.source_address``)."""
     f = cfg.fetch
+    kw.setdefault("source_address", source_address(cfg, os.environ))
     return Fetcher(
         user_agent=cfg.user_agent,
         timeout_s=f.timeout_s,
