@@ -44,7 +44,8 @@ class RequestRecord:
     (path and query, escapes as sent). ``start``/``end``: ``time.monotonic()`` when the
     handler began and when the response was written (or the client went away: status
     499). ``headers``: request headers (the last value of a repeated header).
-    ``body_bytes``: the response body's length as sent (0 for a 304).
+    ``body_bytes``: the response body's length as sent (0 for a 304). ``client``: the
+    address the request came from (a region's source address in the region tests).
     """
 
     host: str
@@ -56,6 +57,7 @@ class RequestRecord:
     user_agent: str
     headers: dict[str, str] = field(default_factory=dict)
     body_bytes: int = 0
+    client: str = ""
 
 
 def _strip_port(host: str) -> str:
@@ -78,8 +80,11 @@ class WebServer(LoopThreadServer):
     def __init__(self, web: SyntheticWeb, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__()
         self.web = web
-        # A web whose reply() takes the request headers sees them (conditional requests).
-        self._wants_headers = "headers" in inspect.signature(web.reply).parameters
+        # A web whose reply() takes the request headers sees them (conditional requests),
+        # one that takes ``client`` the client's address (crawler.testing.regionweb).
+        params = inspect.signature(web.reply).parameters
+        self._wants_headers = "headers" in params
+        self._wants_client = "client" in params
         self.host = host
         self._want_port = port
         self.port: int = 0
@@ -113,6 +118,7 @@ class WebServer(LoopThreadServer):
         start = time.monotonic()
         host = _strip_port(request.headers.get("Host", ""))
         path_qs = request.raw_path
+        client = request.remote or ""
         key = (host, canonical_path_qs(path_qs))
         with self._lock:
             generation = self._generation
@@ -122,7 +128,9 @@ class WebServer(LoopThreadServer):
         status = 499
         sent = 0
         try:
-            kw = {"headers": dict(request.headers)} if self._wants_headers else {}
+            kw: dict = {"headers": dict(request.headers)} if self._wants_headers else {}
+            if self._wants_client:
+                kw["client"] = client
             reply = self.web.reply(host, path_qs, attempt=attempt,
                                    accept_gzip="gzip" in request.headers.get("Accept-Encoding", ""), **kw)
             sent = len(reply.body)
@@ -142,7 +150,8 @@ class WebServer(LoopThreadServer):
             return aioweb.Response(status=reply.status, headers=dict(reply.headers), body=reply.body)
         finally:
             rec = RequestRecord(host, path_qs, request.method, start, time.monotonic(), status,
-                                request.headers.get("User-Agent", ""), dict(request.headers), sent)
+                                request.headers.get("User-Agent", ""), dict(request.headers), sent,
+                                client)
             with self._lock:
                 if generation == self._generation:
                     self._log.append(rec)
