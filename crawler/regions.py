@@ -82,6 +82,8 @@ def rule_key(spec: str, key: str = "placement.rules") -> str:
         detail = str(exc).split(": ", 1)[-1]
         raise ConfigError(f"{key}.{spec}: {detail} (a rule names a host, host:port or *.domain)") from exc
     if wildcard:
+        if target.name.startswith("[") or target.name.replace(".", "").isdigit():
+            raise ConfigError(f"{key}.{spec}: an IP address has no subdomains (name the address itself)")
         if target.port_given:
             raise ConfigError(f"{key}.{spec}: a *.domain rule takes no port (it covers every port of every subdomain)")
         return "*." + target.name

@@ -165,6 +165,8 @@ def test_regions_and_placement_load_with_rules_normalized_as_hosts():
         ({**REGIONS, "placement": {"rules": {"http://a.test/": "eu-west"}}}, "placement.rules.http://a.test/: "),
         ({**REGIONS, "placement": {"rules": {"*.*.test": "eu-west"}}}, "placement.rules.*.*.test: "),
         ({**REGIONS, "placement": {"rules": {"*.a.test:8080": "eu-west"}}}, "a *.domain rule takes no port"),
+        ({**REGIONS, "placement": {"rules": {"*.10.0.0.1": "eu-west"}}}, "an IP address has no subdomains"),
+        ({**REGIONS, "placement": {"rules": {"*.[::1]": "eu-west"}}}, "an IP address has no subdomains"),
         ({**REGIONS, "placement": {"move_gain": 0}}, "placement.move_gain: must be in (0, 1]"),
         ({**REGIONS, "placement": {"move_gain": 1.5}}, "placement.move_gain: must be in (0, 1]"),
         ({**REGIONS, "placement": {"move_min_s": -1}}, "placement.move_min_s: must be >= 0"),
