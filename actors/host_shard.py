@@ -25,12 +25,14 @@ from actors.render import RenderClient
 from actors.services import SeenGroupClient, call_service
 from crawler.config import from_dict
 from crawler.frontier import UrlItem
-from crawler.hashring import HashRing
+from crawler.handover import HostState, Probe, timed_get
 from crawler.hostpolicy import HostTarget
 from crawler import state
 from crawler.clock import SYSTEM_CLOCK
+from crawler.urls import host_key
 from crawler.services import LeasedBudget
 from crawler.shard import build_fence, build_shard
+from crawler.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,7 @@ class HostShard:
         self.fence = build_fence(cfg, epoch, SYSTEM_CLOCK)
         self.driver_timeout_s = cfg.runtime.driver_timeout_s
         self._last_contact = time.monotonic()
+        self.topology = Topology.of(shard_ids, cfg.runtime.regions, cfg.placement.default_region)
         self.shard = build_shard(
             cfg,
             shard_id,
@@ -96,12 +99,14 @@ class HostShard:
             content=content,
             budget=LeasedBudget(lease, cfg.limits.max_pages, len(shard_ids), cfg.runtime.budget_lease_max),
             deliver=self._deliver,
-            owner_of=HashRing(list(shard_ids)).node_for,
+            owner_of=self.topology.home_of,
             store=opened.store if opened else None,
             fence=self.fence,
             state_log=opened.log if opened else None,
             restored=opened.restored if opened else None,
             render_service=RenderClient(render_workers, ray.get_runtime_context().current_actor) if render_workers else None,
+            topology=self.topology,
+            peers=RayPeers(self) if cfg.runtime.regions else None,
         )
         self.shard.gate = self._may_work
         self.metrics = ShardMetrics(shard_id)
@@ -189,6 +194,33 @@ class HostShard:
         self._ensure_running()
         return await self.shard.accept_durably(items)
 
+    async def adopt(self, state: HostState) -> int:
+        """A host handed over by another shard (crawler.handover), durable on return."""
+        self._ensure_running()
+        return await self.shard.adopt(state)
+
+    async def probe(self, url: str) -> Probe:
+        """Time a GET of ``url`` from this shard's node (its region, its source address)
+        for another shard, which holds the host's politeness slot meanwhile."""
+        _, probe = await timed_get(self.shard.fetcher.fetch, url)
+        return probe
+
+    async def place(self, host: str, region: str | None) -> dict[str, Any]:
+        """An operator's region rule for ``host`` (crawler.handover.Regions.place)."""
+        self._ensure_running()
+        assert self.shard.regions is not None
+        return await self.shard.regions.place(host, region)
+
+    async def located(self, host: str, region: str) -> None:
+        """As ``host``'s home: it now lives in ``region``."""
+        assert self.shard.regions is not None
+        await self.shard.regions.located_at(host, region)
+
+    def _owner_elsewhere(self, key: str) -> str | None:
+        """The shard that owns ``key`` when it is not this one (regions: a moved host)."""
+        regions = self.shard.regions
+        return None if regions is None else regions.owner_elsewhere(key)
+
     async def add_seeds(self, urls: list[str]) -> None:
         self.shard.pipeline.links.scope.add_seeds(urls)
 
@@ -196,16 +228,24 @@ class HostShard:
         self, host: str, interval_s: float | None, paused: bool | None, max_pages: int | None = None,
         hostname_wide: bool = False,
     ) -> None:
+        if not hostname_wide and (owner := self._owner_elsewhere(host)) is not None:
+            return await call_service(
+                lambda: self._peer(owner).set_host_policy.remote(host, interval_s, paused, max_pages, False), f"shard {owner}"
+            )
         self.shard.set_host_policy(host, interval_s, paused, max_pages, hostname_wide=hostname_wide)
         await self.shard.synced()
 
     async def url_status(self, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
+        if url is not None and (owner := self._owner_elsewhere(host_key(url))) is not None:
+            return await self._peer(owner).url_status.remote(url, url_hash)
         return self.shard.store.url_status(url, url_hash=url_hash) if self.shard.store is not None else None
 
     async def url_for_hash(self, url_hash: str) -> str | None:
         return self.shard.store.url_for_hash(url_hash) if self.shard.store is not None else None
 
     async def host_info(self, target: HostTarget) -> dict[str, Any]:
+        if not target.hostname_wide and (owner := self._owner_elsewhere(target.key)) is not None:
+            return await self._peer(owner).host_info.remote(target)
         return self.shard.host_info(target)
 
     async def vet_seeds(self, urls: list[str]) -> list[str | None]:
@@ -245,3 +285,33 @@ class HostShard:
         except Exception as exc:  # noqa: BLE001 - metrics must never fail a stop
             log.warning("%s: exporting metrics failed: %r", self.shard_id, exc)
         return self._final
+
+
+class RayPeers:
+    """The other shards of a crawl with regions, reached by actor handle
+    (crawler.handover.Peers); a call to this shard itself stays in process."""
+
+    def __init__(self, actor: HostShard) -> None:
+        self._actor = actor
+
+    async def _call(self, shard: str, method: str, *args: Any) -> Any:
+        a = self._actor
+        if shard == a.shard_id:
+            return await getattr(a, method)(*args)
+        # A peer lost with its node is restarted by Ray (from OUT): the call waits for it.
+        return await call_service(lambda: getattr(a._peer(shard), method).remote(*args), f"shard {shard}")
+
+    async def accept(self, shard: str, items: list[UrlItem]) -> int:
+        return await self._call(shard, "accept", items)
+
+    async def adopt(self, shard: str, state: HostState) -> None:
+        await self._call(shard, "adopt", state)
+
+    async def probe(self, region: str, host: str, url: str) -> Probe:
+        return await self._call(self._actor.topology.owner_in(region, host), "probe", url)
+
+    async def place(self, shard: str, host: str, region: str | None) -> dict[str, Any]:
+        return await self._call(shard, "place", host, region)
+
+    async def located(self, shard: str, host: str, region: str) -> None:
+        await self._call(shard, "located", host, region)

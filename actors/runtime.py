@@ -22,6 +22,7 @@ from crawler.hostpolicy import HostTarget
 from crawler.local import seen_capacity_per_shard
 from crawler.runtime import Plan
 from crawler.services import CONTENT_LOG
+from crawler.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +136,17 @@ class RayRuntime:
                                      name=render_actor_name(self.crawl_name, i), **restart).remote(cfg_dict)
                 for i in range(n)
             ]
+        topology = Topology.of(ids, rt.regions, cfg.placement.default_region)
+
+        def placement(sid: str) -> dict[str, Any]:
+            # With regions a shard runs on a node labelled with its region (ray start
+            # --labels region=...); the services stay unlabelled and go anywhere (one
+            # seen/content/budget call per batch, not per request: distance costs little).
+            region = topology.region_of_shard(sid)
+            return {"label_selector": {"region": region}} if region else {"scheduling_strategy": "SPREAD"}
+
         self.shards = {
-            sid: HostShard.options(scheduling_strategy="SPREAD", name=shard_actor_name(self.crawl_name, sid), **restart).remote(
+            sid: HostShard.options(**placement(sid), name=shard_actor_name(self.crawl_name, sid), **restart).remote(
                 cfg_dict, sid, ids, self.seen_actors, self.content_actor, self.budget_actor, list(plan.seeds),
                 self.crawl_name, sdir, plan.epoch, self.render_workers,
             )
@@ -199,6 +209,9 @@ class RayRuntime:
         await asyncio.gather(
             *(s.set_host_policy.remote(host, interval_s, paused, max_pages, hostname_wide) for s in self._some(shard_id))
         )
+
+    async def place(self, shard_id: str, host: str, region: str | None) -> dict[str, Any]:
+        return await self.shards[shard_id].place.remote(host, region)
 
     async def url_for_hash(self, url_hash: str) -> str | None:
         found = await asyncio.gather(*(s.url_for_hash.remote(url_hash) for s in self.shards.values()))

@@ -7,7 +7,7 @@ operation. Endpoints (README "Operating a crawl"):
 
 * ``POST /seeds {urls, priority?}`` -> 202, per-URL results;
 * ``GET /urls/{url_hash}``, ``GET /urls?url=...`` -> 200 status, or 404;
-* ``PUT /hosts/{host}/policy {max_rps?, paused?, max_pages?}`` -> 204;
+* ``PUT /hosts/{host}/policy {max_rps?, paused?, max_pages?, region?}`` -> 204;
 * ``GET /hosts/{host}`` -> policy, queue, next allowed time, robots, backoff;
 * ``GET /stats`` -> the numbers of stats.json; ``POST /stop`` -> 202, a clean stop.
 
@@ -163,8 +163,9 @@ def parse_seeds(body: dict[str, Any]) -> tuple[list[str], int]:
 
 
 def parse_policy(body: dict[str, Any]) -> dict[str, Any]:
-    """``{max_rps?: number > 0, paused?: bool, max_pages?: int >= 0}``, at least one."""
-    _only(body, ("max_rps", "paused", "max_pages"))
+    """``{max_rps?: number > 0, paused?: bool, max_pages?: int >= 0, region?: name or
+    "auto"}``, at least one (the region is checked against the crawl's regions later)."""
+    _only(body, ("max_rps", "paused", "max_pages", "region"))
     out: dict[str, Any] = {}
     if body.get("max_rps") is not None:
         try:
@@ -177,8 +178,12 @@ def parse_policy(body: dict[str, Any]) -> dict[str, Any]:
         out["paused"] = body["paused"]
     if body.get("max_pages") is not None:
         out["max_pages"] = _int(body, "max_pages", 0)
+    if body.get("region") is not None:
+        if not isinstance(body["region"], str) or not body["region"]:
+            raise BadRequest(f"region: expected a region name or \"auto\", got {json.dumps(body['region'])}", "region")
+        out["region"] = body["region"]
     if not out:
-        raise BadRequest("nothing to set: give max_rps, paused or max_pages", "body")
+        raise BadRequest("nothing to set: give max_rps, paused, max_pages or region", "body")
     return out
 
 

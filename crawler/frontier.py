@@ -112,6 +112,7 @@ class Frontier:
         self._window = window
         self._spill = spill
         self._parked: set[str] = set()  # hosts with queued work that may never be contacted (paused)
+        self._held: set[str] = set()  # hosts being handed to another shard (crawler.handover)
         self._refreshes = 0  # refresh items held in memory
         self._due_count: tuple[float, int] = (float("-inf"), 0)  # (computed at, refreshes due then)
         self.recounts = 0  # spill counts corrected from the store (each one is a bug: logged)
@@ -337,6 +338,39 @@ class Frontier:
         self._forget_if_empty(host, q)
         return removed
 
+    def hold(self, host: str) -> None:
+        """Hand out no URL of ``host`` until :meth:`unhold` (it is being handed over)."""
+        self._held.add(host)
+        self.reschedule(host)
+
+    def unhold(self, host: str) -> None:
+        """Schedule a held host again."""
+        self._held.discard(host)
+        self.reschedule(host)
+
+    def busy(self, host: str) -> bool:
+        """True while one of ``host``'s URLs is handed out (between pop and release)."""
+        q = self._queues.get(host)
+        return q is not None and q.in_flight
+
+    def evict(self, host: str) -> int:
+        """Forget every URL of ``host`` (it moves to another shard, which gets them from
+        the durable store where all of them are); returns how many were queued.
+        ValueError while one of its URLs is in flight."""
+        q = self._queues.get(host)
+        if q is None:
+            return 0
+        if q.in_flight:
+            raise ValueError(f"frontier: {host!r} has a URL in flight")
+        n = len(q)
+        self._refreshes -= sum(1 for it in q.items() if it.kind == "refresh")
+        self._size -= n
+        del self._queues[host]  # its heap entries are stale now (checked on pop)
+        self._parked.discard(host)
+        self._demoted.discard(host)
+        self._held.discard(host)
+        return n
+
     def restore_spilled(self, host: str, count: int) -> None:
         """After a restart: ``count`` queued URLs of ``host`` wait in the durable store."""
         if count <= 0:
@@ -391,6 +425,9 @@ class Frontier:
         q = self._queues[host]
         self._parked.discard(host)
         if q.in_flight or len(q) == 0:
+            return
+        if host in self._held:  # its entries go stale; nothing is handed out
+            q.scheduled_at = q.due_key = None
             return
         at = self._pacer.next_allowed(host)
         if not q.ready and not q.spilled:

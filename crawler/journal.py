@@ -108,6 +108,14 @@ _INDEXES = (
 )
 
 
+#: The columns a host's rows carry to another shard (everything but the local ``id``).
+_PORTABLE_COLS = (
+    "h", "url", "host", "depth", "referrer", "kind", "state", "replay", *(name for name, _ in _STATE_COLUMNS),
+)
+_PORTABLE = ", ".join(_PORTABLE_COLS)
+_STATE_AT, _REPLAY_AT = _PORTABLE_COLS.index("state"), _PORTABLE_COLS.index("replay")
+
+
 def _uh(url_hash_hex: str) -> int:
     v = int(url_hash_hex, 16)
     return v - (1 << 64) if v >= 1 << 63 else v
@@ -276,13 +284,15 @@ class FrontierStore:
                 " ORDER BY next_crawl_at, id LIMIT ?",
                 (until, after[0], after[0], after[1], limit),
             ).fetchall()
-        out = []
-        for sid, url, host, depth, due_at, interval, etag, lm, sha, fp, fetches in rows:
-            prev = Previous(fetches, interval, sha, fp, etag, lm)
-            item = UrlItem(url, depth, host=host, kind="refresh", fetch_seq=fetches + 1, prev=prev)
-            item.sid = sid
-            out.append((item, due_at, (due_at, sid)))
-        return out
+        return [self._due_item(r) for r in rows]
+
+    @staticmethod
+    def _due_item(row: Sequence[Any]) -> tuple[UrlItem, float, tuple[float, int]]:
+        sid, url, host, depth, due_at, interval, etag, lm, sha, fp, fetches = row
+        prev = Previous(fetches, interval, sha, fp, etag, lm)
+        item = UrlItem(url, depth, host=host, kind="refresh", fetch_seq=fetches + 1, prev=prev)
+        item.sid = sid
+        return item, due_at, (due_at, sid)
 
     def schedule_of(self, url: str) -> tuple[float, float, float] | None:
         """(last_crawled_at, interval_s, next_crawl_at) of a fetched URL with a schedule."""
@@ -318,6 +328,74 @@ class FrontierStore:
             self._in_tx = False
             if self.journal is not None and state == DROPPED:
                 self.journal("drop", list(urls))
+
+    # -- a host changing shards (crawler.handover) --------------------------------------
+
+    def export_host(self, host: str) -> list[list[Any]]:
+        """Every row of ``host``, all columns but the local id, in acceptance order (a
+        handover to another shard). A claimed URL goes as queued for replay: it is handed
+        over only when nothing of the host is in flight, so a claim is a retry waiting."""
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_PORTABLE} FROM urls WHERE host=? ORDER BY id", (host,)).fetchall()
+        out = []
+        for row in rows:
+            row = list(row)
+            if row[_STATE_AT] == CLAIMED:
+                row[_STATE_AT], row[_REPLAY_AT] = QUEUED, 1
+            out.append(row)
+        return out
+
+    def adopt(self, rows: Sequence[Sequence[Any]]) -> int:
+        """Insert a host's rows from :meth:`export_host`. A URL already here keeps its row
+        (adopting twice after a crash changes nothing). Committed and journaled; returns
+        how many of the adopted rows are queued."""
+        if not rows:
+            return 0
+        with self._lock:
+            self._begin()
+            queued = 0
+            for row in rows:
+                cur = self._db.execute(
+                    f"INSERT OR IGNORE INTO urls(id, {_PORTABLE}) VALUES ({','.join('?' * (len(_PORTABLE_COLS) + 1))})",
+                    (self._next_id, *row),
+                )
+                if cur.rowcount:
+                    self._next_id += 1
+                    queued += row[_STATE_AT] == QUEUED
+            self._db.execute("COMMIT")
+            self._in_tx = False
+            if self.journal is not None:
+                self.journal("adopt", [list(r) for r in rows])
+        return queued
+
+    def has_host(self, host: str) -> bool:
+        """True if any URL of ``host`` is in the store."""
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM urls WHERE host=? LIMIT 1", (host,)).fetchone() is not None
+
+    def due_up_to(self, host: str, cursor: tuple[float, int]) -> list[tuple[UrlItem, float, tuple[float, int]]]:
+        """:meth:`due` for one host's refreshes at or before ``cursor`` (the ones a refresh
+        scan already past them would never return: rows adopted from another shard)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, url, host, depth, next_crawl_at, interval_s, etag, last_modified, content_sha,"
+                " fingerprint, fetches FROM urls WHERE host=? AND next_crawl_at IS NOT NULL AND state=2"
+                " AND (next_crawl_at < ? OR (next_crawl_at = ? AND id <= ?)) ORDER BY next_crawl_at, id",
+                (host, cursor[0], cursor[0], cursor[1]),
+            ).fetchall()
+        return [self._due_item(r) for r in rows]
+
+    def remove_host(self, host: str) -> int:
+        """Delete every row of ``host`` (handed over to another shard, which holds them
+        now). Committed and journaled; returns how many rows went."""
+        with self._lock:
+            self._begin()
+            n = self._db.execute("DELETE FROM urls WHERE host=?", (host,)).rowcount
+            self._db.execute("COMMIT")
+            self._in_tx = False
+            if self.journal is not None:
+                self.journal("remove_host", host)
+        return n
 
     # -- reads ------------------------------------------------------------------------
 
@@ -493,6 +571,10 @@ class FrontierStore:
                 elif kind == "meta":
                     with self._lock:
                         self._set_meta(payload[0], payload[1])
+                elif kind == "adopt":
+                    self.adopt(payload)
+                elif kind == "remove_host":
+                    self.remove_host(payload)
                 else:
                     raise StorageError(f"{self.path}: unknown journaled change {kind!r} (a newer version's log?)")
         finally:

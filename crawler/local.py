@@ -15,6 +15,7 @@ from typing import Any, Callable
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig
 from crawler.frontier import UrlItem
+from crawler.errors import ConfigError
 from crawler.hashring import HashRing
 from crawler.hostpolicy import HostTarget
 from crawler import state
@@ -197,6 +198,9 @@ class LocalRuntime:
 
     async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
         return self.shards[shard_id].vet_seeds(urls)
+
+    async def place(self, shard_id: str, host: str, region: str | None) -> dict[str, Any]:
+        raise ConfigError("region: this runtime has one region (runtime.regions needs the Ray runtime)")
 
     async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
         shards = [self.shards[shard_id]] if shard_id is not None else list(self.shards.values())

@@ -450,6 +450,49 @@ class Politeness:
         self._stats["forgotten"] += 1
         return True
 
+    def export_host(self, host: str) -> dict:
+        """One host's pacing and operator policy, in :meth:`snapshot`'s form, to hand
+        over with the host (crawler.handover); ValueError while a request is in flight
+        (the next owner must not start one before this one ended)."""
+        st = self._hosts.get(host)
+        if st is not None and st.in_flight:
+            raise ValueError(f"politeness: {host!r} has a request in flight")
+        entry = self._entry(st, self._now()) if st is not None else None
+        iv, paused = self.overrides.override(host)
+        return {"host": entry, "interval_s": iv, "paused": paused}
+
+    def adopt_host(self, host: str, data: dict) -> None:
+        """Take over a host's pacing from :meth:`export_host` (taken on any clock: every
+        wait starts again from now, so the gap between two requests can only grow)."""
+        if data.get("host") is not None:
+            self.restore({"hosts": {host: data["host"]}})
+        if data.get("interval_s") is not None or data.get("paused") is not None:
+            self.overrides.set(host, data.get("interval_s"), data.get("paused"))
+
+    def drop_host(self, host: str) -> None:
+        """Forget a host handed over to another shard: its pacing and its per-key policy."""
+        st = self._hosts.pop(host, None)
+        if st is not None and st.in_flight:
+            self._hosts[host] = st
+            raise ValueError(f"politeness: {host!r} has a request in flight")
+        self.overrides.clear(host)
+
+    def _entry(self, st: _Host, now: float) -> dict:
+        if st.in_flight:
+            anchor_age, finished_age = 0.0, 0.0
+        elif st.anchor is None:
+            anchor_age, finished_age = None, None
+        else:
+            anchor_age, finished_age = now - st.anchor, now - st.finished_at
+        return {
+            "anchor_age_s": anchor_age,
+            "finished_age_s": finished_age,
+            "not_before_in_s": max(0.0, st.not_before - now),
+            "crawl_delay": st.crawl_delay,
+            "adaptive": st.adaptive,
+            "successes": st.successes,
+        }
+
     def snapshot(self, *, protecting_only: bool = False) -> dict:
         """JSON-serialisable state; times are stored as ages / waits relative to now.
 
@@ -471,20 +514,7 @@ class Politeness:
                 st.adaptive > 0 or st.not_before > now or st.crawl_delay > 0
             ):
                 continue
-            if st.in_flight:
-                anchor_age, finished_age = 0.0, 0.0
-            elif st.anchor is None:
-                anchor_age, finished_age = None, None
-            else:
-                anchor_age, finished_age = now - st.anchor, now - st.finished_at
-            hosts[host] = {
-                "anchor_age_s": anchor_age,
-                "finished_age_s": finished_age,
-                "not_before_in_s": max(0.0, st.not_before - now),
-                "crawl_delay": st.crawl_delay,
-                "adaptive": st.adaptive,
-                "successes": st.successes,
-            }
+            hosts[host] = self._entry(st, now)
         return {"version": 1, "hosts": hosts, **self.overrides.snapshot()}
 
     def restore(self, state: dict) -> int:

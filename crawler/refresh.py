@@ -100,6 +100,17 @@ class RefreshFeed:
             ready.append(nxt)
         return self._frontier.push(ready) if ready else 0
 
+    def adopted(self, host: str) -> int:
+        """A host handed over from another shard (crawler.handover): its refreshes that
+        the store scan has passed go to the frontier now; returns how many."""
+        rows = self._store.due_up_to(host, self._cursor)
+        now, wall = self._clock.now(), self._clock.wall()
+        items = []
+        for item, due_wall, _ in rows:
+            item.due_at = now + (due_wall - wall)
+            items.append(item)
+        return self._frontier.push(items) if items else 0
+
     def _behind_cursor(self, due_wall: float, sid: int | None) -> bool:
         """Whether the store scan has passed (due_wall, sid) and so will never return it."""
         if sid is None:  # no id to break a tie with: only a strictly earlier time is safe

@@ -297,6 +297,32 @@ class RegionPlacement:
             return best
         return current
 
+    # -- a host changing shards (crawler.handover) -------------------------------------
+
+    def export(self, host: str) -> dict[str, Any] | None:
+        """One host's record (measurement, moves), to travel with the host; None if none."""
+        rec = self._hosts.get(host)
+        if rec is None:
+            return None
+        return {"region": rec.region, "figures": dict(rec.figures), "measured_at": rec.measured_at,
+                "due_at": None if math.isinf(rec.due_at) else rec.due_at, "moves": rec.moves}
+
+    def adopt(self, host: str, data: Mapping[str, Any]) -> None:
+        """Take over a host's record from :meth:`export` (the shard it came from)."""
+        region = data.get("region")
+        due = data.get("due_at")
+        self._hosts[host] = _Host(
+            region=region if region in self.regions else None,
+            figures={r: v for r, v in dict(data.get("figures") or {}).items() if r in self.regions},
+            measured_at=float(data.get("measured_at") or 0.0),
+            due_at=math.inf if due is None else float(due),
+            moves=int(data.get("moves") or 0),
+        )
+
+    def forget(self, host: str) -> None:
+        """Drop a host's record (it lives on another shard now)."""
+        self._hosts.pop(host, None)
+
     # -- checkpoints ------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:

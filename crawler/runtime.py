@@ -67,6 +67,10 @@ class Runtime(Protocol):
     ) -> None:
         """Apply an operator policy on shard ``shard_id``, or on every shard (None)."""
 
+    async def place(self, shard_id: str, host: str, region: str | None) -> dict[str, Any]:
+        """An operator's region rule for ``host`` at its home shard (None: measure again);
+        returns the host's placement once any move it caused is done."""
+
     async def url_status(self, shard_id: str, url: str) -> dict[str, Any] | None:
         """The owning shard's per-URL state (crawler.journal.FrontierStore.url_status)."""
 

@@ -30,6 +30,7 @@ from crawler.checkpoint import Checkpointer
 from crawler.clock import Clock, wait_event
 from crawler.errors import DeliveryError, FencedError
 from crawler.fetch import FetchResult, classify
+from crawler.handover import HostState, Regions
 from crawler.frontier import Frontier, UrlItem
 from crawler.hostpolicy import HostTarget, name_of
 from crawler.journal import FrontierStore
@@ -98,6 +99,7 @@ class ShardScheduler:
         sitemaps: SitemapReader | None = None,
         news: NewsPolicy | None = None,
         state_log: StateLog | None = None,
+        regions: Regions | None = None,
     ) -> None:
         self.shard_id = shard_id
         self.settings = settings
@@ -108,6 +110,7 @@ class ShardScheduler:
         self.sitemaps = sitemaps
         self.news = news  # feeds, hubs, news sitemaps (crawler.news): credited at accept
         self.state_log = state_log  # the store's journal in a remote OUT (crawler.statelog)
+        self.regions = regions  # hosts placed in regions and handed over (crawler.handover)
         self.counters: Counter[str] = pipeline.counters
         self.dropped: Counter[str] = pipeline.dropped
         self.batches_received = 0
@@ -155,8 +158,22 @@ class ShardScheduler:
         """:meth:`accept`, returning only once the batch is durable where this shard's state
         is kept: in its store, and with a remote output in OUT too (crawler.statelog), so
         that a sender may forget the batch when this returns (DESIGN.md invariant 11)."""
-        queued = self.accept(items)
+        forwarded = 0
+        if self.regions is not None:  # URLs of hosts that live elsewhere go on, durably
+            if not self.gate():
+                raise FencedError(f"{self.shard_id} is not accepting work (fenced or cut off from its driver)")
+            items, forwarded = await self.regions.route(items)
+        queued = self.accept(items) if items or self.regions is None else 0
         await self.synced()
+        return queued + forwarded
+
+    async def adopt(self, state: HostState) -> int:
+        """Take over a host handed over by another shard (crawler.handover); durable
+        before it returns."""
+        if self.regions is None:
+            raise DeliveryError(f"{self.shard_id} has no regions: it cannot adopt {state.host}")
+        queued = await self.regions.adopt(state)
+        self._wake.set()
         return queued
 
     async def synced(self) -> None:
@@ -225,6 +242,7 @@ class ShardScheduler:
                     "retry_after_s": pace["retry_after_s"],
                     "crawl_delay_s": pace["crawl_delay_s"],
                 },
+                **({"placement": self.regions.describe(key)} if self.regions is not None else {}),
             })
         return {
             "hostname_policy": {
@@ -297,6 +315,8 @@ class ShardScheduler:
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         await self.router.flush()
+        if self.regions is not None:
+            await self.regions.close()
         try:
             await self.outbox.flush(final=True)
         except FencedError as exc:
@@ -342,6 +362,13 @@ class ShardScheduler:
             if item.kind == "sitemap":  # one of our hosts' sitemaps: links, no row
                 assert self.sitemaps is not None
                 await self.sitemaps.read(item, self._fetch, self.frontier.push, self.router.submit)
+                return
+            if self.regions is not None and self.regions.wants_measure(host):
+                # First contact: timed from every region (the probes take the host's
+                # slot); the URL waits for the next allowed time, here or, when the host
+                # is placed elsewhere, on the shard it moves to (held here from now on).
+                await self.regions.measure(host, origin(item.url))
+                self.frontier.requeue(item)
                 return
             if self.settings.respect_robots:
                 org = origin(item.url)
@@ -450,7 +477,7 @@ class ShardScheduler:
         for them to be unpaused, or for a stop that keeps them for the next resume).
         """
         queued = len(self.frontier)
-        transit = self.router.pending() + self.pipeline.pending()
+        transit = self.router.pending() + self.pipeline.pending() + (self.regions.pending() if self.regions else 0)
         could_work = queued > 0 and not self._budget_spent and self.frontier.next_wakeup() is not None
         paused_hosts, paused_urls = self.frontier.parked() if not self._budget_spent else (0, 0)
         refresh_waiting, refresh_due = self.frontier.refreshes()
@@ -478,4 +505,5 @@ class ShardScheduler:
             "events": self.events.stats() if self.events is not None else None,
             "news": self.news.stats(fresh=self._stopping) if self.news is not None else {},
             "state_log": self.state_log.stats() if self.state_log is not None else None,
+            "regions": self.regions.stats() if self.regions is not None else None,
         }

@@ -38,7 +38,7 @@ from crawler.crawlstats import crawl_stats, merge_status, read_stats, write_stat
 from crawler.errors import ConfigError, SeedError, ServiceUnavailableError, ShardFailedError
 from crawler.backqueue import check_priority
 from crawler.frontier import UrlItem
-from crawler.hashring import HashRing
+from crawler.topology import Topology, shard_ids
 from crawler.hostpolicy import HostPolicy, parse_host
 from crawler.lease import Lease, LeaseStore
 from crawler.output import compact_pages
@@ -100,7 +100,7 @@ class CrawlSession:
         self.on_start = on_start
         self.mode = "new"
         self.record: CrawlRecord | None = None
-        self.ring: HashRing | None = None
+        self.topology: Topology | None = None
         self.detector = TerminationDetector()
         self.resumed = 0
         self.started_at: float | None = None
@@ -145,8 +145,8 @@ class CrawlSession:
                 return self.mode
             n, n_seen = self.record.shards, self.record.seen_shards
             sdir = crawl_state_dir(self.cfg)
-        ids = tuple(f"shard-{i:03d}" for i in range(n))
-        self.ring = HashRing(list(ids))
+        ids = shard_ids(n, self.cfg.runtime.regions)
+        self.topology = Topology.of(ids, self.cfg.runtime.regions, self.cfg.placement.default_region)
         self._started = True
         await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch))
         self.ready = True  # the shards run: steering calls reach them from now on
@@ -347,20 +347,34 @@ class CrawlSession:
         return {**counts, "urls": results}
 
     async def set_host_policy(
-        self, host: str, *, max_rps: float | None = None, paused: bool | None = None, max_pages: int | None = None
+        self, host: str, *, max_rps: float | None = None, paused: bool | None = None, max_pages: int | None = None,
+        region: str | None = None,
     ) -> str:
         """An operator's host policy (crawler.hostpolicy): ``max_rps`` (interval 1/max_rps,
         a floor like Crawl-delay), ``paused``, ``max_pages`` (pages admitted in all). A
         hostname without a port applies to every key of that hostname on every shard;
         ``host:port`` to that key on its owning shard. It applies at once and survives
-        restarts (it is checkpointed). Returns the host as normalized. Raises ConfigError
-        for a bad host or value, before anything is changed."""
+        restarts (it is checkpointed). ``region`` (a crawl with ``runtime.regions``) places
+        the key (``host`` or ``host:port``) in that region, moving it with its state if it
+        lives elsewhere; ``"auto"`` drops the rule (the host is measured again). Returns
+        the host as normalized. Raises ConfigError for a bad host or value, before
+        anything is changed."""
         target = parse_host(host)
         policy = HostPolicy(max_rps=max_rps, paused=paused, max_pages=max_pages)
+        if region is not None:
+            regions = self.cfg.runtime.regions
+            if not regions:
+                raise ConfigError("region: this crawl has one region (runtime.regions is null)")
+            if region != "auto" and region not in regions:
+                raise ConfigError(f"region: {region!r} is not one of runtime.regions ({', '.join(regions)}) or auto")
         owner = None if target.hostname_wide else self._owner(target.key)
-        await self.runtime.set_host_policy(
-            owner, target.name if target.hostname_wide else target.key, policy.interval_s, paused, max_pages, target.hostname_wide
-        )
+        if not policy.is_empty():
+            await self.runtime.set_host_policy(
+                owner, target.name if target.hostname_wide else target.key, policy.interval_s, paused, max_pages,
+                target.hostname_wide,
+            )
+        if region is not None:
+            await self.runtime.place(self._owner(target.key), target.key, None if region == "auto" else region)
         return target.spec()
 
     async def host_info(self, host: str) -> dict[str, Any]:
@@ -411,8 +425,8 @@ class CrawlSession:
     # -- internals ------------------------------------------------------------------
 
     def _owner(self, host: str) -> str:
-        assert self.ring is not None, "the session is not started"
-        return self.ring.node_for(host)
+        assert self.topology is not None, "the session is not started"
+        return self.topology.home_of(host)
 
     async def _seed(self, urls: Sequence[str]) -> None:
         """The run's own seeds: :meth:`_deliver_new`, and a seed no shard could take

@@ -23,7 +23,9 @@ from crawler.checkpoint import Checkpointer, resume_queue
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig
 from crawler.events import EventEmitter, build_emitter
+from crawler.errors import ConfigError
 from crawler.fetch import Fetcher, classify, source_address
+from crawler.handover import HostParts, Peers, Regions
 from crawler.frontier import Frontier, UrlItem
 from crawler import state
 from crawler.journal import FrontierStore
@@ -35,6 +37,7 @@ from crawler.news import NewsPolicy
 from crawler.pipeline import PagePipeline
 from crawler.politeness import Politeness
 from crawler.recrawl import RecrawlPolicy
+from crawler.regions import RegionPlacement
 from crawler.refresh import RefreshFeed
 from crawler.render.build import build_renderer
 from crawler.render.renderer import RenderService
@@ -43,6 +46,7 @@ from crawler.statelog import Restored, StateLog
 from crawler.robots import RobotsCache, RobotsClient
 from crawler.routing import LinkRouter, SeenService
 from crawler.scheduler import PageBudget, SchedulerSettings, ShardScheduler
+from crawler.topology import Topology
 from crawler.traps import HostBudget, TrapRules
 from crawler.urls import DEFAULT_TRACKING_PARAMS, Scope, UrlNormalizer, host_key, join_url
 
@@ -150,12 +154,16 @@ def build_shard(
     state_log: StateLog | None = None,
     restored: Restored | None = None,
     render_service: RenderService | None = None,
+    topology: Topology | None = None,
+    peers: Peers | None = None,
 ) -> ShardScheduler:
     """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
     the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs).
     ``state_log``/``restored``: with a remote output, the store's journal in OUT and what
     OUT held when the store was rebuilt from it (crawler.state.open_shard_store).
-    ``render_service``: where pages are rendered when ``render.mode`` is not ``never``."""
+    ``render_service``: where pages are rendered when ``render.mode`` is not ``never``.
+    ``topology``/``peers``: with ``runtime.regions``, the crawl's shards by region and how
+    to reach them (crawler.handover)."""
     pol, rt = cfg.politeness, cfg.runtime
     rng = rng or random.Random(zlib.crc32(shard_id.encode()))  # the same in every process (str hash is salted)
     politeness = Politeness(
@@ -224,6 +232,31 @@ def build_shard(
     )
     checkpointer = None
     out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
+    shard_ref: list[ShardScheduler] = []  # parts below call the shard (built last)
+    regions = None
+    if rt.regions:
+        if store is None or topology is None or peers is None:
+            raise ConfigError("runtime.regions: needs the Ray runtime and a crawl with durable state (not --local)")
+        pc = cfg.placement
+
+        async def save_now() -> None:
+            assert checkpointer is not None
+            checkpointer.save(journal=True)
+            await shard_ref[0].synced()
+
+        regions = Regions(
+            shard_id, topology,
+            RegionPlacement(
+                rt.regions, pc.default_region or rt.regions[0], dict(pc.rules), remeasure_s=pc.remeasure_s,
+                move_gain=pc.move_gain, move_min_s=pc.move_min_s, clock=clock, rng=random.Random(rng.random()),
+            ),
+            HostParts(
+                store, frontier, politeness, robots_cache, host_budget,
+                flush=lambda: shard_ref[0].outbox.flush(final=True), busy=frontier.busy,
+                adopted=lambda host: shard_ref[0].feed.adopted(host) if shard_ref[0].feed is not None else 0,
+            ),
+            peers, clock, fetch=lambda url: fetcher.fetch(url), save=save_now,
+        )
     if store is not None:
 
         async def ship() -> None:
@@ -240,13 +273,13 @@ def build_shard(
                 "counters": (lambda: dict(pipeline.counters), pipeline.counters.update),
                 "dropped": (lambda: dict(pipeline.dropped), pipeline.dropped.update),
                 **({"render_hosts": (renderer.decider.snapshot, renderer.decider.restore)} if renderer else {}),
+                **({"regions": (regions.snapshot, regions.restore)} if regions is not None else {}),
             },
             clock,
             interval_s=rt.checkpoint_interval_s,
             ship=ship if state_log is not None else None,
             ship_interval_s=rt.state_ship_interval_s,
         )
-    shard_ref: list[ShardScheduler] = []  # the emitter holds the shard's dispatch (built below)
     emitter = build_emitter(
         cfg.events, shard_id, out, opts, clock,
         log_path=os.path.splitext(store.path)[0] + ".events.sqlite" if store is not None else None,
@@ -300,6 +333,7 @@ def build_shard(
         sitemaps=sitemaps,
         news=news,
         state_log=state_log,
+        regions=regions,
     )
     shard_ref.append(shard)
     shard.events = emitter
@@ -322,6 +356,8 @@ def build_shard(
         # Policies first: the frontier schedules the resumed hosts by them (a paused host
         # must be parked from the start, not scheduled as never contacted).
         had_checkpoint = checkpointer.restore()
+        if regions is not None and regions.moving:
+            shard.on_start.append(regions.resume_moves)  # moves a crash interrupted
         if restored is not None and restored.anything:
             shard.counters["restarts_from_out"] += 1
             shard.counters["restored_done_from_rows"] += settled

@@ -372,6 +372,50 @@ class HostBudget:
             "penalized_hosts": penalized,
         }
 
+    # --- a host changing shards (crawler.handover) --------------------------------
+
+    def export_host(self, host: str) -> dict[str, Any]:
+        """One key's accounting and operator limit, to hand over with the host."""
+        state = self._hosts.get(host)
+        return {
+            "state": None if state is None else [getattr(state, f) for f in _HostState.FIELDS],
+            "limit": self._limits.get(host),
+        }
+
+    def adopt_host(self, host: str, data: dict[str, Any]) -> None:
+        """Take over one key's accounting from :meth:`export_host` (it replaces ours)."""
+        if data.get("limit") is not None:
+            self._limits[host] = int(data["limit"])
+        values = data.get("state")
+        if values is None:
+            return
+        old = self._hosts.get(host)
+        if old is not None:  # counted twice otherwise
+            self._drop_totals(old)
+        state = _HostState(self.limit(host))
+        for name, value in zip(_HostState.FIELDS, values, strict=True):
+            setattr(state, name, value)
+        self._hosts[host] = state
+        self._admitted += state.admitted
+        self._rejected += state.rejected
+        self._fetched += state.fetched
+        self._duplicates += state.duplicates
+        self._cuts += state.cuts
+
+    def forget_host(self, host: str) -> None:
+        """Drop one key's accounting (it now lives on another shard)."""
+        state = self._hosts.pop(host, None)
+        if state is not None:
+            self._drop_totals(state)
+        self._limits.pop(host, None)
+
+    def _drop_totals(self, state: _HostState) -> None:
+        self._admitted -= state.admitted
+        self._rejected -= state.rejected
+        self._fetched -= state.fetched
+        self._duplicates -= state.duplicates
+        self._cuts -= state.cuts
+
     # --- persistence --------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:

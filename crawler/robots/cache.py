@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import replace
-from typing import Any
+from typing import Any, Sequence
 
 from protego import Protego
 
@@ -237,8 +237,9 @@ class RobotsCache:
 
     # -- persistence and stats -------------------------------------------------------------
 
-    def snapshot(self) -> list[dict]:
-        """JSON-serialisable state of every cached origin (expired ones included).
+    def snapshot(self, origins: Sequence[str] | None = None) -> list[dict]:
+        """JSON-serialisable state of every cached origin (expired ones included), or of
+        ``origins`` only (a host handed over to another shard: crawler.handover).
 
         Times are stored relative to now (``age_s``, ``ttl_left_s``) because ``now()`` is
         a monotonic clock whose origin differs between processes; ``saved_wall`` lets
@@ -258,7 +259,13 @@ class RobotsCache:
                 "saved_wall": wall,
             }
             for origin, r in self._entries.items()
+            if origins is None or origin in origins
         ]
+
+    def drop(self, origins: Sequence[str]) -> None:
+        """Forget the rules of ``origins`` (their host now lives on another shard)."""
+        for origin in origins:
+            self._entries.pop(origin, None)
 
     def restore(self, entries: list[dict]) -> int:
         """Load a :meth:`snapshot` (possibly from another process). Returns entries loaded.
