@@ -20,6 +20,7 @@ shard's counters), which is how links dropped from a feed ended up among the cou
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 from dataclasses import dataclass
 
@@ -146,17 +147,18 @@ def scan_source(source: str, path: str) -> list[Use]:
     return s.uses
 
 
-def scan_tree() -> list[Use]:
+@functools.cache
+def scan_tree() -> tuple[Use, ...]:
     uses: list[Use] = []
     for top in SCANNED:
         for file in sorted((ROOT / top).rglob("*.py")):
             rel = file.relative_to(ROOT).as_posix()
             if not rel.startswith(SKIPPED):
                 uses.extend(scan_source(file.read_text(encoding="utf-8"), rel))
-    return uses
+    return tuple(uses)
 
 
-def problems(uses: list[Use]) -> list[str]:
+def problems(uses) -> list[str]:
     out = []
     for u in uses:
         if u.how == "wrong counter":
@@ -241,10 +243,7 @@ def _returned(path: str, qualname: str) -> set[str]:
 
 
 def test_every_reason_a_link_is_not_followed_for_is_declared() -> None:
-    reasons = _returned("crawler/links.py", "LinkPolicy._verdict") | _returned("crawler/traps.py", "TrapRules.check")
-    redirect = _function("crawler/pipeline.py", "PagePipeline.redirect")
-    reasons |= _strings(a.value for a in ast.walk(redirect)
-                        if isinstance(a, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "reason" for t in a.targets))
+    reasons = _link_reasons()
     assert {"scope", "depth", "nofollow", "unsupported_scheme"} <= reasons  # the scan finds them
     assert sorted(reasons - set(DROPPED)) == []
 
@@ -260,3 +259,26 @@ def test_every_name_says_what_it_counts() -> None:
     assert set(COUNTERS).isdisjoint(DROPPED)  # a name means one thing
     assert declared("render_decision_js_framework") and declared("dup_exact") and not declared("fetchd")
     assert declared("scope", DROPPED) and not declared("render_x", DROPPED)
+
+
+def _link_reasons() -> set[str]:
+    reasons = _returned("crawler/links.py", "LinkPolicy._verdict") | _returned("crawler/traps.py", "TrapRules.check")
+    redirect = _function("crawler/pipeline.py", "PagePipeline.redirect")
+    return reasons | _strings(a.value for a in ast.walk(redirect)
+                              if isinstance(a, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "reason" for t in a.targets))
+
+
+def test_every_declared_name_is_written_somewhere() -> None:
+    """A declaration no code writes is a column that is always 0: wire it or delete it."""
+    uses = scan_tree()
+    written = {(u.counter, u.key) for u in uses if u.how == "literal" and u.write}
+    written |= {("counters", o) for o in OUTCOMES} | {("counters", f"dup_{k}") for k in DUP_KINDS}
+    # The render page's notes, added as "render_" + note (crawler.render.renderer).
+    page = ast.parse((ROOT / "crawler/render/page.py").read_text(encoding="utf-8"))
+    notes = _strings(c.args[0] for c in ast.walk(page) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                     and c.func.attr == "_note" and c.args)
+    assert notes, "the scan finds the render notes"
+    written |= {("counters", f"render_{n}") for n in notes}
+    written |= {("dropped", r) for r in _link_reasons()}
+    assert [n for n in COUNTERS if ("counters", n) not in written] == []
+    assert [n for n in DROPPED if ("dropped", n) not in written] == []
