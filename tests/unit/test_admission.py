@@ -13,13 +13,17 @@ from collections import Counter
 
 import pytest
 
+from crawler import config
 from crawler.admission import Admission
 from crawler.clock import MockClock
 from crawler.frontier import Frontier, UrlItem
 from crawler.journal import FrontierStore
+from crawler.output import read_pages
 from crawler.politeness import Politeness
 from crawler.robots import RobotsCache
+from crawler.shard import build_shard
 from crawler.traps import HostBudget
+from tests.unit.test_scheduler import MemorySeen, NoBudgetLimit, ScriptedServer, inline
 
 UA = "raycrawl/0.1 (+https://example.invalid/bot)"
 ROBOTS = b"User-agent: *\nDisallow: /private/\n"
@@ -120,3 +124,35 @@ def test_a_budget_cut_trims_the_hosts_queue_and_counts_each_url(shard: Shard) ->
     assert shard.frontier.queued_for("a.test") == 2 and shard.frontier.queued_for("b.test") == 1
     assert shard.dropped == Counter({"budget_cut": 3})
     assert shard.store.counts() == {"queued": 3, "claimed": 0, "done": 0, "dropped": 3}
+
+
+async def test_a_shard_writes_and_counts_one_row_per_refusal(tmp_path) -> None:
+    """Through the shard: each refused URL is one row, counted by its outcome in
+    ``status()["counters"]`` (what stats.json's outcomes sum); a robots.txt that got no
+    response refuses too, but the row says the network failed, not the site."""
+    async def no_dups(items):
+        return [(None, None)] * len(items)
+
+    cfg = config.from_dict({"seeds": ["http://a.test/"], "scope": "any", "output": {"path": str(tmp_path / "out")}})
+    clock = MockClock()
+    shard = build_shard(
+        cfg, "shard-000", seeds=["http://a.test/"], seen=MemorySeen(), content=no_dups, budget=NoBudgetLimit(),
+        deliver=None, owner_of=lambda h: "shard-000", store=FrontierStore(str(tmp_path / "shard.sqlite")),
+        clock=clock, fetcher=ScriptedServer(clock, {}), run_blocking=inline,
+    )
+    robots = shard.admission.robots
+    robots.from_response("http://a.test", 200, ROBOTS)
+    robots.from_response("http://down.test", None, None, error="connect: refused")
+    queued = shard.accept([UrlItem(u, 1) for u in (
+        "http://a.test/ok", "http://a.test/private/1", "http://a.test/private/2", "http://down.test/x")])
+    st = shard.status()
+    assert queued == 1 and st["queued"] == 1
+    assert st["counters"]["robots_blocked"] == 2 and st["counters"]["failed"] == 1 and st["counters"]["accepted"] == 1
+    assert st["dropped"] == {}
+    await shard.close()
+    rows = {r["url"]: (r["outcome"], r["error"]) for r in read_pages(cfg.output.path).to_pylist()}
+    assert rows == {
+        "http://a.test/private/1": ("robots_blocked", "disallowed by robots.txt"),
+        "http://a.test/private/2": ("robots_blocked", "disallowed by robots.txt"),
+        "http://down.test/x": ("failed", "robots.txt unreachable: connect: refused"),
+    }
