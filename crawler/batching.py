@@ -35,7 +35,7 @@ class MicroBatcher(Generic[T, R]):
         self._items: list[T] = []
         self._futures: list[asyncio.Future[R]] = []
         self._timer: Timer | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], int] = {}  # call -> requests it answers
         self.calls = 0
 
     async def submit(self, item: T) -> R:
@@ -52,7 +52,7 @@ class MicroBatcher(Generic[T, R]):
 
     def pending(self) -> int:
         """Requests queued or in a call that has not answered yet."""
-        return len(self._items) + sum(1 for t in self._tasks if not t.done())
+        return len(self._items) + sum(n for t, n in self._tasks.items() if not t.done())
 
     def _fire(self) -> None:
         if self._timer is not None:
@@ -63,8 +63,11 @@ class MicroBatcher(Generic[T, R]):
         items, futures = self._items, self._futures
         self._items, self._futures = [], []
         task = asyncio.get_running_loop().create_task(self._call(items, futures))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = len(items)
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
 
     async def _call(self, items: list[T], futures: list[asyncio.Future[R]]) -> None:
         self.calls += 1

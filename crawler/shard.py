@@ -310,7 +310,7 @@ def build_shard(
 
         sitemaps = SitemapReader(
             max_files=sm.max_files_per_host, max_urls=sm.max_urls_per_file, max_bytes=sm.max_bytes_per_file,
-            links=links, counters=pipeline.counters, nudge=nudge, news=news,
+            links=links, counters=pipeline.counters, dropped=pipeline.dropped, nudge=nudge, news=news,
         )
     router = LinkRouter(seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s, clock=clock)
     shard = ShardScheduler(

@@ -183,12 +183,13 @@ class SitemapReader:
     (discovery through links is unaffected; no admitted URL is involved).
     """
 
-    def __init__(self, *, max_files: int, max_urls: int, max_bytes: int, links, counters, nudge=None, news=None) -> None:
+    def __init__(self, *, max_files: int, max_urls: int, max_bytes: int, links, counters, dropped, nudge=None, news=None) -> None:
         self._max_files = max_files
         self._max_urls = max_urls
         self.max_bytes = max_bytes
         self._links = links
-        self._counters = counters
+        self._counters = counters  # the shard's counters (crawler.counters.COUNTERS)
+        self._dropped = dropped  # links not followed, by reason (crawler.counters.DROPPED)
         self._nudge = nudge  # nudge(url, lastmod): bring a known page's refresh earlier
         self._news = news  # crawler.news.NewsPolicy: news sitemaps and feeds read again
         self._planned: dict[str, int] = {}  # host -> sitemap files queued this run
@@ -248,7 +249,7 @@ class SitemapReader:
             feed = parse_feed(body, item.url)
             self._counters["feeds_read"] += 1
             self._counters["feeds_malformed"] += feed.error is not None
-            links = self._news.feed_links(item, feed, lambda urls, d: self._links.follow_urls(urls, d, self._counters))
+            links = self._news.feed_links(item, feed, lambda urls, d: self._links.follow_urls(urls, d, self._dropped))
             return links, [], True, feed
         sm = parse_sitemap(body, item.url, max_urls=self._max_urls, max_bytes=self.max_bytes)
         self._counters["sitemaps_read"] += 1

@@ -69,3 +69,25 @@ async def test_a_failed_call_fails_its_own_waiters_only(failure: str) -> None:
     for f in doomed:
         assert isinstance(f.exception(), (ConnectionError, RuntimeError))
     assert fine.result() == 9
+
+
+async def test_requests_in_a_call_that_has_not_answered_count_as_pending() -> None:
+    # The pipeline reports these as work in transit: a shard waiting on the content
+    # index is not idle, so the crawl cannot be declared finished under it.
+    clock = MockClock()
+    answer = asyncio.Event()
+
+    async def slow(items: list[int]) -> list[int]:
+        await answer.wait()
+        return items
+
+    b = MicroBatcher(slow, max_size=2, max_delay_s=1.0, clock=clock)
+    futs = [asyncio.ensure_future(b.submit(i)) for i in range(3)]
+    await clock.settle()
+    assert b.calls == 1 and b.pending() == 3  # two requests in a call, one queued for the next
+    clock.advance(1.0)
+    await clock.settle()
+    assert b.calls == 2 and b.pending() == 3  # two calls out, neither answered
+    answer.set()
+    await clock.run_until(lambda: all(f.done() for f in futs))
+    assert b.pending() == 0 and [f.result() for f in futs] == [0, 1, 2]

@@ -1,0 +1,202 @@
+"""LinkRouter on the mock clock: discovered links reach the shard that owns their host,
+once, in one batch per owner per flush; a failed delivery is retried with backoff and
+then counted lost; a batch whose seen check failed is delivered unfiltered; and the
+router counts as busy until the owner has accepted (what termination relies on)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from crawler.clock import MockClock
+from crawler.frontier import UrlItem
+from crawler.routing import LinkRouter
+
+FLUSH_S = 0.05
+
+
+class Seen:
+    """The seen-URL service: first sight is novel; optionally fails its first calls."""
+
+    def __init__(self, known: tuple[str, ...] = (), fail: int = 0) -> None:
+        self.seen = set(known)
+        self.fail = fail
+        self.calls: list[list[str]] = []
+
+    async def check_and_add(self, urls: list[str]) -> list[bool]:
+        self.calls.append(list(urls))
+        if self.fail:
+            self.fail -= 1
+            self.seen.update(urls[: len(urls) // 2])  # a partial mark before the failure
+            raise ConnectionError("seen shard restarting")
+        out = []
+        for u in urls:  # the first of a URL within the batch is the novel one
+            out.append(u not in self.seen)
+            self.seen.add(u)
+        return out
+
+
+class Owners:
+    """The shards' accept calls: records what each owner accepted, and when."""
+
+    def __init__(self, clock: MockClock, fail: int = 0, hold: asyncio.Event | None = None,
+                 down: set[str] = frozenset()) -> None:
+        self.clock = clock
+        self.fail = fail  # the first ``fail`` calls raise
+        self.down = down  # owners whose every call raises
+        self.hold = hold  # while set, accepting waits (a batch between shards)
+        self.attempts: list[tuple[str, float]] = []
+        self.accepted: dict[str, list[str]] = {}
+
+    async def deliver(self, owner: str, items: list[UrlItem]) -> None:
+        self.attempts.append((owner, self.clock.now()))
+        if self.hold is not None:
+            await self.hold.wait()
+        if owner in self.down:
+            raise ConnectionError(f"{owner} is down")
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionError(f"{owner} restarting")
+        self.accepted.setdefault(owner, []).extend(i.url for i in items)
+
+
+def owner_of(host: str) -> str:
+    return "shard-b" if host.startswith("b.") else "shard-a"
+
+
+def items(*urls: str) -> list[UrlItem]:
+    return [UrlItem(u, 1, "http://a.test/") for u in urls]
+
+
+def router(seen: Seen, owners: Owners, clock: MockClock, **kw) -> LinkRouter:
+    return LinkRouter(seen, owner_of, owners.deliver, clock=clock, **{"flush_interval_s": FLUSH_S, **kw})
+
+
+async def test_links_are_seen_checked_together_and_each_owner_gets_its_novel_links_once() -> None:
+    clock = MockClock()
+    seen, owners = Seen(known=("http://a.test/old",)), Owners(clock)
+    r = router(seen, owners, clock)
+    first = r.submit(items("http://a.test/1", "http://b.test/1", "http://a.test/old"))
+    second = r.submit(items("http://b.test/2", "http://a.test/1"))  # a.test/1 again, from another page
+    await clock.settle()
+    assert seen.calls == [] and r.pending() == 5  # buffered until the flush timer
+    await clock.run_until(lambda: first.done() and second.done())
+    assert clock.now() == FLUSH_S and first.result() is True and second.result() is True
+    assert len(seen.calls) == 1  # one seen call for the whole flush
+    assert owners.accepted == {"shard-a": ["http://a.test/1"], "shard-b": ["http://b.test/1", "http://b.test/2"]}
+    assert len(owners.attempts) == 2  # one delivery per owner
+    st = r.stats()
+    assert (st["links_submitted"], st["links_novel"], st["links_already_seen"], st["batches_sent"]) == (5, 3, 2, 2)
+    assert r.pending() == 0 and st["links_in_transit"] == 0
+
+
+async def test_a_full_buffer_flushes_at_once_without_waiting_for_the_timer() -> None:
+    clock = MockClock()
+    owners = Owners(clock)
+    r = router(Seen(), owners, clock, batch_size=3)
+    done = r.submit(items("http://a.test/1", "http://a.test/2", "http://a.test/3"))
+    await clock.settle()
+    assert done.done() and clock.now() == 0.0
+    assert owners.accepted == {"shard-a": ["http://a.test/1", "http://a.test/2", "http://a.test/3"]}
+
+
+async def test_a_failed_delivery_is_retried_with_backoff_and_accepted_once() -> None:
+    clock = MockClock()
+    owners = Owners(clock, fail=2)
+    r = router(Seen(), owners, clock)
+    done = r.submit(items("http://a.test/1"))
+    await clock.run_until(done.done)
+    assert done.result() is True
+    # First try at the flush, then 0.05 s and 0.1 s of backoff.
+    assert [t for _, t in owners.attempts] == [FLUSH_S, FLUSH_S + 0.05, FLUSH_S + 0.15]
+    assert owners.accepted == {"shard-a": ["http://a.test/1"]}
+    st = r.stats()
+    assert (st["batches_failed"], st["links_lost"], st["links_novel"]) == (2, 0, 1)
+
+
+async def test_a_delivery_that_keeps_failing_is_given_up_and_its_links_counted_lost() -> None:
+    clock = MockClock()
+    owners = Owners(clock, down={"shard-a"})
+    r = router(Seen(), owners, clock, max_attempts=3)
+    lost = r.submit(items("http://a.test/1", "http://a.test/2"))
+    await clock.run_until(lost.done)
+    assert lost.result() is False
+    assert [t for _, t in owners.attempts] == [FLUSH_S, FLUSH_S + 0.05, FLUSH_S + 0.15]  # max_attempts, then no more
+    st = r.stats()
+    assert (st["links_lost"], st["links_novel"], st["batches_failed"]) == (2, 0, 3)
+    assert r.pending() == 0  # given up: no longer in transit, so the crawl can end (the ledger shows the loss)
+    assert owners.accepted == {}
+
+
+async def test_a_lost_delivery_costs_only_that_owners_links() -> None:
+    clock = MockClock()
+    owners = Owners(clock, down={"shard-a"})
+    r = router(Seen(), owners, clock, max_attempts=2)
+    done = r.submit(items("http://a.test/1", "http://b.test/1", "http://b.test/2"))
+    await clock.run_until(done.done)
+    # The page's links did not all arrive, so the page is not acked as routed...
+    assert done.result() is False
+    # ...but the healthy owner got its batch, on the first try.
+    assert owners.accepted == {"shard-b": ["http://b.test/1", "http://b.test/2"]}
+    assert [a for a in owners.attempts if a[0] == "shard-b"] == [("shard-b", FLUSH_S)]
+    st = r.stats()
+    assert (st["links_lost"], st["links_novel"]) == (1, 2)
+
+
+async def test_a_batch_whose_seen_check_failed_is_delivered_unfiltered() -> None:
+    clock = MockClock()
+    seen, owners = Seen(known=("http://a.test/old",), fail=1), Owners(clock)
+    r = router(seen, owners, clock)
+    done = r.submit(items("http://a.test/old", "http://a.test/new"))
+    await clock.run_until(done.done)
+    # The failed call may have marked part of the batch: asking again would drop those
+    # URLs as "seen". Every link goes to its owner, whose store de-duplicates.
+    assert done.result() is True and len(seen.calls) == 1
+    assert owners.accepted == {"shard-a": ["http://a.test/old", "http://a.test/new"]}
+    st = r.stats()
+    assert (st["links_seen_bypassed"], st["batches_failed"], st["links_already_seen"]) == (2, 1, 0)
+
+
+async def test_links_of_a_replayed_page_bypass_the_seen_filter() -> None:
+    clock = MockClock()
+    seen, owners = Seen(known=("http://a.test/1", "http://a.test/2")), Owners(clock)
+    r = router(seen, owners, clock)
+    replay = r.submit(items("http://a.test/1"), bypass_seen=True)
+    normal = r.submit(items("http://a.test/2"))
+    await clock.run_until(lambda: replay.done() and normal.done())
+    assert owners.accepted == {"shard-a": ["http://a.test/1"]}  # the replayed one only
+    assert r.stats()["links_already_seen"] == 1
+
+
+async def test_links_count_as_in_transit_until_the_owner_has_accepted_them() -> None:
+    clock = MockClock()
+    hold = asyncio.Event()
+    owners = Owners(clock, hold=hold)
+    r = router(Seen(), owners, clock)
+    done = r.submit(items("http://a.test/1", "http://b.test/1"))
+    await clock.run_until(lambda: len(owners.attempts) == 2)
+    # Out of the buffer, seen-checked, handed to the owners, not yet accepted: still busy.
+    for _ in range(3):
+        clock.advance(10.0)
+        await clock.settle()
+        assert r.pending() == 2 and r.stats()["links_in_transit"] == 2 and not done.done()
+    hold.set()
+    await clock.run_until(done.done)
+    assert r.pending() == 0 and done.result() is True
+
+
+async def test_flush_waits_until_everything_submitted_is_delivered() -> None:
+    clock = MockClock()
+    owners = Owners(clock, fail=1)
+    r = router(Seen(), owners, clock, flush_interval_s=3600.0)
+    r.submit(items("http://a.test/1"))
+    flushing = asyncio.ensure_future(r.flush())
+    await clock.run_until(flushing.done)
+    assert clock.now() == 0.05  # no wait for the timer: one retry's backoff only
+    assert owners.accepted == {"shard-a": ["http://a.test/1"]} and r.pending() == 0
+
+
+async def test_an_empty_submit_is_done_at_once_and_starts_no_timer() -> None:
+    clock = MockClock()
+    r = router(Seen(), Owners(clock), clock)
+    fut = r.submit([])
+    assert fut.done() and fut.result() is True and clock.next_deadline() is None and r.pending() == 0
