@@ -32,6 +32,7 @@ from crawler import state
 from crawler.clock import SYSTEM_CLOCK
 from crawler.services import LeasedBudget
 from crawler.shard import build_fence, build_shard
+from crawler.shardstatus import ShardStatus
 from crawler.watchdog import ShardWatchdog
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ class HostShard:
         self.shard.fetcher = TimedFetcher(self.shard.fetcher, self.metrics.observe_latency)
         self._run_task: asyncio.Task[None] | None = None
         self._stopped = False
-        self._final: dict[str, Any] = {}
+        self._final: ShardStatus | None = None
 
     async def set_peers(self, peers: dict[str, Any]) -> None:
         """Handles of every shard by id (including this one)."""
@@ -203,16 +204,15 @@ class HostShard:
             return SubResponse(refused="closed")
         return await renderer.gate.answer(req)
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> ShardStatus:
         self.watchdog.contact()
         self._ensure_running()
-        st = self.shard.status()
-        st["incarnation"] = self.incarnation
+        error = None
         if self._run_task is not None and self._run_task.done() and self._run_task.exception() is not None:
-            st["error"] = repr(self._run_task.exception())
-        return st
+            error = repr(self._run_task.exception())
+        return self.shard.status().but(incarnation=self.incarnation, error=error)
 
-    async def stop(self) -> dict[str, Any]:
+    async def stop(self) -> ShardStatus | None:
         """Stop fetching, flush and ack rows, close; returns the final status with store counts."""
         if self._stopped:
             return self._final
@@ -222,7 +222,7 @@ class HostShard:
         if self._run_task is not None:
             await asyncio.gather(self._run_task, return_exceptions=True)
         await self.shard.close()
-        self._final = {**self.shard.status(), "store_counts": self.shard.store_counts()}
+        self._final = self.shard.status().but(store_counts=self.shard.store_counts())
         try:
             self.metrics.record(self.shard)  # the final numbers, exported before the actor goes
         except Exception as exc:  # noqa: BLE001 - metrics must never fail a stop

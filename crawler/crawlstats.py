@@ -12,24 +12,26 @@ from typing import Any, Sequence
 
 from crawler.config import CrawlConfig, to_dict
 from crawler.output import OUTCOMES, open_fs
+from crawler.shardstatus import ShardStatus
 
 
-def merge_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Sum per-shard statuses into crawl-wide totals (for progress and stats.json)."""
+def merge_status(statuses: Sequence[ShardStatus]) -> dict[str, Any]:
+    """Sum per-shard statuses into crawl-wide totals (for progress and stats.json): the
+    view that turns the records into JSON."""
     keys = ("queued", "in_flight", "in_transit", "hosts", "paused_hosts", "paused_urls", "refresh_waiting", "refresh_due")
     total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}, "events": {}}
     for s in statuses:
         for k in keys:
-            total[k] += s.get(k, 0)
-        for section in ("counters", "dropped"):
-            for k, v in s[section].items():
+            total[k] += getattr(s, k)
+        for section, counts in (("counters", s.counters), ("dropped", s.dropped)):
+            for k, v in counts.items():
                 total[section][k] = total[section].get(k, 0) + v
-        for k, v in (s.get("events") or {}).items():  # page.fetched events (crawler.events)
+        for k, v in (s.events or {}).items():  # page.fetched events (crawler.events)
             if isinstance(v, bool):
                 total["events"][k] = total["events"].get(k, False) or v
             else:
                 total["events"][k] = total["events"].get(k, 0) + v
-    total["news"] = merge_news([s["news"] for s in statuses if s.get("news")])
+    total["news"] = merge_news([s.news for s in statuses if s.news])
     total["shards"] = len(statuses)
     return total
 
@@ -99,7 +101,7 @@ def read_stats(cfg: CrawlConfig) -> dict[str, Any]:
 
 def crawl_stats(
     cfg: CrawlConfig,
-    finals: list[dict[str, Any]],
+    finals: Sequence[ShardStatus],
     services: dict[str, Any],
     elapsed: float,
     *,

@@ -43,6 +43,7 @@ from crawler.sitemaps import SitemapReader
 from crawler.statelog import StateLog
 from crawler.robots import RobotsClient
 from crawler.routing import LinkRouter
+from crawler.shardstatus import ShardStatus
 from crawler.traps import HostBudget
 from crawler.urls import origin
 
@@ -441,41 +442,35 @@ class ShardScheduler:
             return self._final_counts
         return self.store.counts()
 
-    def status(self) -> dict[str, Any]:
-        """Counters for progress and for termination (crawler.termination).
-
-        ``idle``: no fetch in flight, no link in transit, and no queued URL that could
-        become ready (the page budget is spent, or only paused hosts remain).
-        ``paused_urls``: queued URLs of paused hosts: idle, but not done (the crawl waits
-        for them to be unpaused, or for a stop that keeps them for the next resume).
-        """
+    def status(self) -> ShardStatus:
+        """This shard's numbers now, for progress and for termination (crawler.termination)."""
         queued = len(self.frontier)
         transit = self.router.pending() + self.pipeline.pending()
         could_work = queued > 0 and not self._budget_spent and self.frontier.next_wakeup() is not None
         paused_hosts, paused_urls = self.frontier.parked() if not self._budget_spent else (0, 0)
         refresh_waiting, refresh_due = self.frontier.refreshes()
         rs = self.router.stats()
-        return {
-            "shard": self.shard_id,
-            "idle": not self._tasks and transit == 0 and not could_work and (self._started or not self.on_start),
-            "paused_hosts": paused_hosts,
-            "paused_urls": paused_urls,
-            "queued": queued,
-            "in_flight": len(self._tasks),
-            "in_transit": transit,
-            "hosts": self.frontier.host_count(),
-            "batches_received": self.batches_received,
-            "batches_sent": rs.get("batches_sent", 0),
-            "budget_spent": self._budget_spent,
-            "counters": dict(self.counters),
-            "dropped": dict(self.dropped),
-            "router": rs,
-            "rows_pending": self.outbox.pending(),
-            "frontier_recounts": self.frontier.recounts,
-            "refresh_waiting": refresh_waiting,
-            "refresh_due": refresh_due,
-            "resumed": self.resumed,
-            "events": self.events.stats() if self.events is not None else None,
-            "news": self.news.stats(fresh=self._stopping) if self.news is not None else {},
-            "state_log": self.state_log.stats() if self.state_log is not None else None,
-        }
+        return ShardStatus(
+            shard=self.shard_id,
+            idle=not self._tasks and transit == 0 and not could_work and (self._started or not self.on_start),
+            paused_hosts=paused_hosts,
+            paused_urls=paused_urls,
+            queued=queued,
+            in_flight=len(self._tasks),
+            in_transit=transit,
+            hosts=self.frontier.host_count(),
+            batches_received=self.batches_received,
+            batches_sent=rs.get("batches_sent", 0),
+            budget_spent=self._budget_spent,
+            counters=dict(self.counters),
+            dropped=dict(self.dropped),
+            router=rs,
+            rows_pending=self.outbox.pending(),
+            frontier_recounts=self.frontier.recounts,
+            refresh_waiting=refresh_waiting,
+            refresh_due=refresh_due,
+            resumed=self.resumed,
+            events=self.events.stats() if self.events is not None else None,
+            news=self.news.stats(fresh=self._stopping) if self.news is not None else {},
+            state_log=self.state_log.stats() if self.state_log is not None else None,
+        )

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
+from crawler.shardstatus import ShardStatus
 from crawler.termination import TerminationDetector
 
 
 def shard(name="shard-000", *, idle=True, inc="a", sent=0, received=0, requests=0, queued=0, paused=0):
-    return {
-        "shard": name, "incarnation": inc, "idle": idle, "batches_sent": sent,
-        "batches_received": received, "counters": {"requests": requests}, "queued": queued,
-        "paused_urls": paused,
-    }
+    return ShardStatus(
+        shard=name, incarnation=inc, idle=idle, batches_sent=sent, batches_received=received,
+        counters={"requests": requests}, queued=queued, paused_urls=paused,
+    )
 
 
 A, B = "shard-000", "shard-001"
