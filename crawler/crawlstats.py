@@ -67,7 +67,7 @@ NEWS_COUNTS = ("feeds", "hubs", "news_sitemaps", "source_fetches", "new_urls", "
 def merge_news(shards: Sequence[dict[str, Any]], top: int = 50) -> dict[str, Any]:
     """Crawl-wide news figures (crawler.news) from the shards' ``NewsPolicy.stats()``:
     counts summed, publication-to-fetch median and p95 weighted by how many delays each
-    shard saw, and the ``top`` hosts by new URLs (a host is one shard's: invariant 1)."""
+    shard saw, and the ``top`` hosts by new URLs (a host is one shard's: docs/invariants.md #1)."""
     out: dict[str, Any] = {k: sum(s.get(k, 0) for s in shards) for k in NEWS_COUNTS}
     out["new_per_fetch"] = round(out["new_urls"] / out["source_fetches"], 3) if out["source_fetches"] else None
     timed = [s for s in shards if s.get("delays") and s.get("delay_median_s") is not None]

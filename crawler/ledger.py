@@ -1,6 +1,6 @@
 """The URL ledger: every URL the seen filter admitted is a row, a counted drop or still queued.
 
-DESIGN.md invariants 4 and 5 say a crawl ends only when its work is done and every URL
+docs/invariants.md #4 and #5 say a crawl ends only when its work is done and every URL
 ends as a row. The ledger checks both from three independent sources at the end of a run:
 
 * the seen filter's count of URLs it called new (``seen.novel``);

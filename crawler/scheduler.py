@@ -1,6 +1,6 @@
 """The scheduler of one shard of hosts: frontier and politeness in, fetches out.
 
-A shard owns a slice of hosts (DESIGN.md invariant 1) and everything that is per host.
+A shard owns a slice of hosts (docs/invariants.md #1) and everything that is per host.
 For each URL the frontier hands out (at most one per host, when the host is due):
 
 1. robots: unknown rules for the URL's origin -> fetch robots.txt first (with the host's
@@ -155,7 +155,7 @@ class ShardScheduler:
     async def accept_durably(self, items: Sequence[UrlItem]) -> int:
         """:meth:`accept`, returning only once the batch is durable where this shard's state
         is kept: in its store, and with a remote output in OUT too (crawler.statelog), so
-        that a sender may forget the batch when this returns (DESIGN.md invariant 11)."""
+        that a sender may forget the batch when this returns (docs/invariants.md #11)."""
         queued = self.accept(items)
         await self.synced()
         return queued
@@ -369,7 +369,7 @@ class ShardScheduler:
             if item.kind != "sitemap":  # a sitemap is not an admitted URL: no row
                 self._record(item, self.pipeline.outcome(item, "failed", error=f"internal error: {exc!r}"))
         finally:
-            self.frontier.release(host)  # whatever happened (DESIGN.md invariant 4)
+            self.frontier.release(host)  # whatever happened (docs/invariants.md #4)
 
     async def _fetch(self, host: str, url: str, headers: dict[str, str] | None = None, **kw: Any) -> FetchResult:
         self.counters["requests"] += 1
@@ -424,7 +424,7 @@ class ShardScheduler:
             self._record(item, self.pipeline.outcome(item, "failed", error=f"robots.txt unreachable: {cause}"))
 
     def _record(self, item: UrlItem, outcome: Outcome) -> None:
-        """Every fetch of a URL ends as exactly one row (DESIGN.md invariant 5)."""
+        """Every fetch of a URL ends as exactly one row (docs/invariants.md #5)."""
         row = outcome.row
         self.counters[row.outcome] += 1
         if item.kind == "refresh":

@@ -424,7 +424,7 @@ class CrawlSession:
             raise ServiceUnavailableError(f"{len(failed)} seeds could not be queued, e.g. {url}: {why}")
 
     async def _deliver_new(self, urls: Sequence[str], boost: int = 0) -> tuple[list[bool], dict[str, str]]:
-        """Admit URLs at depth 0, atomically per URL (DESIGN.md invariants 3 and 5).
+        """Admit URLs at depth 0, atomically per URL (docs/invariants.md #3 and #5).
 
         1. Seen-check them: the new ones are marked seen now.
         2. Deliver the new ones to their owning shards, one batch per owner.

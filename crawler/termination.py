@@ -1,4 +1,4 @@
-"""Proving a crawl is finished (DESIGN.md invariant 4).
+"""Proving a crawl is finished (docs/invariants.md #4).
 
 An empty queue means nothing while fetches or batches between shards are in flight,
 and shards are polled one after another, never all at the same instant. The detector

@@ -1,5 +1,5 @@
 """TerminationDetector: "done" only from two identical rounds in which every shard was idle
-and held no paused work (DESIGN.md invariant 4). A table of poll sequences, each row a
+and held no paused work (docs/invariants.md #4). A table of poll sequences, each row a
 story of the crawl's last moments, with the round at which "done" may first be said."""
 
 from __future__ import annotations
