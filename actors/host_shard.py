@@ -4,10 +4,11 @@ A thin async shell (model: Ray Serve): the shard's logic is the same object the
 in-process runtime runs; this actor gives it Ray clients for the seen group, the content
 index and the budget, delivers links to peer shards by name, and answers the driver.
 
-It shares its driver's fate (DESIGN.md invariant 9): the driver calls it several times a
+It shares its driver's fate (docs/invariants.md #9): the driver calls it several times a
 second (heartbeat, status); after ``runtime.driver_timeout_s`` of silence the shard
 starts no fetch and accepts no work, and once the output's lease is lost (expired, or
-taken by a newer run) it closes without writing and the actor exits.
+taken by a newer run) it closes without writing and the actor exits. The rule is
+crawler.watchdog.ShardWatchdog on the system clock; this actor supplies its hooks.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from crawler.urls import host_key
 from crawler.services import LeasedBudget
 from crawler.shard import build_fence, build_shard
 from crawler.topology import Topology
+from crawler.shardstatus import ShardStatus
+from crawler.watchdog import ShardWatchdog
 
 log = logging.getLogger(__name__)
 
-#: How often the watchdog looks at the driver's silence and the lease.
-WATCH_INTERVAL_S = 0.25
 #: How often the shard's numbers are exported as Ray metrics (actors/metrics.py).
 METRICS_INTERVAL_S = 1.0
 
@@ -88,8 +89,8 @@ class HostShard:
             return await call_service(lambda: budget_actor.lease.remote(n), "page budget")
 
         self.fence = build_fence(cfg, epoch, SYSTEM_CLOCK)
-        self.driver_timeout_s = cfg.runtime.driver_timeout_s
-        self._last_contact = time.monotonic()
+        self.watchdog = ShardWatchdog(SYSTEM_CLOCK, cfg.runtime.driver_timeout_s, self.fence, self, name=shard_id)
+        self._metrics_exported = 0.0
         self.topology = Topology.of(shard_ids, cfg.runtime.regions, cfg.placement.default_region)
         self.shard = build_shard(
             cfg,
@@ -113,7 +114,7 @@ class HostShard:
         self.shard.fetcher = TimedFetcher(self.shard.fetcher, self.metrics.observe_latency)
         self._run_task: asyncio.Task[None] | None = None
         self._stopped = False
-        self._final: dict[str, Any] = {}
+        self._final: ShardStatus | None = None
 
     async def set_peers(self, peers: dict[str, Any]) -> None:
         """Handles of every shard by id (including this one)."""
@@ -121,57 +122,39 @@ class HostShard:
 
     def _may_work(self) -> bool:
         """Fetch and accept only while the driver is heard from and the lease is ours."""
-        if time.monotonic() - self._last_contact > self.driver_timeout_s:
-            return False
-        return self.fence is None or self.fence.ok()
+        return self.watchdog.may_work()
 
     def _ensure_running(self) -> None:
         if self._run_task is None and not self._stopped:
             self._run_task = asyncio.ensure_future(self.shard.run())
-            self._watchdog = asyncio.ensure_future(self._watch())
+            self._watchdog = asyncio.ensure_future(self.watchdog.run())
 
-    async def _watch(self) -> None:
-        """Exit once the lease is lost: the driver is gone for good, or a newer run owns OUT.
+    # The watchdog's hooks (crawler.watchdog.WatchdogHooks).
 
-        When the driver falls silent the gate stops new fetches, and what was fetched is
-        made durable and acked at once rather than at the next row flush: if the driver
-        is dead, Ray reaps this actor within moments, and every page whose row is not
-        durable by then is fetched again by the next run.
-        """
-        exported = 0.0
-        flushed_silence = False
-        while not self._stopped:
-            await asyncio.sleep(WATCH_INTERVAL_S)
-            silent = time.monotonic() - self._last_contact > self.driver_timeout_s
-            if silent and not flushed_silence:
-                flushed_silence = True
-                log.warning("%s: no word from the driver for %.1fs: fetching paused, rows flushed", self.shard_id, self.driver_timeout_s)
-                try:
-                    await self.shard.outbox.flush(final=True)
-                except Exception as exc:  # noqa: BLE001 - fenced or failing storage: the next run refetches
-                    log.error("%s: flush on driver silence failed: %r", self.shard_id, exc)
-            elif not silent:
-                flushed_silence = False
-            if time.monotonic() - exported >= METRICS_INTERVAL_S:
-                exported = time.monotonic()
-                try:
-                    self.metrics.record(self.shard)
-                except Exception as exc:  # noqa: BLE001 - metrics must never stop a shard
-                    log.warning("%s: exporting metrics failed: %r", self.shard_id, exc)
-            if self.fence is not None and not self.fence.ok():
-                log.error("%s: %s; closing without writing", self.shard_id, self.fence.reason)
-                await self.stop()
-                try:
-                    ray.actor.exit_actor()
-                except ray.exceptions.AsyncioActorExit:  # how exit_actor leaves a background task
-                    return
+    async def on_driver_silent(self) -> None:
+        await self.shard.outbox.flush(final=True)
+
+    def on_tick(self) -> None:
+        if time.monotonic() - self._metrics_exported >= METRICS_INTERVAL_S:
+            self._metrics_exported = time.monotonic()
+            try:
+                self.metrics.record(self.shard)
+            except Exception as exc:  # noqa: BLE001 - metrics must never stop a shard
+                log.warning("%s: exporting metrics failed: %r", self.shard_id, exc)
+
+    async def on_lease_lost(self, reason: str | None) -> None:
+        await self.stop()
+        try:
+            ray.actor.exit_actor()
+        except ray.exceptions.AsyncioActorExit:  # how exit_actor leaves a background task
+            return
 
     async def heartbeat(self) -> None:
         """The driver is alive."""
-        self._last_contact = time.monotonic()
+        self.watchdog.contact()
 
     async def start(self) -> None:
-        self._last_contact = time.monotonic()
+        self.watchdog.contact()
         self._ensure_running()
 
     def _peer(self, owner: str) -> Any:
@@ -261,25 +244,25 @@ class HostShard:
             return SubResponse(refused="closed")
         return await renderer.gate.answer(req)
 
-    async def status(self) -> dict[str, Any]:
-        self._last_contact = time.monotonic()
+    async def status(self) -> ShardStatus:
+        self.watchdog.contact()
         self._ensure_running()
-        st = self.shard.status()
-        st["incarnation"] = self.incarnation
+        error = None
         if self._run_task is not None and self._run_task.done() and self._run_task.exception() is not None:
-            st["error"] = repr(self._run_task.exception())
-        return st
+            error = repr(self._run_task.exception())
+        return self.shard.status().but(incarnation=self.incarnation, error=error)
 
-    async def stop(self) -> dict[str, Any]:
+    async def stop(self) -> ShardStatus | None:
         """Stop fetching, flush and ack rows, close; returns the final status with store counts."""
         if self._stopped:
             return self._final
         self._stopped = True
+        self.watchdog.stop()
         self.shard.stop()
         if self._run_task is not None:
             await asyncio.gather(self._run_task, return_exceptions=True)
         await self.shard.close()
-        self._final = {**self.shard.status(), "store_counts": self.shard.store_counts()}
+        self._final = self.shard.status().but(store_counts=self.shard.store_counts())
         try:
             self.metrics.record(self.shard)  # the final numbers, exported before the actor goes
         except Exception as exc:  # noqa: BLE001 - metrics must never fail a stop

@@ -69,7 +69,7 @@ class ShardMetrics:
     def record(self, shard: Any) -> None:
         """Export the shard's numbers now (a :class:`~crawler.scheduler.ShardScheduler`)."""
         st = shard.status()
-        c = st["counters"]
+        c = st.counters
         t = self.tags
         for outcome in OUTCOMES:
             self._d.inc(self.pages, ("pages", outcome), c.get(outcome, 0), {**t, "outcome": outcome})
@@ -78,16 +78,18 @@ class ShardMetrics:
         for kind in ("exact", "near"):
             self._d.inc(self.dups, ("dup", kind), c.get(f"dup_{kind}", 0), {**t, "kind": kind})
         self._d.inc(self.wait, ("wait",), shard.politeness.stats()["wait_s"], t)
-        self.queued.set(st["queued"], tags=t)
-        self.due.set(st.get("due_refreshes", 0), tags=t)
-        self.hosts.set(st["hosts"], tags={**t, "state": "active"})
-        self.hosts.set(st["paused_hosts"], tags={**t, "state": "paused"})
+        self.queued.set(st.queued, tags=t)
+        # The status field is ``refresh_due``: this gauge read "due_refreshes" by string
+        # key until the status became a typed record, and so always exported 0.
+        self.due.set(st.refresh_due, tags=t)
+        self.hosts.set(st.hosts, tags={**t, "state": "active"})
+        self.hosts.set(st.paused_hosts, tags={**t, "state": "paused"})
         self.hosts.set(shard.politeness.backed_off(), tags={**t, "state": "backed_off"})
-        ev = st.get("events") or {}
+        ev = st.events or {}
         self._d.inc(self.emitted, ("emitted",), ev.get("emitted", 0), t)
         self._d.inc(self.sink_failures, ("sink_failures",), ev.get("sink_failures", 0), t)
         self.pending.set(ev.get("pending", 0), tags=t)
-        news = st.get("news") or {}
+        news = st.news or {}
         if not news:
             return
         for kind in ("feeds", "hubs", "news_sitemaps"):

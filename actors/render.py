@@ -12,7 +12,7 @@ recycled by renders, age and memory.
 A worker holds no crawl state. Each job arrives with the handle of the shard that owns
 the page, and every request the browser makes goes back to that shard
 (:meth:`HostShard.render_answer`), where the host's politeness gate, robots rules,
-scope and User-Agent apply (DESIGN.md invariant 12). A worker that dies (its process,
+scope and User-Agent apply (docs/invariants.md #12). A worker that dies (its process,
 or its browsers) costs the renders in flight: the shards see an error, try once more on
 a worker (Ray restarts the dead one), then store the raw page (crawler.render.renderer).
 Browsers are started with a parent-death signal, so they die with the worker.

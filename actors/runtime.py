@@ -23,6 +23,7 @@ from crawler.local import seen_capacity_per_shard
 from crawler.runtime import Plan
 from crawler.services import CONTENT_LOG
 from crawler.topology import Topology
+from crawler.shardstatus import ShardStatus
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +189,7 @@ class RayRuntime:
     async def widen_scope(self, urls: list[str]) -> None:
         await asyncio.gather(*(s.add_seeds.remote(urls) for s in self.shards.values()))
 
-    async def statuses(self) -> list[dict[str, Any]] | None:
+    async def statuses(self) -> list[ShardStatus] | None:
         from ray.exceptions import RayActorError
 
         try:
@@ -230,7 +231,7 @@ class RayRuntime:
                 return found
         return None
 
-    async def stop(self) -> list[dict[str, Any]]:
+    async def stop(self) -> list[ShardStatus]:
         finals = await asyncio.wait_for(
             asyncio.gather(*(s.stop.remote() for s in self.shards.values())), STOP_TIMEOUT_S
         )

@@ -43,7 +43,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 
 from crawler.config import ApiConfig
-from crawler.errors import ConfigError
+from crawler.errors import ConfigError, CrawlError
 from crawler.backqueue import check_priority
 from crawler.hostpolicy import check_max_rps, parse_host
 
@@ -66,7 +66,7 @@ MAX_HEADERS = 128
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
-class BadRequest(Exception):
+class BadRequest(CrawlError):
     """Input the API refuses (400), naming the field."""
 
     def __init__(self, message: str, field: str | None = None) -> None:

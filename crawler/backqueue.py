@@ -6,7 +6,7 @@ shared between *discovery* (new URLs) and *refresh* (recrawls that are due):
 ``refresh_share`` of it goes to refreshes, the rest to discovery, by stride scheduling
 (each pick goes to the class with the smaller served/share ratio). When only one class
 has work it takes the whole allowance and no credit piles up for later, so neither
-starves the other and neither waits for nothing (DESIGN.md invariant 10).
+starves the other and neither waits for nothing (docs/invariants.md #10).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ One index answers, per fetched page and in order, whether its body was seen befo
 (``exact``), whether its text is within Hamming distance ``k`` of an original's
 (``near``), or neither; only originals are indexed as near-duplicate targets, so a
 verdict always names an original. It is split over ``shards`` :class:`ContentShard`
-objects so that its memory is spread over processes and machines (DESIGN.md invariant 8):
+objects so that its memory is spread over processes and machines (docs/invariants.md #8):
 
 * exact entries by the first byte of the SHA-256;
 * the ``tables`` permuted SimHash tables (:class:`TableLayout`) by table and by the top

@@ -12,24 +12,26 @@ from typing import Any, Sequence
 
 from crawler.config import CrawlConfig, to_dict
 from crawler.output import OUTCOMES, open_fs
+from crawler.shardstatus import ShardStatus
 
 
-def merge_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Sum per-shard statuses into crawl-wide totals (for progress and stats.json)."""
+def merge_status(statuses: Sequence[ShardStatus]) -> dict[str, Any]:
+    """Sum per-shard statuses into crawl-wide totals (for progress and stats.json): the
+    view that turns the records into JSON."""
     keys = ("queued", "in_flight", "in_transit", "hosts", "paused_hosts", "paused_urls", "refresh_waiting", "refresh_due")
     total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}, "events": {}}
     for s in statuses:
         for k in keys:
-            total[k] += s.get(k, 0)
-        for section in ("counters", "dropped"):
-            for k, v in s[section].items():
+            total[k] += getattr(s, k)
+        for section, counts in (("counters", s.counters), ("dropped", s.dropped)):
+            for k, v in counts.items():
                 total[section][k] = total[section].get(k, 0) + v
-        for k, v in (s.get("events") or {}).items():  # page.fetched events (crawler.events)
+        for k, v in (s.events or {}).items():  # page.fetched events (crawler.events)
             if isinstance(v, bool):
                 total["events"][k] = total["events"].get(k, False) or v
             else:
                 total["events"][k] = total["events"].get(k, 0) + v
-    total["news"] = merge_news([s["news"] for s in statuses if s.get("news")])
+    total["news"] = merge_news([s.news for s in statuses if s.news])
     total["shards"] = len(statuses)
     return total
 
@@ -65,7 +67,7 @@ NEWS_COUNTS = ("feeds", "hubs", "news_sitemaps", "source_fetches", "new_urls", "
 def merge_news(shards: Sequence[dict[str, Any]], top: int = 50) -> dict[str, Any]:
     """Crawl-wide news figures (crawler.news) from the shards' ``NewsPolicy.stats()``:
     counts summed, publication-to-fetch median and p95 weighted by how many delays each
-    shard saw, and the ``top`` hosts by new URLs (a host is one shard's: invariant 1)."""
+    shard saw, and the ``top`` hosts by new URLs (a host is one shard's: docs/invariants.md #1)."""
     out: dict[str, Any] = {k: sum(s.get(k, 0) for s in shards) for k in NEWS_COUNTS}
     out["new_per_fetch"] = round(out["new_urls"] / out["source_fetches"], 3) if out["source_fetches"] else None
     timed = [s for s in shards if s.get("delays") and s.get("delay_median_s") is not None]
@@ -99,7 +101,7 @@ def read_stats(cfg: CrawlConfig) -> dict[str, Any]:
 
 def crawl_stats(
     cfg: CrawlConfig,
-    finals: list[dict[str, Any]],
+    finals: Sequence[ShardStatus],
     services: dict[str, Any],
     elapsed: float,
     *,

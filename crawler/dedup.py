@@ -1,6 +1,6 @@
 """Content fingerprints and the reference near-duplicate index.
 
-Two fingerprints per fetched page (DESIGN.md, "fingerprint" step):
+Two fingerprints per fetched page (the "fingerprint" step of a page's way through the crawl):
 
 * ``content_sha256(body)`` -- exact duplicates (mirrors, the same file under two URLs).
 * ``simhash64(text)`` -- Charikar's SimHash over the page's visible text, so pages that

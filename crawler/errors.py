@@ -36,7 +36,7 @@ class OutputExistsError(StorageError):
 
 
 class OutputLeasedError(StorageError):
-    """Another crawl run holds the output's lease (DESIGN.md invariant 9)."""
+    """Another crawl run holds the output's lease (docs/invariants.md #9)."""
 
 
 class FencedError(StorageError):

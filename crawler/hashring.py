@@ -1,6 +1,6 @@
 """Consistent hash ring with virtual nodes: which HostShard owns a host.
 
-DESIGN.md invariant 1 (one host, one owner) needs every process -- the driver, every
+docs/invariants.md #1 (one host, one owner) needs every process -- the driver, every
 shard, a restarted shard -- to compute the same owner for a host, so positions come
 from xxh3-64 of UTF-8 strings, never from Python's salted ``hash()``.
 

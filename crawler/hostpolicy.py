@@ -1,7 +1,7 @@
 """An operator's host policy: which politeness keys it names, and what it sets.
 
 Politeness is kept per key, ``host`` or ``host:port`` (crawler.urls.host_key), and each
-key is owned by one shard (DESIGN.md invariant 1). Operators think in hostnames, so a
+key is owned by one shard (docs/invariants.md #1). Operators think in hostnames, so a
 policy names either
 
 * a hostname without a port (``example.org``): it applies to every key of that hostname,

@@ -12,7 +12,7 @@ State ``0`` means exactly "waiting in the frontier": the frontier's spill loader
 every queued row of a host past its cursor, so a URL that gets a row without being
 fetched (refused by cached robots rules at accept) is claimed at once, never left queued.
 
-The ordering that makes the crawl lose nothing (DESIGN.md invariant 6):
+The ordering that makes the crawl lose nothing (docs/invariants.md #6):
 
 1. :meth:`FrontierStore.add` commits a batch before the sender is told it was
    delivered, so an accepted URL survives a crash of the receiver.
@@ -33,7 +33,7 @@ fetched and is next due, its interval, validators (ETag, Last-Modified), content
 and main-content fingerprint, fetch and change counts, last outcome. :meth:`record`
 writes it in the same commit as the ack; :meth:`due` hands out the refreshes coming due.
 
-With a remote output the store is a cache of state kept in OUT (DESIGN.md invariant 11):
+With a remote output the store is a cache of state kept in OUT (docs/invariants.md #11):
 every change a crash of the node must not lose (URLs added or dropped, acked rows' state,
 a forced checkpoint) is handed to ``journal`` in the same locked step as its commit, in
 commit order, and :meth:`replay` applies such changes to a store restored from a

@@ -1,6 +1,6 @@
 """One crawl writes to an output at a time: a renewable lease with a fencing epoch.
 
-DESIGN.md invariant 9. ``OUT/state/lease.json`` names the run that holds the output,
+docs/invariants.md #9. ``OUT/state/lease.json`` names the run that holds the output,
 its epoch (a number that only grows), and the wall-clock time the lease expires. The
 driver renews it while the crawl runs; every shard checks it before each fetch start,
 each write and each ack, so a shard of an older epoch stops instead of crawling beside

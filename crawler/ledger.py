@@ -1,6 +1,6 @@
 """The URL ledger: every URL the seen filter admitted is a row, a counted drop or still queued.
 
-DESIGN.md invariants 4 and 5 say a crawl ends only when its work is done and every URL
+docs/invariants.md #4 and #5 say a crawl ends only when its work is done and every URL
 ends as a row. The ledger checks both from three independent sources at the end of a run:
 
 * the seen filter's count of URLs it called new (``seen.novel``);
@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping
 import pyarrow.compute as pc
 
 from crawler.output import read_pages
+from crawler.shardstatus import ShardStatus
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def build(
 def for_run(
     out: str,
     storage_options: dict | None,
-    shard_statuses: Iterable[Mapping[str, Any]],
+    shard_statuses: Iterable[ShardStatus],
     seen_stats: Mapping[str, Any],
     *,
     finished: bool,
@@ -88,7 +89,7 @@ def for_run(
     """The ledger of a run that just stopped, from its shards' final statuses (each with
     ``store_counts``), the seen filter's totals and the output; None without durable stores."""
     statuses = list(shard_statuses)
-    counts = [s.get("store_counts") for s in statuses]
+    counts = [s.store_counts for s in statuses]
     if not counts or any(c is None for c in counts):
         return None
     ledger = build(
@@ -96,11 +97,11 @@ def for_run(
         seen_novel=seen_stats.get("novel"),
         # A seen set restarted from OUT's copy may admit again what it forgot (a duplicate
         # delivery each, refused by the owner's store): its count is no longer exact.
-        seen_bypassed=sum(s.get("router", {}).get("links_seen_bypassed", 0) for s in statuses)
+        seen_bypassed=sum(s.router.get("links_seen_bypassed", 0) for s in statuses)
         + int(seen_stats.get("restored_from_out", 0)),
         rows=output_url_count(out, storage_options),
         finished=finished,
-        page_budget_spent=any(s.get("budget_spent") for s in statuses),
+        page_budget_spent=any(s.budget_spent for s in statuses),
     )
     report(ledger)
     return ledger

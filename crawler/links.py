@@ -7,7 +7,7 @@ decision through :meth:`LinkPolicy.decide`, so the debugging command and the cra
 cannot disagree.
 
 Per-host budgets and robots rules are *not* decided here: they belong to the shard that
-owns the target host (DESIGN.md invariant 1).
+owns the target host (docs/invariants.md #1).
 """
 
 from __future__ import annotations

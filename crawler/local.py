@@ -25,6 +25,7 @@ from crawler.runtime import Plan
 from crawler.services import CONTENT_LOG, BudgetPool, ContentIndexService, LeasedBudget, content_log_names
 from crawler.session import CrawlSession
 from crawler.shard import build_fence, build_shard
+from crawler.shardstatus import ShardStatus
 
 
 def seen_capacity_per_shard(cfg: CrawlConfig, seen_shards: int) -> int:
@@ -170,7 +171,7 @@ class LocalRuntime:
         for s in self.shards.values():
             s.pipeline.links.scope.add_seeds(urls)
 
-    async def statuses(self) -> list[dict[str, Any]] | None:
+    async def statuses(self) -> list[ShardStatus] | None:
         for r in self._runners:
             if r.done() and r.exception() is not None:
                 raise r.exception()  # type: ignore[misc]
@@ -210,14 +211,14 @@ class LocalRuntime:
                 return found
         return None
 
-    async def stop(self) -> list[dict[str, Any]]:
+    async def stop(self) -> list[ShardStatus]:
         for s in self.shards.values():
             s.stop()
         await asyncio.gather(*self._runners, return_exceptions=True)
         finals = []
         for s in self.shards.values():
             await s.close()
-            finals.append({**s.status(), "store_counts": s.store_counts()})
+            finals.append(s.status().but(store_counts=s.store_counts()))
         if self.render_pool is not None:
             await self.render_pool.close()
         return finals

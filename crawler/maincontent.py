@@ -30,7 +30,7 @@ selector walks and a Python pass over the block containers) and that hold on rea
    pages of one site look alike.
 
 The caller's tree is left as it was: removed elements are detached, not destroyed, and
-put back before returning. Invariant 7 (DESIGN.md): web input never raises out of here.
+put back before returning. docs/invariants.md #7: web input never raises out of here.
 """
 
 from __future__ import annotations
@@ -222,6 +222,9 @@ class MainText:
     root: Literal["article", "main", "body", "fallback", "none"]
     #: Elements left out as chrome (outermost ones; scripts and styles not counted).
     dropped: int
+    #: What extraction raised when odd markup broke it (the whole text stands in, root
+    #: "fallback"); None when it ran through. The pipeline counts these.
+    error: str | None = None
 
 
 _Detached = list[tuple[LexborNode, LexborNode | None, LexborNode | None]]
@@ -402,10 +405,10 @@ def extract_main(tree: LexborHTMLParser, body_text: str | None = None) -> MainTe
             dropped = _drop_chrome(body, detach, _JUDGED_ALL)
         root, kind = _choose_root(body)
         text = _text(root)
-    except Exception as exc:  # noqa: BLE001 - invariant 7: odd markup costs the main-content step, never the page
+    except Exception as exc:  # noqa: BLE001 - docs/invariants.md #7: odd markup costs this step, not the page
         log.debug("main-content extraction failed (%r): the whole text stands in", exc)
         # The whole text when it was reached, else nothing (no fingerprint beats a wrong one).
-        return MainText(full, "fallback", 0)
+        return MainText(full, "fallback", 0, error=f"{type(exc).__name__}: {exc}"[:500])
     finally:
         _restore(detached)
     # split(None, n) stops after n words: a cheap "fewer than MIN_MAIN_WORDS words".

@@ -1,6 +1,6 @@
 """The shard's outbox: outcome rows wait here until they are durable, then their URLs are acked.
 
-DESIGN.md invariant 6 (nothing acked is lost) is kept by one ordering:
+docs/invariants.md #6 (nothing acked is lost) is kept by one ordering:
 
 1. :meth:`Outbox.put` buffers a row (and its body) in memory;
 2. :meth:`Outbox.flush` hands the buffer to the writer *synchronously* (``add`` only

@@ -4,7 +4,7 @@ For a page (``200``): content hash, parse, fingerprint, the duplicate-content ch
 followable links and the outcome row. For a redirect: the target as a link, or a row
 saying why it cannot be followed. For everything else: the row alone. Every row of the
 crawl is built here, by :meth:`PagePipeline.row`, so a row always has the same fields
-(DESIGN.md invariant 5: every URL ends as exactly one row per fetch). With each row
+(docs/invariants.md #5: every URL ends as exactly one row per fetch). With each row
 comes the URL's next refresh (crawler.recrawl): whether the page changed since its last
 fetch, its new interval and due time.
 
@@ -120,7 +120,7 @@ class PagePipeline:
         fp: int | None = None
         raw_body: bytes | None = None
         rendered: RenderedPage | None = None
-        if is_html(ctype, body):
+        if is_html(ctype, body, self.counters):
             parsed = parse_page(body, item.url, ctype, res.headers, user_agent_token=self._ua_token, max_links=self._max_links)
             if self.renderer is not None and not res.truncated and parsed.error is None:
                 rendered = await self.renderer.render(item.host, item.url, res, parsed)
@@ -130,6 +130,8 @@ class PagePipeline:
                     sha = content_sha256(body)
             if parsed.main_text:
                 fp = text_fingerprint(parsed.main_text, self._min_tokens)
+            if parsed.main_text_failed:  # odd markup: the whole text stood in (crawler.maincontent)
+                self.counters["main_text_failed"] += 1
         elif self._news is not None and self._news.feeds and looks_like_feed(ctype, body):
             feed = parse_feed(body, item.url)
             self.counters["feeds_read"] += 1
@@ -197,7 +199,7 @@ class PagePipeline:
 
     def links_from(self, url: str, depth: int, content_type: str | None, body: bytes) -> list[UrlItem]:
         """The followable links of a stored page (resuming from OUT: crawler.state)."""
-        if not is_html(content_type, body):
+        if not is_html(content_type, body, self.counters):
             return []
         page = parse_page(body, url, content_type, {}, user_agent_token=self._ua_token, max_links=self._max_links)
         return [UrlItem(u, depth, url) for u in self.links.follow(page, depth, self.dropped)]

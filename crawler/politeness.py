@@ -4,7 +4,7 @@ Pure policy with an injected clock; the frontier asks :meth:`Politeness.next_all
 and the engine reports each request's life cycle (:meth:`~Politeness.on_start`,
 :meth:`~Politeness.on_headers`, :meth:`~Politeness.on_finish`).
 
-Why the headers time matters (DESIGN.md invariant 2, "measured at the server"): the
+Why the headers time matters (docs/invariants.md #2, "measured at the server"): the
 server records request k as starting at some instant s_k that we cannot observe; we only
 know it lies between our send and our receipt of the response headers h_k (the server
 cannot answer a request before it started it). Request k+1 cannot reach the server before

@@ -2,10 +2,10 @@
 
 A shard never sends one URL per call: links are buffered, and a flush (by size, or by a
 short timer) (1) asks the seen-URL service which of them are new, marking them seen in
-the same call (DESIGN.md invariant 3: seen when enqueued), then (2) groups the novel
+the same call (docs/invariants.md #3: seen when enqueued), then (2) groups the novel
 ones by owning shard and delivers one batch per destination.
 
-For termination (DESIGN.md invariant 4) the router is counted as *busy* from the moment a
+For termination (docs/invariants.md #4) the router is counted as *busy* from the moment a
 link is submitted until the destination has accepted it: :meth:`LinkRouter.pending`
 includes buffered links and links inside a flush that has not completed. ``sent`` and
 ``delivered`` batch counters let the driver check that no batch is between shards.

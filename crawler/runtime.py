@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from crawler.config import CrawlConfig
 from crawler.frontier import UrlItem
 from crawler.hostpolicy import HostTarget
+from crawler.shardstatus import ShardStatus
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class Runtime(Protocol):
     async def widen_scope(self, urls: list[str]) -> None:
         """Tell every shard about new seeds (scope ``host``/``domain`` grows with them)."""
 
-    async def statuses(self) -> list[dict[str, Any]] | None:
+    async def statuses(self) -> list[ShardStatus] | None:
         """Every shard's status, or None when there is no consistent view (a restart)."""
 
     async def set_host_policy(
@@ -83,7 +84,7 @@ class Runtime(Protocol):
     async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
         """Why the owning shard would refuse each seed (robots, trap rules), or None."""
 
-    async def stop(self) -> list[dict[str, Any]]:
+    async def stop(self) -> list[ShardStatus]:
         """Stop every shard (rows flushed and acked); their final statuses, with ``store_counts``."""
 
     async def service_stats(self) -> dict[str, Any]:

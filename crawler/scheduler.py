@@ -1,6 +1,6 @@
 """The scheduler of one shard of hosts: frontier and politeness in, fetches out.
 
-A shard owns a slice of hosts (DESIGN.md invariant 1) and everything that is per host.
+A shard owns a slice of hosts (docs/invariants.md #1) and everything that is per host.
 For each URL the frontier hands out (at most one per host, when the host is due):
 
 1. robots: unknown rules for the URL's origin -> fetch robots.txt first (with the host's
@@ -44,6 +44,7 @@ from crawler.sitemaps import SitemapReader
 from crawler.statelog import StateLog
 from crawler.robots import RobotsClient
 from crawler.routing import LinkRouter
+from crawler.shardstatus import ShardStatus
 from crawler.traps import HostBudget
 from crawler.urls import origin
 
@@ -157,7 +158,7 @@ class ShardScheduler:
     async def accept_durably(self, items: Sequence[UrlItem]) -> int:
         """:meth:`accept`, returning only once the batch is durable where this shard's state
         is kept: in its store, and with a remote output in OUT too (crawler.statelog), so
-        that a sender may forget the batch when this returns (DESIGN.md invariant 11)."""
+        that a sender may forget the batch when this returns (docs/invariants.md #11)."""
         forwarded = 0
         if self.regions is not None:  # URLs of hosts that live elsewhere go on, durably
             if not self.gate():
@@ -395,7 +396,7 @@ class ShardScheduler:
             if item.kind != "sitemap":  # a sitemap is not an admitted URL: no row
                 self._record(item, self.pipeline.outcome(item, "failed", error=f"internal error: {exc!r}"))
         finally:
-            self.frontier.release(host)  # whatever happened (DESIGN.md invariant 4)
+            self.frontier.release(host)  # whatever happened (docs/invariants.md #4)
 
     async def _fetch(self, host: str, url: str, headers: dict[str, str] | None = None, **kw: Any) -> FetchResult:
         self.counters["requests"] += 1
@@ -450,7 +451,7 @@ class ShardScheduler:
             self._record(item, self.pipeline.outcome(item, "failed", error=f"robots.txt unreachable: {cause}"))
 
     def _record(self, item: UrlItem, outcome: Outcome) -> None:
-        """Every fetch of a URL ends as exactly one row (DESIGN.md invariant 5)."""
+        """Every fetch of a URL ends as exactly one row (docs/invariants.md #5)."""
         row = outcome.row
         self.counters[row.outcome] += 1
         if item.kind == "refresh":
@@ -468,42 +469,36 @@ class ShardScheduler:
             return self._final_counts
         return self.store.counts()
 
-    def status(self) -> dict[str, Any]:
-        """Counters for progress and for termination (crawler.termination).
-
-        ``idle``: no fetch in flight, no link in transit, and no queued URL that could
-        become ready (the page budget is spent, or only paused hosts remain).
-        ``paused_urls``: queued URLs of paused hosts: idle, but not done (the crawl waits
-        for them to be unpaused, or for a stop that keeps them for the next resume).
-        """
+    def status(self) -> ShardStatus:
+        """This shard's numbers now, for progress and for termination (crawler.termination)."""
         queued = len(self.frontier)
         transit = self.router.pending() + self.pipeline.pending() + (self.regions.pending() if self.regions else 0)
         could_work = queued > 0 and not self._budget_spent and self.frontier.next_wakeup() is not None
         paused_hosts, paused_urls = self.frontier.parked() if not self._budget_spent else (0, 0)
         refresh_waiting, refresh_due = self.frontier.refreshes()
         rs = self.router.stats()
-        return {
-            "shard": self.shard_id,
-            "idle": not self._tasks and transit == 0 and not could_work and (self._started or not self.on_start),
-            "paused_hosts": paused_hosts,
-            "paused_urls": paused_urls,
-            "queued": queued,
-            "in_flight": len(self._tasks),
-            "in_transit": transit,
-            "hosts": self.frontier.host_count(),
-            "batches_received": self.batches_received,
-            "batches_sent": rs.get("batches_sent", 0),
-            "budget_spent": self._budget_spent,
-            "counters": dict(self.counters),
-            "dropped": dict(self.dropped),
-            "router": rs,
-            "rows_pending": self.outbox.pending(),
-            "frontier_recounts": self.frontier.recounts,
-            "refresh_waiting": refresh_waiting,
-            "refresh_due": refresh_due,
-            "resumed": self.resumed,
-            "events": self.events.stats() if self.events is not None else None,
-            "news": self.news.stats(fresh=self._stopping) if self.news is not None else {},
-            "state_log": self.state_log.stats() if self.state_log is not None else None,
-            "regions": self.regions.stats() if self.regions is not None else None,
-        }
+        return ShardStatus(
+            shard=self.shard_id,
+            idle=not self._tasks and transit == 0 and not could_work and (self._started or not self.on_start),
+            paused_hosts=paused_hosts,
+            paused_urls=paused_urls,
+            queued=queued,
+            in_flight=len(self._tasks),
+            in_transit=transit,
+            hosts=self.frontier.host_count(),
+            batches_received=self.batches_received,
+            batches_sent=rs.get("batches_sent", 0),
+            budget_spent=self._budget_spent,
+            counters=dict(self.counters),
+            dropped=dict(self.dropped),
+            router=rs,
+            rows_pending=self.outbox.pending(),
+            frontier_recounts=self.frontier.recounts,
+            refresh_waiting=refresh_waiting,
+            refresh_due=refresh_due,
+            resumed=self.resumed,
+            events=self.events.stats() if self.events is not None else None,
+            news=self.news.stats(fresh=self._stopping) if self.news is not None else {},
+            state_log=self.state_log.stats() if self.state_log is not None else None,
+            regions=self.regions.stats() if self.regions is not None else None,
+        )

@@ -44,6 +44,7 @@ from crawler.lease import Lease, LeaseStore
 from crawler.output import compact_pages
 from crawler.resume import CrawlRecord, crawl_state_dir, mark_finished, prepare
 from crawler.runtime import Plan, Runtime
+from crawler.shardstatus import ShardStatus
 from crawler.sinks import sink_factory
 from crawler.state import is_remote
 from crawler.termination import TerminationDetector
@@ -154,7 +155,7 @@ class CrawlSession:
             self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
         self.started_at = self.clock.now()
         if self.mode == "resume":
-            self.resumed = sum(s.get("resumed", 0) for s in await self.runtime.statuses() or [])
+            self.resumed = sum(s.resumed for s in await self.runtime.statuses() or [])
             log.info("resuming the unfinished crawl in %s: %d URLs were queued", self.cfg.output.path, self.resumed)
         if self.on_start is not None:
             self.on_start(self)
@@ -216,8 +217,8 @@ class CrawlSession:
             self.detector.reset()
             return False
         for st in statuses:
-            if st.get("error"):
-                raise ShardFailedError(f"{st['shard']} failed: {st['error']}")
+            if st.error:
+                raise ShardFailedError(f"{st.shard} failed: {st.error}")
         self.last_total = merge_status(statuses)
         if self.on_progress is not None:
             self.on_progress(self.last_total)
@@ -437,7 +438,7 @@ class CrawlSession:
             raise ServiceUnavailableError(f"{len(failed)} seeds could not be queued, e.g. {url}: {why}")
 
     async def _deliver_new(self, urls: Sequence[str], boost: int = 0) -> tuple[list[bool], dict[str, str]]:
-        """Admit URLs at depth 0, atomically per URL (DESIGN.md invariants 3 and 5).
+        """Admit URLs at depth 0, atomically per URL (docs/invariants.md #3 and #5).
 
         1. Seen-check them: the new ones are marked seen now.
         2. Deliver the new ones to their owning shards, one batch per owner.
@@ -466,7 +467,7 @@ class CrawlSession:
             log.warning("%d seen marks undone for URLs no shard took", undone)
         return verdicts, failed
 
-    def _crawl_stats(self, finals: list[dict[str, Any]], services: dict[str, Any], elapsed: float, finished: bool) -> dict[str, Any]:
+    def _crawl_stats(self, finals: list[ShardStatus], services: dict[str, Any], elapsed: float, finished: bool) -> dict[str, Any]:
         return crawl_stats(
             self.cfg, finals, services, elapsed, finished=finished, ended=self.ended,
             seen_shards=self.record.seen_shards if self.record is not None else None,

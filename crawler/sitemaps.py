@@ -26,6 +26,7 @@ import zlib
 from dataclasses import dataclass, field
 from xml.etree.ElementTree import ParseError, XMLPullParser
 
+from crawler.errors import DeliveryError
 from crawler.feeds import Feed, looks_like_feed, parse_feed
 from crawler.urls import join_url
 
@@ -226,7 +227,7 @@ class SitemapReader:
         published = [link.published for link in links if link.fresh]
         queue(more)
         if links and not await route(links):
-            raise RuntimeError(f"{len(links)} sitemap URLs could not be delivered to their shards")
+            raise DeliveryError(f"{len(links)} sitemap URLs could not be delivered to their shards")
         if self._news is not None:
             # After delivery, so the new URLs it yielded are counted (crawler.news).
             again = self._news.sitemap_again(item, news, feed, published)

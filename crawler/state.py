@@ -5,7 +5,7 @@ the shards' event logs) lives in SQLite and log files on local disk. With a loca
 they live under ``OUT/state``, beside the rows. With a remote output (``s3://...``)
 each process keeps them on the disk of the node it runs on, under ``RAYCRAWL_LOCAL_DIR``
 (:func:`local_dir`, resolved on that node by :func:`here`), and that disk is a cache,
-never the only copy (DESIGN.md invariant 11):
+never the only copy (docs/invariants.md #11):
 
 * a shard's store is rebuilt from OUT when the shard starts (:func:`open_shard_store`):
   snapshot plus the log of changes since (crawler.statelog), then :func:`reconcile_store`
@@ -118,7 +118,7 @@ def fetch(out: str, name: str, local_path: str, options: dict | None = None) -> 
     """Replace ``local_path`` by ``OUT/state/<name>``; True if OUT had a copy.
 
     Whatever is at ``local_path`` is discarded first, copy or not: a node's disk is a
-    cache (DESIGN.md invariant 11), and a file left there by an earlier incarnation or run
+    cache (docs/invariants.md #11), and a file left there by an earlier incarnation or run
     may be older than what OUT holds, so it never wins."""
     discard(local_path)
     fs, _ = open_fs(out, options)

@@ -1,6 +1,6 @@
 """A shard's state in a remote output: snapshots plus a log of changes, by generation.
 
-DESIGN.md invariant 11: with a remote output (``s3://...``) a node's disk is a cache, and
+docs/invariants.md #11: with a remote output (``s3://...``) a node's disk is a cache, and
 losing a node with its disk loses no admitted URL, no acked row's state and no operator
 setting. A shard keeps its SQLite store (crawler.journal) on its node's disk, and every
 change it must not lose also goes, in order, into a log in the object store:

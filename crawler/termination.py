@@ -1,4 +1,4 @@
-"""Proving a crawl is finished (DESIGN.md invariant 4).
+"""Proving a crawl is finished (docs/invariants.md #4).
 
 An empty queue means nothing while fetches or batches between shards are in flight,
 and shards are polled one after another, never all at the same instant. The detector
@@ -26,20 +26,22 @@ mistaken for quiet).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Sequence
+
+from crawler.shardstatus import ShardStatus
 
 
-def _vector(statuses: Sequence[Mapping[str, Any]]) -> tuple:
+def _vector(statuses: Sequence[ShardStatus]) -> tuple:
     return tuple(
         (
-            s["shard"],
-            s.get("incarnation", ""),
-            s["batches_sent"],
-            s["batches_received"],
-            s["counters"].get("requests", 0),
-            s["queued"],
+            s.shard,
+            s.incarnation,
+            s.batches_sent,
+            s.batches_received,
+            s.counters.get("requests", 0),
+            s.queued,
         )
-        for s in sorted(statuses, key=lambda s: s["shard"])
+        for s in sorted(statuses, key=lambda s: s.shard)
     )
 
 
@@ -60,11 +62,11 @@ class TerminationDetector:
         self.driver_batches_sent += n
         self._last = None
 
-    def observe(self, statuses: Sequence[Mapping[str, Any]]) -> bool:
+    def observe(self, statuses: Sequence[ShardStatus]) -> bool:
         """Record one full round of statuses; True once termination is proven."""
         self.polls += 1
         vec = _vector(statuses)
-        if not all(s["idle"] and not s.get("paused_urls") for s in statuses):
+        if not all(s.idle and not s.paused_urls for s in statuses):
             self._last = None
             return False
         done = self._last == vec

@@ -11,7 +11,7 @@ decompresses alone, so a reader fetches only its byte range.
 Older outputs hold one gzip file per body, content-addressed
 (``OUT/blobs/ab/cd/<sha>.gz``, :meth:`BlobStore.put_many`); :meth:`BlobStore.get` reads
 both. The result writer stores a flush's bodies before its rows, so a row never points
-at a missing blob (DESIGN.md invariant 6).
+at a missing blob (docs/invariants.md #6).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class RecentKeys:
 
     Two generations: when the current one reaches half the capacity it becomes the old one
     and the previous old one is dropped. Memory stays bounded by configuration
-    (DESIGN.md invariant 8) while recent repeats -- the ones a retry or a replay produces --
+    (docs/invariants.md #8) while recent repeats -- the ones a retry or a replay produces --
     are still caught. Older repeats are removed by the readers' de-duplication.
     """
 

@@ -1,7 +1,7 @@
 """Filesystems for the output: resolving ``OUT``, and writes that are never seen half-done.
 
 ``OUT`` is any fsspec URL: a local folder or ``s3://bucket/prefix`` (through s3fs). A file
-is published atomically (DESIGN.md invariant 6: what is acked must be whole):
+is published atomically (docs/invariants.md #6: what is acked must be whole):
 
 * locally, written under a hidden temporary name (:func:`~crawler.output.layout.temp_name`)
   in the same directory, fsynced, then renamed with ``os.replace`` (atomic on POSIX), and

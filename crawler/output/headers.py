@@ -9,7 +9,7 @@ holds them). They are stored as a JSON array of ``[name, value]`` pairs, so any 
 Headers come from the web: a server may send a megabyte of them. The stored text is cut
 at :data:`MAX_HEADER_BYTES` (whole fields are dropped from the end, and a last
 ``x-raycrawl-headers-cut`` field says how many), so one hostile response costs one
-bounded cell (DESIGN.md invariant 7).
+bounded cell (docs/invariants.md #7).
 """
 
 from __future__ import annotations

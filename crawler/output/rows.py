@@ -1,7 +1,7 @@
 """From :class:`~crawler.output.schema.OutcomeRow` to Arrow column values, checked.
 
 Rows carry text from the web (header values, error messages, URLs): such text is cleaned
-so one bad value cannot make a whole part file unwritable (DESIGN.md invariant 7). A value
+so one bad value cannot make a whole part file unwritable (docs/invariants.md #7). A value
 of the wrong type or out of range is a programming error and raises ValueError, before
 the writer buffers anything of the call.
 """

@@ -1,6 +1,6 @@
 """The output row: :class:`OutcomeRow` is the one definition of a row of ``OUT/pages``.
 
-Every URL ends as exactly one outcome row (DESIGN.md invariant 5). The Parquet schema
+Every URL ends as exactly one outcome row (docs/invariants.md #5). The Parquet schema
 indexers read, :data:`PAGES_SCHEMA`, is derived from the dataclass: each field carries its
 Arrow type in its metadata, so a column cannot be added, renamed, retyped or reordered in
 one place and forgotten in the other. The schema is a public contract (README "Row
@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 OUTCOMES = ("fetched", "redirect", "not_modified", "http_error", "failed", "robots_blocked")
-"""Every URL ends as exactly one of these (DESIGN.md invariant 5)."""
+"""Every URL ends as exactly one of these (docs/invariants.md #5)."""
 DUP_KINDS = ("exact", "near")
 """``dup_kind`` values: the body equals stored content, or its SimHash is within distance 3."""
 

@@ -1,6 +1,6 @@
 """The result writer: buffers outcome rows and bodies, writes them durably, bodies first.
 
-Guarantees (DESIGN.md invariants 5 and 6):
+Guarantees (docs/invariants.md #5 and #6):
 
 * Nothing half-written is ever visible: a part file is published whole or not at all
   (:func:`crawler.output.fs.publish`).

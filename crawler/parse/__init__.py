@@ -5,7 +5,7 @@
 * :mod:`~crawler.parse.html`: :func:`parse_page` (lexbor tree, ``<base>``, links, meta
   robots / X-Robots-Tag, text, deep-nesting guard) and :func:`is_html`.
 
-Nothing here raises on input from the web (DESIGN.md invariant 7).
+Nothing here raises on input from the web (docs/invariants.md #7).
 """
 
 from __future__ import annotations

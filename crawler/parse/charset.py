@@ -228,7 +228,11 @@ def detect_charset(body: bytes, content_type: str | None) -> str:
     """
     try:
         return decoding_codec(detect_encoding(body, content_type)[0])
-    except Exception as exc:  # noqa: BLE001 - web input must not raise (invariant 7)
+    except Exception as exc:  # noqa: BLE001 - web input must not raise (docs/invariants.md #7)
+        # Logged, not counted: no counter is in reach of this pure helper, and the crawl
+        # does not come here. Its pages go through parse_page, which calls
+        # detect_encoding under its own guard; that guard records the error on the page,
+        # and the pipeline counts it in ``parse_errors``.
         log.debug("charset detection failed (%r): decoding as UTF-8", exc)
         return "utf-8"
 

@@ -7,7 +7,7 @@ The body is decoded first (:mod:`crawler.parse.charset`), and that encoding also
 how non-ASCII characters of a link's query are percent-encoded (WHATWG URL "query
 state"), so a link is resolved the way a browser would request it.
 
-Bad input from the web never raises out of this module (DESIGN.md invariant 7): a body
+Bad input from the web never raises out of this module (docs/invariants.md #7): a body
 that cannot be parsed yields a :class:`ParsedPage` whose ``error`` says why.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +24,7 @@ from selectolax.lexbor import LexborHTMLParser
 from crawler.encodings import REPLACEMENT, UTF16
 from crawler.errors import ConfigError
 from crawler.feeds import FEED_TYPES
-from crawler.maincontent import main_text
+from crawler.maincontent import extract_main
 from crawler.parse.charset import ASCII_WS, decode, decoding_codec, detect_encoding
 from crawler.urls import join_url
 
@@ -78,6 +78,9 @@ class ParsedPage:
     title: str | None = None
     error: str | None = None
     """Set when the body could not be parsed at all (the caller records it)."""
+    main_text_failed: bool = False
+    """Main-content extraction broke on this page's markup and the whole ``text`` stands
+    in for ``main_text`` (crawler.maincontent; the pipeline counts it)."""
     links_dropped: int = 0
     """Links beyond ``max_links`` that were not returned (counted, not materialized)."""
     degraded: bool = False
@@ -144,13 +147,15 @@ def _sniff_html(head: bytes) -> bool:
     return _HTML_SNIFF.match(lower) is not None
 
 
-def is_html(content_type: str | None, body: bytes) -> bool:
+def is_html(content_type: str | None, body: bytes, counters: MutableMapping[str, int] | None = None) -> bool:
     """True if the response is an HTML document the crawler should parse for links.
 
     The Content-Type decides (``text/html``, ``application/xhtml+xml``); when it is absent,
     empty, unparsable or one of the "unknown" types, the first bytes are sniffed the way
     browsers do (WHATWG MIME Sniffing: skip a BOM and whitespace, then look for an HTML
     tag such as ``<!DOCTYPE html``, ``<html``, ``<head``, ``<body``, ``<p``, ``<!--``).
+    If sniffing breaks on the body, the answer is "not HTML" and ``counters`` (the
+    pipeline's) gets one ``html_sniff_failed``.
     """
     try:
         essence = _mime_essence(content_type)
@@ -163,8 +168,10 @@ def is_html(content_type: str | None, body: bytes) -> bool:
             codec = "utf-16-le" if head[:2] == b"\xff\xfe" else "utf-16-be"
             head = head[2:].decode(codec, "replace").encode("utf-8", "replace")
         return _sniff_html(head)
-    except Exception as exc:  # noqa: BLE001 - web input must not raise (invariant 7); "not HTML" is safe
+    except Exception as exc:  # noqa: BLE001 - web input must not raise (docs/invariants.md #7); "not HTML" is safe
         log.debug("HTML sniffing failed (%r): treated as not HTML", exc)
+        if counters is not None:
+            counters["html_sniff_failed"] += 1
         return False
 
 
@@ -335,7 +342,7 @@ def parse_page(
         if not html:
             return _empty(url, False, charset, meta_noindex=noindex, meta_nofollow=nofollow)
         return _parse_html(body, url, encoding, skip, noindex, nofollow, user_agent_token, max_links)
-    except Exception as exc:  # noqa: BLE001 - invariant 7: web input costs one page, never the worker
+    except Exception as exc:  # noqa: BLE001 - docs/invariants.md #7: web input costs one page, never the worker
         return _empty(url, html, charset, error=f"{type(exc).__name__}: {exc}"[:500])
 
 
@@ -442,12 +449,17 @@ def _parse_html(
     del nodes
 
     text = main = ""
+    main_failed = False
     bodyn = tree.body
     if bodyn is not None:
         # After link extraction: stripping removes <noscript>/<svg> links too.
         tree.strip_tags(_STRIP_FOR_TEXT)
         text = " ".join(bodyn.text(separator=" ").split())
-        main = text if degraded else main_text(tree, text)
+        if degraded:
+            main = text
+        else:
+            extracted = extract_main(tree, text)
+            main, main_failed = extracted.text, extracted.error is not None
 
     return ParsedPage(
         url=url,
@@ -459,6 +471,7 @@ def _parse_html(
         meta_noindex=noindex,
         text=text,
         main_text=main,
+        main_text_failed=main_failed,
         title=title,
         links_dropped=dropped,
         degraded=degraded,

@@ -7,7 +7,7 @@
 profile directory and flags that keep it from talking to anyone but us: no background
 networking, component updates, sync or QUIC, and ``--host-resolver-rules`` mapping every
 name to nothing, so a request that escaped interception fails instead of reaching a
-host behind the crawler's back (DESIGN.md invariant 12). Its memory is the resident set
+host behind the crawler's back (docs/invariants.md #12). Its memory is the resident set
 of its whole process group (the browser, its renderers, GPU and utility processes).
 
 :class:`BrowserPool` owns ``processes`` browsers with ``tabs`` renders at a time on each.

@@ -2,7 +2,7 @@
 
 The shard that owns a page's host answers each request its render makes
 (:class:`~crawler.render.jobs.SubRequest`), by the rules every crawler request keeps
-(DESIGN.md invariant 12), in this order:
+(docs/invariants.md #12), in this order:
 
 1. only ``GET`` (the crawler never sends a form or an API write), ``http``/``https``;
 2. resource types in ``render.block`` (images, fonts, media, style sheets by default)

@@ -1,7 +1,7 @@
 """The records that cross between a host shard and a render worker.
 
 A shard hands a :class:`RenderJob` over (the page's own response: it is never fetched
-again, DESIGN.md invariant 12) and gets a :class:`RenderReply` back. While the page
+again, docs/invariants.md #12) and gets a :class:`RenderReply` back. While the page
 renders, every request the browser makes comes back to the shard as a
 :class:`SubRequest` and is answered with a :class:`SubResponse`: the shard owns the
 host, so its politeness gate, robots rules, scope and User-Agent decide (crawler.render.gate).

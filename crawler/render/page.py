@@ -8,7 +8,7 @@ The order of one render (CDP methods in brackets):
    [``Fetch.enable`` with the pattern ``*`` at the ``Request`` stage];
 3. navigate to the page's URL; the document request is answered from the response the
    crawler already has [``Fetch.fulfillRequest``]: the page is fetched once
-   (DESIGN.md invariant 12). Any later document request (a reload, an iframe, a script
+   (docs/invariants.md #12). Any later document request (a reload, an iframe, a script
    navigation) is refused: the crawler follows links, not scripts' navigations;
 4. every other request is handed to ``subfetch`` (the shard's gate: politeness, robots,
    scope, User-Agent, type blocks, caps) and its answer fulfilled, or the request failed

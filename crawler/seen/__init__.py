@@ -1,4 +1,4 @@
-"""The seen-URL set: which URLs a crawl has already enqueued (DESIGN.md invariant 3).
+"""The seen-URL set: which URLs a crawl has already enqueued (docs/invariants.md #3).
 
 A URL is marked seen when it is enqueued and is never fetched twice in one crawl pass.
 The set keeps 64-bit URL hashes, a Bloom filter in front of an exact store, sharded by

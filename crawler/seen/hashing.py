@@ -25,7 +25,7 @@ def url_hash64(url: str) -> int:
     """Unsigned 64-bit xxh3 hash of a (normalized) URL's UTF-8 bytes.
 
     ``surrogatepass``: a URL string carrying a lone surrogate (undecodable input) still
-    hashes instead of raising (invariant 7).
+    hashes instead of raising (docs/invariants.md #7).
     """
     return _x3(url.encode("utf-8", "surrogatepass"))
 

@@ -1,6 +1,6 @@
 """The seen-URL set: a Bloom filter in front of an exact store of URL hashes.
 
-DESIGN.md invariant 3: a URL is marked seen when it is enqueued and never fetched twice
+docs/invariants.md #3: a URL is marked seen when it is enqueued and never fetched twice
 in one crawl pass. :class:`SeenSet` answers "is this URL new?" and marks it in the same
 call. The Bloom filter (:mod:`crawler.seen.bloom`) answers most "new" verdicts without
 touching the exact store (:mod:`crawler.seen.store`), where a lookup can be expensive; a
@@ -428,9 +428,9 @@ class SeenSet:
 
     def forget_hashes(self, hashes: list[int]) -> int:
         """Undo :meth:`check_and_add_hashes` for hashes it just reported new, because
-        their delivery to the owning shard failed (invariant 3 marks a URL seen when it
-        is enqueued: a mark without a queue entry would lose the URL for the whole
-        crawl). Returns how many marks were undone; ``novel`` drops by as much, so the
+        their delivery to the owning shard failed (docs/invariants.md #3: a URL is marked
+        seen when it is enqueued, so a mark without a queue entry would lose the URL for
+        the whole crawl). Returns how many marks were undone; ``novel`` drops by as much, so the
         URL ledger still counts only what a shard holds.
 
         The Bloom bits stay set (a Bloom filter cannot delete): in exact mode the next

@@ -229,7 +229,7 @@ class GroundTruth:
         return 1.0 if page is not None and page.kind == "flaky-429" else None
 
     def expected_outcome(self, url: str) -> str | None:
-        """The row status a correct crawler ends ``url`` with (DESIGN.md invariant 5).
+        """The row status a correct crawler ends ``url`` with (docs/invariants.md #5).
 
         fetched | redirect | http_error | failed | robots_blocked, or None if not determined.
         The oversized bodies are ``fetched`` with ``truncated`` set (cut at limits.max_body_bytes).

@@ -2,7 +2,7 @@
 
 Every URL the crawler handles passes through here, so these functions are pure, cheap
 and never raise on input from the web: a URL that cannot be used becomes ``None`` and
-the caller counts it (DESIGN.md invariant 7). Only :func:`validate_seed`, :class:`Scope`
+the caller counts it (docs/invariants.md #7). Only :func:`validate_seed`, :class:`Scope`
 and the :class:`UrlNormalizer` constructor raise (SeedError / ConfigError), because
 their input comes from the user.
 

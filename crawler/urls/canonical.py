@@ -4,7 +4,7 @@
 few crawler-specific, documented choices (tracking parameters, userinfo, empty query).
 Its output is always a valid RFC 3986 URI with an ``http``/``https`` scheme and a host,
 and ``normalize(normalize(u)) == normalize(u)``, so one page is fetched once however a
-link spells it (DESIGN.md invariant 3). It runs once per discovered link: the common
+link spells it (docs/invariants.md #3). It runs once per discovered link: the common
 case (an already-canonical URL) takes a fast path that only checks.
 """
 

@@ -156,5 +156,5 @@ def join_url(base: str, href: str, encoding: str = "utf-8") -> str | None:
         return _join(base, href, encoding)
     except (ValueError, UnicodeError, LookupError):
         # Defensive: _join is written not to raise, but a codec misbehaving on a hostile
-        # href must cost only that link (DESIGN.md invariant 7). The caller counts None.
+        # href must cost only that link (docs/invariants.md #7). The caller counts None.
         return None

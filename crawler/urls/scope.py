@@ -2,8 +2,8 @@
 
 Seeds and the scope mode come from the user, so unlike the rest of :mod:`crawler.urls`
 these raise: a seed that does not normalize is a :class:`SeedError` whose one-line message
-says what is wrong with it, an unknown scope mode a :class:`ConfigError` (DESIGN.md
-invariant 7, second half). :meth:`Scope.allows` itself runs per discovered link and
+says what is wrong with it, an unknown scope mode a :class:`ConfigError` (docs/invariants.md
+#7, second half). :meth:`Scope.allows` itself runs per discovered link and
 never raises.
 """
 

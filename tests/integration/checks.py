@@ -99,7 +99,7 @@ def check_rows(server: WebServer, cfg: CrawlConfig) -> Any:
     assert not no_row, f"requested URLs without an outcome row: {no_row[:5]}"
     # Every reachable URL robots.txt forbids (the ground truth knows which: those linked
     # from a fetched page) ends as a robots_blocked row: a refusal is recorded, never
-    # swallowed (DESIGN.md invariant 5).
+    # swallowed (docs/invariants.md #5).
     if cfg.politeness.respect_robots:
         blocked = web.robots_blocked_urls(follow_rel_nofollow=cfg.urls.follow_rel_nofollow)
         not_blocked = sorted((u, by_url.get(u, {}).get("outcome")) for u in blocked

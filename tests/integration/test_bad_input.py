@@ -39,6 +39,7 @@ def _setup(tmp: Path) -> dict[str, str]:
     (tmp / "fake.gz").write_bytes(b"\x1f\x8b" + b"this is not gzip" * 4)
     (tmp / "crawl" / "pages").mkdir(parents=True)  # a crawl output with no rows yet
     (tmp / "good.yaml").write_text(yaml.safe_dump(GOOD_CONFIG))
+    (tmp / "out-is-file.yaml").write_text(yaml.safe_dump({**GOOD_CONFIG, "output": {"path": str(tmp / "file.txt")}}))
     (tmp / "latin1.yaml").write_bytes("seeds: [http://127.0.0.1:9/caf\xe9]\n".encode("latin-1"))
     (tmp / "broken.yaml").write_text("seeds: [http://127.0.0.1:9/\nlimits: {max_pages: 3\n")
     (tmp / "page.html").write_text("<a href='/x'>x</a>")
@@ -50,6 +51,7 @@ def _setup(tmp: Path) -> dict[str, str]:
         "fake_gz": str(tmp / "fake.gz"),
         "crawl": str(tmp / "crawl"),
         "good": str(tmp / "good.yaml"),
+        "out_is_file": str(tmp / "out-is-file.yaml"),
         "latin1": str(tmp / "latin1.yaml"),
         "broken": str(tmp / "broken.yaml"),
         "page": str(tmp / "page.html"),
@@ -67,6 +69,8 @@ ROWS: list[Row] = [
     ("stats-missing", lambda p: ["jobs.cli", "stats", p["missing"]], "holds no crawl output"),
     ("stats-unrelated", lambda p: ["jobs.cli", "stats", p["unrelated"]], "holds no crawl output"),
     ("stats-file", lambda p: ["jobs.cli", "stats", p["file"], "--json"], "not a folder"),
+    # --json once printed zeros for a typo: the same one line, no JSON
+    ("stats-missing-json", lambda p: ["jobs.cli", "stats", p["missing"], "--json"], "holds no crawl output"),
     ("report-missing", lambda p: ["jobs.cli", "report", p["missing"]], "holds no crawl output"),
     ("report-unrelated", lambda p: ["jobs.cli", "report", p["unrelated"]], "holds no crawl output"),
     ("report-file", lambda p: ["jobs.cli", "report", p["file"]], "not a folder"),
@@ -75,6 +79,7 @@ ROWS: list[Row] = [
     ("warc-typo", lambda p: ["jobs.cli", "export-warc", p["typo"]], "holds no crawl output"),
     ("warc-unrelated", lambda p: ["jobs.cli", "export-warc", p["unrelated"]], "holds no crawl output"),
     ("warc-file", lambda p: ["jobs.cli", "export-warc", p["file"]], "not a folder"),
+    ("warc-typo-json", lambda p: ["jobs.cli", "export-warc", p["typo"], "--json"], "holds no crawl output"),
     ("warc-to-missing-dir", lambda p: ["jobs.cli", "export-warc", p["crawl"], "--to", p["missing"] + "/d/x.warc.gz"], "does not exist"),
     # crawl links: a readable page file (or a URL)
     ("links-fake-gzip", lambda p: ["jobs.cli", "links", p["fake_gz"]], "not a valid gzip file"),
@@ -91,6 +96,7 @@ ROWS: list[Row] = [
     ("run-config-folder", lambda p: ["jobs.cli", "run", p["unrelated"], "--local"], "cannot read"),
     ("run-out-file", lambda p: ["jobs.cli", "run", p["good"], "--out", p["file"], "--local", "--no-progress"], "not a folder"),
     ("run-out-under-file", lambda p: ["jobs.cli", "run", p["good"], "--out", p["under_file"], "--local", "--no-progress"], "not a folder"),
+    ("run-config-out-file", lambda p: ["jobs.cli", "run", p["out_is_file"], "--local", "--no-progress"], "not a folder"),
     ("job-out-file", lambda p: ["jobs.crawl", p["good"], "--out", p["file"], "--local", "--no-progress"], "not a folder"),
     ("demo-out-file", lambda p: ["jobs.cli", "demo", "--out", p["file"], "--local", "--no-progress"], "not a folder"),
     # crawl ctl: the API address

@@ -1,4 +1,4 @@
-"""Nothing acked is lost (DESIGN.md invariant 6): crashed actors and a killed job resume.
+"""Nothing acked is lost (docs/invariants.md #6): crashed actors and a killed job resume.
 
 Asserted from the synthetic web's own log: every reachable allowed page is fetched, a
 page is fetched again only if it was in flight (fetched but not yet acked) at the

@@ -1,4 +1,4 @@
-"""One crawl per output (DESIGN.md invariant 9), judged from the server's log.
+"""One crawl per output (docs/invariants.md #9), judged from the server's log.
 
 A job killed with SIGKILL leaves its shard actors running for a moment (they live in
 Ray's worker processes, outside the killed process group). Restarted at once on the same

@@ -1,4 +1,4 @@
-"""Bounded memory (DESIGN.md invariant 8): the frontier spills to disk.
+"""Bounded memory (docs/invariants.md #8): the frontier spills to disk.
 
 A web where every page links to 5,000 new URLs; the crawl fetches 200 pages and so ends
 with ~1M URLs queued. The crawl runs in a child process that samples the frontier's own

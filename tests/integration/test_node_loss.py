@@ -1,4 +1,4 @@
-"""Lose a machine, lose nothing (DESIGN.md invariant 11), on raylets over loopback.
+"""Lose a machine, lose nothing (docs/invariants.md #11), on raylets over loopback.
 
 Two raylets on 127.0.0.1 (tests/integration/local_cluster.py), each with its own
 ``RAYCRAWL_LOCAL_DIR`` (its "disk"); the output on a loopback S3 (moto); four shards.

@@ -1,4 +1,4 @@
-"""Termination is proven, not guessed (DESIGN.md invariant 4).
+"""Termination is proven, not guessed (docs/invariants.md #4).
 
 A web where every link is discovered late: each page answers slowly, and the only link
 on it points to a page on another host (so, with several shards, to another shard). A

@@ -112,7 +112,7 @@ class Crawl:
             )
 
     def done(self) -> bool:
-        return all(s.status()["idle"] and s.outbox.pending() == 0 for s in self.shards.values())
+        return all(s.status().idle and s.outbox.pending() == 0 for s in self.shards.values())
 
     async def run(self, middle=None) -> None:
         for url in self.cfg.seeds:
@@ -171,7 +171,7 @@ def test_each_host_is_measured_once_and_fetched_from_its_home_region(tmp_path):
     # Its home (the default region's shard) forwards to the owner, and says so.
     home = crawl.shards[crawl.topology.home_of(f"{far_host}:{PORT}")]
     assert home.regions.owner_elsewhere(f"{far_host}:{PORT}") == owner.shard_id
-    stats = home.status()["regions"]
+    stats = home.status().regions
     assert stats["region_moves_out"] == len(crawl.web.hosts_in("far"))
 
 

@@ -3,7 +3,7 @@
 An import cycle only shows when a module of the cycle is imported *first* ("partially
 initialized module"), so a test run that happens to import modules in a lucky order
 never sees it. Here each module is imported first, alone, in its own interpreter (one
-subprocess per module, run in parallel). The core must never import ray (DESIGN.md:
+subprocess per module, run in parallel). The core must never import ray (the layout:
 actors wrap the core, not the other way round); that is checked both in those
 interpreters (transitive imports) and in the source (imports inside functions too).
 A static check adds that the module-level import graph of the package has no cycle at

@@ -423,7 +423,7 @@ def test_a_shard_finds_the_news_sources_of_a_host_and_fetches_new_articles_withi
     assert any(st == 304 and "If-None-Match" in h for st, h in feed)
     # The news sitemap named in robots.txt is read again, not once per robots.txt fetch.
     assert sum(p == "/news-sitemap.xml" for _, p, _, _, _, _ in fetcher.log) >= 3
-    news = stats["news"]["hosts"]["news-0.test"]
+    news = stats.news["hosts"]["news-0.test"]
     assert news["feeds"] == 1 and news["news_sitemaps"] == 1 and news["delays"] >= 25
     # Its own delay figures include the backlog it found at the start (published before).
     assert news["delay_median_s"] >= statistics.median(delays) and news["new_per_fetch"] > 0
@@ -436,7 +436,7 @@ def test_without_feeds_the_front_page_is_found_to_be_a_hub(tmp_path):
     assert missed == [] and statistics.median(delays) <= 9.0, sorted(delays)
     assert archive <= 1.2
     assert not any(p == "/feed.xml" for _, p, _, _, _, _ in fetcher.log)
-    assert stats["news"]["hosts"]["news-0.test"]["hubs"] >= 1
+    assert stats.news["hosts"]["news-0.test"]["hubs"] >= 1
 
 
 def test_the_rate_read_from_publication_dates_counts_the_silence_since_the_last_one():

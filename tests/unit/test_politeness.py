@@ -1,4 +1,4 @@
-"""Per-host pacing (DESIGN.md invariant 2): spacing measured at the server, one in flight,
+"""Per-host pacing (docs/invariants.md #2): spacing measured at the server, one in flight,
 Crawl-delay floor, 429/503 backoff and Retry-After, recovery, operator overrides."""
 
 from __future__ import annotations

@@ -144,7 +144,7 @@ def crawl(tmp_path, browser_kw=None, timeout_s: float = 20.0, seeds=("/",)):
     async def scenario():
         shard.accept([UrlItem(url(p), 0) for p in seeds])
         runner = asyncio.ensure_future(shard.run())
-        await clock.run_until(lambda: shard.status()["idle"] and shard.outbox.pending() == 0, max_time=3000)
+        await clock.run_until(lambda: shard.status().idle and shard.outbox.pending() == 0, max_time=3000)
         shard.stop()
         await runner
         await shard.close()

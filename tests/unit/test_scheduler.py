@@ -129,7 +129,7 @@ def test_robots_politeness_retry_and_output_on_the_mock_clock(crawl):
         seen.seen.add(url("/"))
         shard.accept([UrlItem(url("/"), 0)])
         runner = asyncio.ensure_future(shard.run())
-        await clock.run_until(lambda: shard.status()["idle"] and server.log and len(server.log) == 6)
+        await clock.run_until(lambda: shard.status().idle and server.log and len(server.log) == 6)
         # An output flush happens on the outbox timer, after row_flush_interval_s.
         await clock.run_until(lambda: shard.outbox.rows_acked == 4, max_time=10)
         shard.stop()

@@ -42,7 +42,7 @@ class SlowStartRuntime:
     async def deliver(self, shard_id: str, items: list[Any]) -> None:
         return None
 
-    async def statuses(self) -> list[dict[str, Any]]:
+    async def statuses(self) -> list[Any]:
         return []
 
     async def close(self) -> None:

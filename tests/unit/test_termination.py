@@ -1,5 +1,5 @@
 """TerminationDetector: "done" only from two identical rounds in which every shard was idle
-and held no paused work (DESIGN.md invariant 4). A table of poll sequences, each row a
+and held no paused work (docs/invariants.md #4). A table of poll sequences, each row a
 story of the crawl's last moments: rounds of shard statuses, and between them the
 driver's resets (a shard did not answer) and its own seed batches. Then the same proof
 against a real LinkRouter whose batch is between two shards."""
@@ -13,15 +13,15 @@ import pytest
 from crawler.clock import MockClock
 from crawler.frontier import UrlItem
 from crawler.routing import LinkRouter
+from crawler.shardstatus import ShardStatus
 from crawler.termination import TerminationDetector
 
 
 def shard(name="shard-000", *, idle=True, inc="a", sent=0, received=0, requests=0, queued=0, paused=0):
-    return {
-        "shard": name, "incarnation": inc, "idle": idle, "batches_sent": sent,
-        "batches_received": received, "counters": {"requests": requests}, "queued": queued,
-        "paused_urls": paused,
-    }
+    return ShardStatus(
+        shard=name, incarnation=inc, idle=idle, batches_sent=sent, batches_received=received,
+        counters={"requests": requests}, queued=queued, paused_urls=paused,
+    )
 
 
 A, B = "shard-000", "shard-001"

@@ -1,0 +1,148 @@
+"""A shard's watch on its driver and its lease (crawler.watchdog), on the mock clock.
+
+The actor (actors/host_shard.py) gates fetches and accepted work on ``may_work()``, flushes
+on ``on_driver_silent`` and closes on ``on_lease_lost``; these tests pin when each happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from crawler.clock import MockClock
+from crawler.lease import Fence, LeaseRecord, LeaseStore
+from crawler.watchdog import WATCH_INTERVAL_S, ShardWatchdog
+
+TIMEOUT = 1.0
+
+
+class Hooks:
+    """Records what the watchdog asked for, with the clock's time."""
+
+    def __init__(self, clock: MockClock, fail_flush: bool = False) -> None:
+        self.clock = clock
+        self.fail_flush = fail_flush
+        self.flushes: list[float] = []
+        self.lost: list[tuple[float, str | None]] = []
+        self.ticks = 0
+
+    async def on_driver_silent(self) -> None:
+        self.flushes.append(self.clock.now())
+        if self.fail_flush:
+            raise OSError("disk gone")
+
+    async def on_lease_lost(self, reason: str | None) -> None:
+        self.lost.append((self.clock.now(), reason))
+
+    def on_tick(self) -> None:
+        self.ticks += 1
+
+
+def _lease(store: LeaseStore, clock: MockClock, epoch: int = 1, ttl: float = 60.0) -> None:
+    store.write(LeaseRecord(epoch=epoch, run_id=f"run{epoch}", host="h", pid=1, expires_at=clock.wall() + ttl, ttl_s=ttl))
+
+
+def test_the_gate_shuts_after_the_driver_timeout_and_a_beat_opens_it():
+    clock = MockClock()
+    dog = ShardWatchdog(clock, TIMEOUT, None, Hooks(clock))
+    assert dog.may_work()
+    clock.advance(TIMEOUT)
+    assert dog.may_work()  # exactly the timeout is not yet silence
+    clock.advance(0.01)
+    assert dog.silent() and not dog.may_work()
+    dog.contact()
+    assert dog.may_work()
+    clock.advance(TIMEOUT - 0.01)
+    dog.contact()  # beats keep it open indefinitely
+    clock.advance(TIMEOUT - 0.01)
+    assert dog.may_work()
+
+
+def test_silence_flushes_once_per_silence_and_again_after_a_new_one():
+    clock = MockClock()
+    hooks = Hooks(clock)
+    dog = ShardWatchdog(clock, TIMEOUT, None, hooks)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(dog.run())
+        # The first look after the timeout sees the silence.
+        await clock.run_until(lambda: len(hooks.flushes) == 1)
+        assert hooks.flushes == [1.25]
+        await clock.run_until(lambda: clock.now() >= 5.0)
+        assert hooks.flushes == [1.25]  # a long silence is flushed once
+        dog.contact()
+        await clock.run_until(lambda: clock.now() >= 5.5)
+        assert hooks.flushes == [1.25] and dog.may_work()
+        await clock.run_until(lambda: len(hooks.flushes) == 2)
+        assert hooks.flushes == [1.25, 6.25]  # a second silence, a second flush
+        dog.stop()
+        await clock.run_until(task.done)
+
+    asyncio.run(main())
+    assert hooks.lost == []
+    # One per look, 0.25 s apart; the look whose sleep the stop fell into still runs.
+    assert hooks.ticks == 26
+
+
+def test_a_failed_flush_is_logged_and_the_watch_goes_on(caplog):
+    clock = MockClock()
+    hooks = Hooks(clock, fail_flush=True)
+    dog = ShardWatchdog(clock, TIMEOUT, None, hooks, name="shard-007")
+
+    async def main() -> None:
+        task = asyncio.ensure_future(dog.run())
+        await clock.run_until(lambda: clock.now() >= 3.0)
+        assert not task.done()
+        dog.stop()
+        await clock.run_until(task.done)
+
+    asyncio.run(main())
+    assert hooks.flushes == [1.25]
+    assert "shard-007: flush on driver silence failed: OSError('disk gone')" in caplog.text
+
+
+def test_a_lost_lease_shuts_the_gate_for_good_and_ends_the_watch(tmp_path):
+    clock = MockClock()
+    store = LeaseStore(str(tmp_path / "out"))
+    _lease(store, clock, epoch=1)
+    fence = Fence(store, 1, clock, check_interval_s=0.5)
+    hooks = Hooks(clock)
+    dog = ShardWatchdog(clock, TIMEOUT, fence, hooks)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(dog.run())
+        await clock.run_until(lambda: clock.now() >= 0.9)
+        dog.contact()
+        await clock.run_until(lambda: clock.now() >= 1.8)
+        dog.contact()
+        await clock.run_until(lambda: clock.now() >= 2.0)
+        assert hooks.lost == [] and dog.may_work()
+        _lease(store, clock, epoch=2)  # a newer run took the output
+        await clock.run_until(task.done)
+        # The fence rereads the lease at most every 0.5 s: the loss is seen within that.
+        assert len(hooks.lost) == 1
+        at, reason = hooks.lost[0]
+        assert 2.0 < at <= 2.5 + WATCH_INTERVAL_S
+        assert reason == "epoch 2 (run run2) replaced ours (1)"
+
+    asyncio.run(main())
+    dog.contact()
+    assert not dog.may_work()  # a beat from the old driver cannot reopen it
+    assert hooks.flushes == []  # the driver was never silent
+
+
+def test_an_expired_lease_is_lost_too(tmp_path):
+    clock = MockClock()
+    store = LeaseStore(str(tmp_path / "out"))
+    _lease(store, clock, epoch=3, ttl=2.0)
+    hooks = Hooks(clock)
+    dog = ShardWatchdog(clock, 100.0, Fence(store, 3, clock, check_interval_s=0.5), hooks)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(dog.run())
+        await asyncio.wait_for(clock.run_until(task.done), timeout=10)
+
+    asyncio.run(main())
+    at, reason = hooks.lost[0]
+    assert 2.0 <= at <= 2.5 + WATCH_INTERVAL_S
+    assert reason == "the driver stopped renewing the lease"
+    assert not dog.may_work()
