@@ -38,6 +38,16 @@ COUNTERS: Mapping[str, str] = MappingProxyType({
     "retries": "fetches retried after a transient failure",
     "internal_errors": "URLs that cost a bug (logged with its traceback): should stay 0",
     "refresh_fetches": "rows of refetches of known URLs (recrawl)",
+    # -- parse fallbacks (logged at debug, counted here)
+    "html_sniff_failed": "bodies whose HTML sniffing raised (treated as not HTML)",
+    "main_text_failed": "pages whose main-content extraction raised (the whole text is used)",
+    # -- regions (crawler.handover; a Regions part's own Counter, shown under status().regions)
+    "region_forwarded": "URLs passed on to the shard that owns their host now (as its home, or by a tombstone)",
+    "region_measurements": "hosts timed from every region (first contact, or re-measurement)",
+    "region_probes": "robots.txt requests that timed a host from one region",
+    "region_moves_out": "hosts this shard handed to another shard",
+    "region_moves_in": "hosts this shard took over from another shard",
+    "region_move_failures": "moves that failed (the host stayed and was fetched here)",
     "changes_found": "refetches whose content had changed",
     # -- the page pipeline
     "bytes": "body bytes of fetched pages (the rendered DOM for rendered pages)",

@@ -128,7 +128,7 @@ def test_a_budget_cut_trims_the_hosts_queue_and_counts_each_url(shard: Shard) ->
 
 async def test_a_shard_writes_and_counts_one_row_per_refusal(tmp_path) -> None:
     """Through the shard: each refused URL is one row, counted by its outcome in
-    ``status()["counters"]`` (what stats.json's outcomes sum); a robots.txt that got no
+    ``status().counters`` (what stats.json's outcomes sum); a robots.txt that got no
     response refuses too, but the row says the network failed, not the site."""
     async def no_dups(items):
         return [(None, None)] * len(items)
@@ -146,9 +146,9 @@ async def test_a_shard_writes_and_counts_one_row_per_refusal(tmp_path) -> None:
     queued = shard.accept([UrlItem(u, 1) for u in (
         "http://a.test/ok", "http://a.test/private/1", "http://a.test/private/2", "http://down.test/x")])
     st = shard.status()
-    assert queued == 1 and st["queued"] == 1
-    assert st["counters"]["robots_blocked"] == 2 and st["counters"]["failed"] == 1 and st["counters"]["accepted"] == 1
-    assert st["dropped"] == {}
+    assert queued == 1 and st.queued == 1
+    assert st.counters["robots_blocked"] == 2 and st.counters["failed"] == 1 and st.counters["accepted"] == 1
+    assert st.dropped == {}
     await shard.close()
     rows = {r["url"]: (r["outcome"], r["error"]) for r in read_pages(cfg.output.path).to_pylist()}
     assert rows == {

@@ -36,7 +36,10 @@ SKIPPED = ("crawler/seen/",)
 ATTRS = {"counters": "counters", "_counters": "counters", "dropped": "dropped"}
 PARAMS = {"counters": "counters", "dropped": "dropped", "counts": "dropped"}  # parameters typed Counter
 # Names that hold counters but that the scanner cannot tell from their binding.
-ALIASES = {("crawler/crawlstats.py", "render_summary", "c"): "counters"}
+ALIASES = {
+    ("crawler/crawlstats.py", "render_summary", "c"): "counters",
+    ("crawler/parse/html.py", "is_html", "counters"): "counters",  # typed MutableMapping (parse/ knows no Counter)
+}
 # Sites that write a key held in a variable: (file, counter, key expression).
 DYNAMIC = {
     ("crawler/scheduler.py", "counters", "row.outcome"),  # checked: OUTCOMES are declared
