@@ -147,7 +147,30 @@ def crawl_stats(
         "content": services.get("content", {}),
         "resumed_urls": resumed,
         "render": render_summary(c) if cfg.render.mode != "never" else None,
+        "regions": regions_summary(finals) if cfg.runtime.regions else None,
         "mode": mode,
         "config_fingerprint": cfg.fingerprint(),
         "config": to_dict(cfg),
+    }
+
+
+def regions_summary(statuses: Sequence[ShardStatus]) -> dict[str, Any]:
+    """Crawl-wide region figures (crawler.handover): hosts measured, moves, URLs passed on
+    to a host's owner, timing probes, and per region its shards and the hosts moved in."""
+    total: dict[str, int] = {}
+    per_region: dict[str, dict[str, int]] = {}
+    for st in statuses:
+        r = st.regions or {}
+        for key in ("region_measurements", "region_moves_out", "region_forwarded", "region_probes", "region_move_failures"):
+            total[key] = total.get(key, 0) + int(r.get(key, 0))
+        region = per_region.setdefault(str(r.get("region", "")), {"shards": 0, "hosts_moved_in": 0})
+        region["shards"] += 1
+        region["hosts_moved_in"] += int(r.get("region_moves_in", 0))
+    return {
+        "measured": total.get("region_measurements", 0),
+        "moves": total.get("region_moves_out", 0),
+        "move_failures": total.get("region_move_failures", 0),
+        "forwarded": total.get("region_forwarded", 0),
+        "probes": total.get("region_probes", 0),
+        "by_region": per_region,
     }

@@ -102,7 +102,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             raise StorageError(f"{stats_path} cannot be read as JSON: {exc}") from exc
         summary["run"] = {k: run.get(k) for k in (
             "finished", "ended", "elapsed_s", "pages_per_s", "requests", "robots_requests", "retries",
-            "queued_unfetched", "shards", "dropped", "events", "refresh", "news",
+            "queued_unfetched", "shards", "dropped", "events", "refresh", "news", "regions",
         )}
         led = run.get("ledger")
         if led:

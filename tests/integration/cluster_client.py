@@ -50,8 +50,9 @@ class LocalCluster:
         self.proc.stdin.flush()
         return self._read()
 
-    def add_worker(self, local_dir: str | None = None) -> str:
-        self.worker = self.ask("add-worker" + (f" {local_dir}" if local_dir else ""))["worker"]
+    def add_worker(self, local_dir: str | None = None, *, region: str | None = None, source: str | None = None) -> str:
+        words = [local_dir or "", f"region={region}" if region else "", f"source={source}" if source else ""]
+        self.worker = self.ask(" ".join(["add-worker", *filter(None, words)]))["worker"]
         return self.worker
 
     def shards(self) -> dict[str, tuple[str, str]]:

@@ -6,8 +6,11 @@ builds a head node (``ray.cluster_utils.Cluster``, every process bound to 127.0.
 dashboard, its own temp dir) and prints one JSON line ``{"address", "head"}``, then obeys
 one command per line on stdin, answering one JSON line each:
 
-    add-worker [DIR]  a second raylet ({"worker": node_id}); with DIR its processes keep
-                      their local files there (RAYCRAWL_LOCAL_DIR, as on a machine's disk)
+    add-worker [DIR] [region=R] [source=ADDR]
+                      a second raylet ({"worker": node_id}); with DIR its processes keep
+                      their local files there (RAYCRAWL_LOCAL_DIR, as on a machine's disk);
+                      region=R labels it (ray start --labels region=R); source=ADDR binds
+                      its outgoing connections to ADDR (RAYCRAWL_SOURCE_ADDRESS)
     actors            the GCS actor table ({"actors": [{"name", "node", "state", "pid"}...]})
     kill-worker       SIGKILL every process of that raylet and its workers, by PID
                       ({"killed": node_id, "workers": n}): a machine lost at once
@@ -76,17 +79,23 @@ def main(temp_dir: str) -> None:
         for line in sys.stdin:
             cmd = line.strip()
             if cmd == "add-worker" or cmd.startswith("add-worker "):
-                local_dir = cmd[len("add-worker"):].strip()
-                head_dir = os.environ.get("RAYCRAWL_LOCAL_DIR")
+                words = cmd[len("add-worker"):].split()
+                opts = dict(w.split("=", 1) for w in words if "=" in w)
+                local_dir = next((w for w in words if "=" not in w), "")
+                saved = {k: os.environ.get(k) for k in ("RAYCRAWL_LOCAL_DIR", "RAYCRAWL_SOURCE_ADDRESS")}
                 if local_dir:  # the raylet, and every worker it starts, inherit it
                     os.environ["RAYCRAWL_LOCAL_DIR"] = local_dir
+                if opts.get("source"):  # this "machine's" outgoing address (a region's)
+                    os.environ["RAYCRAWL_SOURCE_ADDRESS"] = opts["source"]
+                labels = {"region": opts["region"]} if opts.get("region") else {}
                 try:
-                    worker = cluster.add_node(**common, resources={"second_node": 1})
+                    worker = cluster.add_node(**common, resources={"second_node": 1}, labels=labels)
                 finally:
-                    if head_dir is None:
-                        os.environ.pop("RAYCRAWL_LOCAL_DIR", None)
-                    else:
-                        os.environ["RAYCRAWL_LOCAL_DIR"] = head_dir
+                    for k, v in saved.items():
+                        if v is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = v
                 cluster.wait_for_nodes()
                 say({"worker": worker.node_id})
             elif cmd == "actors":
