@@ -351,6 +351,25 @@ def _news_rows(r: Results) -> list[Row]:
     ) for name, label in NEWS_SETUPS if name in d["runs"]]
 
 
+def _regions_rows(r: Results) -> list[Row]:
+    d = r.get("regions.json")
+    if d is None:
+        return []
+    reg, one = d["runs"]["regions"], d["runs"]["one_region"]
+    g, met = d["goals"], d["goals_met"]
+    return [(
+        f"region web ({d['hosts_per_region']} hosts per region x {d['pages_per_host']} pages, 2 regions, "
+        f"{d['cross_delay_s']:g} s across, interval {d['interval_s']:g} s): regions against one region",
+        f"distant hosts done in {reg['distant_hosts_done_s']:g} s against {one['distant_hosts_done_s']:g} s "
+        f"({d['distant_speedup']:g}x); {reg['pages_per_s']:g} against {one['pages_per_s']:g} pages/s; mean answer "
+        f"time per host {reg['mean_latency_per_host_s']:g} s against {one['mean_latency_per_host_s']:g} s; "
+        f"lowest share of a host's requests from its home region {reg['min_home_share']:g}",
+        f">= {g['distant_speedup']:g}x: {_met(met['distant_speedup'])}, home share >= {g['min_home_share']:g}: "
+        f"{_met(met['min_home_share'])}",
+        _src("regions.json"),
+    )]
+
+
 def render_news(r: Results) -> str:
     """The README's "News and feeds" figures (between the news markers)."""
     d = r.get("news.json")
@@ -435,7 +454,7 @@ def _render_rows(r: Results) -> list[Row]:
 
 ROW_BUILDERS: tuple[Callable[[Results], list[Row]], ...] = (
     _throughput_rows, _scrapy_rows, _politeness_rows, _uvloop_rows, _memory_rows, _content_rows, _ring_rows,
-    _restart_rows, _freshness_rows, _news_rows, _neardup_rows, _render_rows,
+    _restart_rows, _freshness_rows, _news_rows, _regions_rows, _neardup_rows, _render_rows,
 )
 
 
