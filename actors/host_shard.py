@@ -28,6 +28,7 @@ from crawler.config import from_dict
 from crawler.frontier import UrlItem
 from crawler.handover import HostState, Probe, timed_get
 from crawler.hostpolicy import HostTarget
+from crawler.hostview import host_info
 from crawler import state
 from crawler.clock import SYSTEM_CLOCK
 from crawler.urls import host_key
@@ -91,6 +92,7 @@ class HostShard:
         self.fence = build_fence(cfg, epoch, SYSTEM_CLOCK)
         self.watchdog = ShardWatchdog(SYSTEM_CLOCK, cfg.runtime.driver_timeout_s, self.fence, self, name=shard_id)
         self._metrics_exported = 0.0
+        self.metrics = ShardMetrics(shard_id)
         self.topology = Topology.of(shard_ids, cfg.runtime.regions, cfg.placement.default_region)
         self.shard = build_shard(
             cfg,
@@ -108,10 +110,9 @@ class HostShard:
             render_service=RenderClient(render_workers, ray.get_runtime_context().current_actor) if render_workers else None,
             topology=self.topology,
             peers=RayPeers(self) if cfg.runtime.regions else None,
+            gate=self._may_work,
+            wrap_fetcher=lambda fetcher: TimedFetcher(fetcher, self.metrics.observe_latency),
         )
-        self.shard.gate = self._may_work
-        self.metrics = ShardMetrics(shard_id)
-        self.shard.fetcher = TimedFetcher(self.shard.fetcher, self.metrics.observe_latency)
         self._run_task: asyncio.Task[None] | None = None
         self._stopped = False
         self._final: ShardStatus | None = None
@@ -229,7 +230,7 @@ class HostShard:
     async def host_info(self, target: HostTarget) -> dict[str, Any]:
         if not target.hostname_wide and (owner := self._owner_elsewhere(target.key)) is not None:
             return await self._peer(owner).host_info.remote(target)
-        return self.shard.host_info(target)
+        return host_info(self.shard, target)
 
     async def vet_seeds(self, urls: list[str]) -> list[str | None]:
         return self.shard.vet_seeds(urls)

@@ -39,7 +39,7 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 
 from crawler.backqueue import UrlItem
 from crawler.clock import Clock
@@ -52,6 +52,9 @@ from crawler.regions import RegionPlacement
 from crawler.robots import RobotsCache
 from crawler.topology import Topology
 from crawler.traps import HostBudget
+
+if TYPE_CHECKING:  # the scheduler imports this module
+    from crawler.scheduler import ShardScheduler
 
 log = logging.getLogger(__name__)
 
@@ -119,11 +122,47 @@ class HostParts:
     budget: HostBudget
     flush: Callable[[], Awaitable[None]]  # rows written and acked (the outbox)
     busy: Callable[[str], bool]  # one of the host's URLs is being processed
-    adopted: Callable[[str], Any]  # the host's refreshes a scan already passed (RefreshFeed)
+    adopted: Callable[[str], int]  # the host's refreshes a scan already passed (RefreshFeed)
 
 
 def _origins(host: str) -> list[str]:
     return [f"http://{host}", f"https://{host}"]
+
+
+@dataclass
+class RegionBook:
+    """What a shard's :class:`Regions` part keeps across restarts: its checkpoint part
+    (crawler.checkpoint). Built before the checkpointer, which the :class:`Regions` part
+    (built after both) saves through, so no part is wired to another after construction."""
+
+    placement: RegionPlacement
+    frontier: Frontier  # hosts that were moving stay held after a restore
+    located: dict[str, str] = field(default_factory=dict)  # as home: host -> region (measured or moved)
+    moved: dict[str, str] = field(default_factory=dict)  # tombstones: host -> shard it went to
+    moving: dict[str, str] = field(default_factory=dict)  # moves under way: host -> target shard
+    counters: Counter[str] = field(default_factory=Counter)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The checkpoint part: placement, the home's table, tombstones and moves under way."""
+        return {
+            "placement": self.placement.snapshot(),
+            "located": dict(self.located),
+            "moved": dict(self.moved),
+            "moving": dict(self.moving),
+            "counters": dict(self.counters),
+        }
+
+    def restore(self, data: dict[str, Any]) -> None:
+        """Load a :meth:`snapshot`; hosts that were moving stay held until
+        :meth:`Regions.resume_moves` finishes their moves."""
+        if data.get("placement"):
+            self.placement.restore(data["placement"])
+        self.located = {str(k): str(v) for k, v in dict(data.get("located") or {}).items()}
+        self.moved = {str(k): str(v) for k, v in dict(data.get("moved") or {}).items()}
+        self.moving = {str(k): str(v) for k, v in dict(data.get("moving") or {}).items()}
+        self.counters.update({str(k): int(v) for k, v in dict(data.get("counters") or {}).items()})
+        for host in self.moving:
+            self.frontier.hold(host)
 
 
 @dataclass
@@ -132,7 +171,7 @@ class Regions:
 
     shard_id: str
     topology: Topology
-    placement: RegionPlacement
+    book: RegionBook
     parts: HostParts
     peers: Peers
     clock: Clock
@@ -141,16 +180,34 @@ class Regions:
     #: Saves the shard's checkpoint, journaled (crawler.checkpoint), and waits until durable.
     save: Callable[[], Awaitable[None]]
     region: str = ""
-    located: dict[str, str] = field(default_factory=dict)  # as home: host -> region (measured or moved)
-    moved: dict[str, str] = field(default_factory=dict)  # tombstones: host -> shard it went to
-    moving: dict[str, str] = field(default_factory=dict)  # moves under way: host -> target shard
-    counters: Counter[str] = field(default_factory=Counter)
     _moves: dict[str, asyncio.Future[str]] = field(default_factory=dict)
     _exporting: set[str] = field(default_factory=set)  # moves past the point of no additions
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.region = self.topology.region_of_shard(self.shard_id) or ""
+
+    # The book's parts, under the names the steps below use.
+
+    @property
+    def placement(self) -> RegionPlacement:
+        return self.book.placement
+
+    @property
+    def located(self) -> dict[str, str]:
+        return self.book.located
+
+    @property
+    def moved(self) -> dict[str, str]:
+        return self.book.moved
+
+    @property
+    def moving(self) -> dict[str, str]:
+        return self.book.moving
+
+    @property
+    def counters(self) -> Counter[str]:
+        return self.book.counters
 
     # -- routing ------------------------------------------------------------------
 
@@ -415,26 +472,12 @@ class Regions:
         }
 
     def snapshot(self) -> dict[str, Any]:
-        """The checkpoint part: placement, the home's table, tombstones and moves under way."""
-        return {
-            "placement": self.placement.snapshot(),
-            "located": dict(self.located),
-            "moved": dict(self.moved),
-            "moving": dict(self.moving),
-            "counters": dict(self.counters),
-        }
+        """The checkpoint part (:meth:`RegionBook.snapshot`)."""
+        return self.book.snapshot()
 
     def restore(self, data: dict[str, Any]) -> None:
-        """Load a :meth:`snapshot`; hosts that were moving stay held until
-        :meth:`resume_moves` finishes their moves."""
-        if data.get("placement"):
-            self.placement.restore(data["placement"])
-        self.located = {str(k): str(v) for k, v in dict(data.get("located") or {}).items()}
-        self.moved = {str(k): str(v) for k, v in dict(data.get("moved") or {}).items()}
-        self.moving = {str(k): str(v) for k, v in dict(data.get("moving") or {}).items()}
-        self.counters.update({str(k): int(v) for k, v in dict(data.get("counters") or {}).items()})
-        for host in self.moving:
-            self.parts.frontier.hold(host)
+        """Load a :meth:`snapshot` (:meth:`RegionBook.restore`)."""
+        self.book.restore(data)
 
 
 class InProcessPeers:
@@ -442,9 +485,9 @@ class InProcessPeers:
     runtime's shards): each call goes straight to the shard object. ``shards`` maps ids to
     :class:`crawler.scheduler.ShardScheduler` objects, filled in once they are built."""
 
-    def __init__(self, topology: Topology, shards: dict[str, Any] | None = None) -> None:
+    def __init__(self, topology: Topology, shards: dict[str, ShardScheduler] | None = None) -> None:
         self.topology = topology
-        self.shards: dict[str, Any] = shards if shards is not None else {}
+        self.shards: dict[str, ShardScheduler] = shards if shards is not None else {}
 
     async def accept(self, shard: str, items: list[UrlItem]) -> int:
         return await self.shards[shard].accept_durably(items)
@@ -457,8 +500,14 @@ class InProcessPeers:
         _, probe = await timed_get(shard.fetcher.fetch, url)
         return probe
 
+    def _regions(self, shard: str) -> Regions:
+        regions = self.shards[shard].regions
+        if regions is None:
+            raise DeliveryError(f"{shard} has no regions")
+        return regions
+
     async def place(self, shard: str, host: str, region: str | None) -> dict[str, Any]:
-        return await self.shards[shard].regions.place(host, region)
+        return await self._regions(shard).place(host, region)
 
     async def located(self, shard: str, host: str, region: str) -> None:
-        await self.shards[shard].regions.located_at(host, region)
+        await self._regions(shard).located_at(host, region)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig
@@ -18,14 +18,18 @@ from crawler.frontier import UrlItem
 from crawler.errors import ConfigError
 from crawler.hashring import HashRing
 from crawler.hostpolicy import HostTarget
+from crawler.hostview import host_info
 from crawler import state
-from crawler.scheduler import ShardScheduler
+from crawler.scheduler import Fetcher, ShardScheduler
 from crawler.seen import SeenGroup, SeenSet
 from crawler.runtime import Plan
 from crawler.services import CONTENT_LOG, BudgetPool, ContentIndexService, LeasedBudget, content_log_names
 from crawler.session import CrawlSession
 from crawler.shard import build_fence, build_shard
 from crawler.shardstatus import ShardStatus
+
+if TYPE_CHECKING:  # imported when render.mode is on (it needs a browser)
+    from crawler.render.browser import BrowserPool
 
 
 def seen_capacity_per_shard(cfg: CrawlConfig, seen_shards: int) -> int:
@@ -41,7 +45,7 @@ class LocalRuntime:
         fetcher_factory: makes each shard's fetcher (tests inject resolvers/transports).
     """
 
-    def __init__(self, *, clock: Clock = SYSTEM_CLOCK, fetcher_factory: Callable[[], Any] | None = None) -> None:
+    def __init__(self, *, clock: Clock = SYSTEM_CLOCK, fetcher_factory: Callable[[], Fetcher] | None = None) -> None:
         self.clock = clock
         self.fetcher_factory = fetcher_factory
         self.shards: dict[str, ShardScheduler] = {}
@@ -52,7 +56,7 @@ class LocalRuntime:
         self.sdir: str | None = None
         self.seen_restored = 0  # seen sets started from a copy in OUT (crawler.ledger)
         self._runners: list[asyncio.Task[None]] = []
-        self.render_pool: Any = None  # crawler.render.browser.BrowserPool when render.mode is on
+        self.render_pool: BrowserPool | None = None  # when render.mode is on
 
     def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
         # One process: one shard and one seen set unless the config says otherwise.
@@ -195,7 +199,7 @@ class LocalRuntime:
         return None
 
     async def host_info(self, shard_id: str | None, target: HostTarget) -> list[dict[str, Any]]:
-        return [s.host_info(target) for s in self._some(shard_id)]
+        return [host_info(s, target) for s in self._some(shard_id)]
 
     async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
         return self.shards[shard_id].vet_seeds(urls)
@@ -242,7 +246,7 @@ class LocalRuntime:
         self.seen = []
 
 
-def local_session(cfg: CrawlConfig, *, fetcher_factory: Callable[[], Any] | None = None, **kw: Any) -> CrawlSession:
+def local_session(cfg: CrawlConfig, *, fetcher_factory: Callable[[], Fetcher] | None = None, **kw: Any) -> CrawlSession:
     """A session whose shards run in this process (``crawl run --local``)."""
     clock = kw.pop("clock", SYSTEM_CLOCK)
     return CrawlSession(cfg, LocalRuntime(clock=clock, fetcher_factory=fetcher_factory), clock=clock, **kw)

@@ -29,10 +29,11 @@ from crawler.admission import Admission
 from crawler.checkpoint import Checkpointer
 from crawler.clock import Clock, wait_event
 from crawler.errors import DeliveryError, FencedError
+from crawler.events import EventEmitter
 from crawler.fetch import FetchResult, classify
 from crawler.handover import HostState, Regions
 from crawler.frontier import Frontier, UrlItem
-from crawler.hostpolicy import HostTarget, name_of
+from crawler.hostpolicy import name_of
 from crawler.journal import FrontierStore
 from crawler.news import NewsPolicy
 from crawler.outbox import Outbox
@@ -64,6 +65,52 @@ class Fetcher(Protocol):
     async def fetch(self, url: str, headers: dict[str, str] | None = None) -> FetchResult: ...
 
     async def close(self) -> None: ...
+
+
+class Gate(Protocol):
+    """May the shard start fetches and accept work now? False while the driver is silent
+    or once another run holds the output's lease (crawler.lease, crawler.watchdog)."""
+
+    def __call__(self) -> bool: ...
+
+
+def always_open() -> bool:
+    """The gate of a shard with no lease and no driver to lose (tests, ``--local`` without state)."""
+    return True
+
+
+class Hold:
+    """Until when the shard starts no request (after a resume, or while the event log is
+    full: crawler.events). Built before the shard so that the parts that hold it need no
+    reference to the shard."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self.until = 0.0
+
+    def hold(self, seconds: float) -> None:
+        """Start no request for ``seconds`` from now."""
+        self.until = self._clock.now() + seconds
+
+
+class Claims:
+    """Claims of fetches started since the last commit: made durable together by the
+    router just before it seen-checks links (crawler.routing's ``before_flush``), so a
+    page's URL is claimed in the store before any link it yields is marked seen."""
+
+    def __init__(self, store: FrontierStore | None) -> None:
+        self._store = store
+        self._pending: list[str] = []
+
+    def add(self, urls: Sequence[str]) -> None:
+        if self._store is not None:
+            self._pending.extend(urls)
+
+    def commit(self) -> None:
+        """Make the claims so far durable (the router's group commit)."""
+        if self._pending and self._store is not None:
+            claims, self._pending = self._pending, []
+            self._store.claim(claims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +148,12 @@ class ShardScheduler:
         news: NewsPolicy | None = None,
         state_log: StateLog | None = None,
         regions: Regions | None = None,
+        events: EventEmitter | None = None,
+        gate: Gate = always_open,
+        hold: Hold | None = None,
+        claims: Claims | None = None,
+        on_start: Sequence[Callable[[], Awaitable[None]]] = (),
+        resumed: int = 0,
     ) -> None:
         self.shard_id = shard_id
         self.settings = settings
@@ -115,20 +168,18 @@ class ShardScheduler:
         self.counters: Counter[str] = pipeline.counters
         self.dropped: Counter[str] = pipeline.dropped
         self.batches_received = 0
-        self.resumed = 0
-        self.events: Any = None  # crawler.events.EventEmitter, or None (sink: none)
+        self.resumed = resumed  # URLs re-queued from the store at start (crawler.checkpoint)
+        self.events = events  # None with ``events.sink: none``
+        self.gate = gate
+        # Run once before the first dispatch (resuming from a remote copy: crawler.state).
+        self.on_start = tuple(on_start)
+        self._hold = hold if hold is not None else Hold(clock)
+        self._claims = claims if claims is not None else Claims(store)
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._stopping = False
         self._budget_spent = False
-        self._hold_until = 0.0
-        self._pending_claims: list[str] = []
         self._final_counts: dict[str, int] | None = None
-        # May this shard start fetches and accept work now? False while the driver is
-        # silent or once another run holds the output's lease (crawler.lease, actors/).
-        self.gate: Callable[[], bool] = lambda: True
-        # Run once before the first dispatch (resuming from a remote copy: crawler.state).
-        self.on_start: list[Callable[[], Awaitable[Any]]] = []
         self._started = False
 
     # -- input ----------------------------------------------------------------------
@@ -210,50 +261,6 @@ class ShardScheduler:
             self.checkpointer.save(journal=True)  # an operator's setting: journaled (synced by the caller)
         self._wake.set()
 
-    def host_info(self, target: HostTarget) -> dict[str, Any]:
-        """What this shard knows of a host (GET /hosts/{host}): the hostname-wide policy and,
-        for each of its keys here, the policy in force, queue, next allowed time, robots
-        rules and backoff. A scan of the shard's hosts: an operator's call, not per URL."""
-        if target.hostname_wide:
-            keys = {k for k in (*self.frontier.keys(), *self.politeness.keys()) if name_of(k) == target.name}
-        else:
-            keys = {target.key}
-        iv, paused = self.politeness.overrides.name_override(target.name)
-        limits, name_limits = self.host_budget.limits()
-        out = []
-        for key in sorted(keys):
-            pace = self.politeness.describe(key)
-            robots = [r for r in (self.robots.cache.describe(f"{scheme}://{key}") for scheme in ("http", "https")) if r]
-            out.append({
-                "key": key,
-                "shard": self.shard_id,
-                "policy": {
-                    "max_rps": None if pace["override_interval_s"] in (None, 0) else 1.0 / pace["override_interval_s"],
-                    "paused": pace["paused"],
-                    "max_pages": self.host_budget.limit(key),
-                },
-                "queued": self.frontier.queued_for(key),
-                "in_flight": pace["in_flight"],
-                "next_allowed_in_s": pace["next_allowed_in_s"],
-                "interval_s": pace["interval_s"],
-                "pages_left": self.host_budget.remaining(key),
-                "robots": robots,
-                "backoff": {
-                    "interval_s": pace["backoff_interval_s"],
-                    "retry_after_s": pace["retry_after_s"],
-                    "crawl_delay_s": pace["crawl_delay_s"],
-                },
-                **({"placement": self.regions.describe(key)} if self.regions is not None else {}),
-            })
-        return {
-            "hostname_policy": {
-                "max_rps": None if iv in (None, 0) else 1.0 / iv,
-                "paused": paused,
-                "max_pages": name_limits.get(target.name),
-            },
-            "keys": out,
-        }
-
     def vet_seeds(self, urls: Sequence[str]) -> list[str | None]:
         """Why each seed would be refused here, or None (POST /seeds, before the seen
         check): ``robots`` when this shard's cached rules disallow it, ``scope: <rule>``
@@ -273,13 +280,7 @@ class ShardScheduler:
     def hold(self, seconds: float) -> None:
         """Start no request for ``seconds`` (after a resume: a host contacted just before
         the stop is not contacted again sooner than one interval)."""
-        self._hold_until = self.clock.now() + seconds
-
-    def commit_claims(self) -> None:
-        """Make the claims of fetches started so far durable (the router's group commit)."""
-        if self._pending_claims and self.store is not None:
-            claims, self._pending_claims = self._pending_claims, []
-            self.store.claim(claims)
+        self._hold.hold(seconds)
 
     # -- the loop -------------------------------------------------------------------
 
@@ -334,10 +335,10 @@ class ShardScheduler:
         wake = self.frontier.next_wakeup()
         if wake is None or self._budget_spent:
             return IDLE_WAIT_S
-        return min(IDLE_WAIT_S, max(0.0, max(wake, self._hold_until) - self.clock.now()))
+        return min(IDLE_WAIT_S, max(0.0, max(wake, self._hold.until) - self.clock.now()))
 
     def _dispatch(self) -> None:
-        if self._stopping or self._budget_spent or self.clock.now() < self._hold_until or not self.gate():
+        if self._stopping or self._budget_spent or self.clock.now() < self._hold.until or not self.gate():
             return
         if self.feed is not None:
             self.feed.tick()
@@ -345,9 +346,7 @@ class ShardScheduler:
         if free <= 0:
             return
         items = self.frontier.pop_ready(free)
-        if self.store is not None:
-            # Group-committed before any of their links is seen-checked (router hook).
-            self._pending_claims.extend(i.url for i in items)
+        self._claims.add([i.url for i in items])  # committed before their links are seen-checked
         for item in items:
             task = asyncio.ensure_future(self._process(item))
             self._tasks.add(task)

@@ -25,13 +25,13 @@ from crawler.config import CrawlConfig
 from crawler.events import EventEmitter, build_emitter
 from crawler.errors import ConfigError
 from crawler.fetch import Fetcher, classify, source_address
-from crawler.handover import HostParts, Peers, Regions
+from crawler.handover import HostParts, Peers, RegionBook, Regions
 from crawler.frontier import Frontier, UrlItem
 from crawler import state
 from crawler.journal import FrontierStore
 from crawler.lease import Fence, LeaseStore
 from crawler.links import LinkPolicy
-from crawler.outbox import Outbox
+from crawler.outbox import Outbox, RowWriter
 from crawler.output import ResultWriter
 from crawler.news import NewsPolicy
 from crawler.pipeline import PagePipeline
@@ -45,7 +45,8 @@ from crawler.sitemaps import SitemapReader
 from crawler.statelog import Restored, StateLog
 from crawler.robots import RobotsCache, RobotsClient
 from crawler.routing import LinkRouter, SeenService
-from crawler.scheduler import PageBudget, SchedulerSettings, ShardScheduler
+from crawler.scheduler import Claims, Gate, Hold, PageBudget, SchedulerSettings, ShardScheduler, always_open
+from crawler.scheduler import Fetcher as FetchClient
 from crawler.topology import Topology
 from crawler.traps import HostBudget, TrapRules
 from crawler.urls import DEFAULT_TRACKING_PARAMS, Scope, UrlNormalizer, host_key, join_url
@@ -147,8 +148,8 @@ def build_shard(
     store: FrontierStore | None = None,
     clock: Clock = SYSTEM_CLOCK,
     rng: random.Random | None = None,
-    fetcher: Any = None,
-    writer: Any = None,
+    fetcher: FetchClient | None = None,
+    writer: RowWriter | None = None,
     run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
     fence: Fence | None = None,
     state_log: StateLog | None = None,
@@ -156,6 +157,8 @@ def build_shard(
     render_service: RenderService | None = None,
     topology: Topology | None = None,
     peers: Peers | None = None,
+    gate: Gate | None = None,
+    wrap_fetcher: Callable[[FetchClient], FetchClient] | None = None,
 ) -> ShardScheduler:
     """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
     the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs).
@@ -163,7 +166,13 @@ def build_shard(
     OUT held when the store was rebuilt from it (crawler.state.open_shard_store).
     ``render_service``: where pages are rendered when ``render.mode`` is not ``never``.
     ``topology``/``peers``: with ``runtime.regions``, the crawl's shards by region and how
-    to reach them (crawler.handover)."""
+    to reach them (crawler.handover). ``gate``: may the shard work now (default: while
+    ``fence`` holds the output's lease). ``wrap_fetcher``: wraps the fetcher the scheduler
+    fetches pages through (the actor times them); robots, sitemaps, probes and renders too
+    go through the scheduler's, rendering and the own region's probe through the bare one.
+
+    Every part is built with its collaborators passed in, in dependency order, and the
+    scheduler last: no part is wired after construction (tests/unit/test_assembly.py)."""
     pol, rt = cfg.politeness, cfg.runtime
     rng = rng or random.Random(zlib.crc32(shard_id.encode()))  # the same in every process (str hash is salted)
     politeness = Politeness(
@@ -232,30 +241,19 @@ def build_shard(
     )
     checkpointer = None
     out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
-    shard_ref: list[ShardScheduler] = []  # parts below call the shard (built last)
-    regions = None
+    hold = Hold(clock)  # the emitter holds the shard while its log is full
+    claims = Claims(store)  # the router commits them before its seen check
+    book = None
     if rt.regions:
         if store is None or topology is None or peers is None:
             raise ConfigError("runtime.regions: needs the Ray runtime and a crawl with durable state (not --local)")
         pc = cfg.placement
-
-        async def save_now() -> None:
-            assert checkpointer is not None
-            checkpointer.save(journal=True)
-            await shard_ref[0].synced()
-
-        regions = Regions(
-            shard_id, topology,
+        book = RegionBook(
             RegionPlacement(
                 rt.regions, pc.default_region or rt.regions[0], dict(pc.rules), remeasure_s=pc.remeasure_s,
                 move_gain=pc.move_gain, move_min_s=pc.move_min_s, clock=clock, rng=random.Random(rng.random()),
             ),
-            HostParts(
-                store, frontier, politeness, robots_cache, host_budget,
-                flush=lambda: shard_ref[0].outbox.flush(final=True), busy=frontier.busy,
-                adopted=lambda host: shard_ref[0].feed.adopted(host) if shard_ref[0].feed is not None else 0,
-            ),
-            peers, clock, fetch=lambda url: fetcher.fetch(url), save=save_now,
+            frontier,
         )
     if store is not None:
 
@@ -273,7 +271,7 @@ def build_shard(
                 "counters": (lambda: dict(pipeline.counters), pipeline.counters.update),
                 "dropped": (lambda: dict(pipeline.dropped), pipeline.dropped.update),
                 **({"render_hosts": (renderer.decider.snapshot, renderer.decider.restore)} if renderer else {}),
-                **({"regions": (regions.snapshot, regions.restore)} if regions is not None else {}),
+                **({"regions": (book.snapshot, book.restore)} if book is not None else {}),
             },
             clock,
             interval_s=rt.checkpoint_interval_s,
@@ -283,7 +281,7 @@ def build_shard(
     emitter = build_emitter(
         cfg.events, shard_id, out, opts, clock,
         log_path=os.path.splitext(store.path)[0] + ".events.sqlite" if store is not None else None,
-        hold=lambda seconds: shard_ref[0].hold(seconds),
+        hold=hold.hold,
     )
     feed = RefreshFeed(store, frontier, clock) if rc.enabled and store is not None else None
     outbox = Outbox(
@@ -297,6 +295,28 @@ def build_shard(
         on_durable=emitter.on_durable if emitter is not None else None,
         on_acked=feed.acked if feed is not None else None,
     )
+    regions = None
+    if book is not None:
+        assert store is not None and topology is not None and peers is not None  # checked above
+        synced = state_log.synced if state_log is not None else None
+
+        async def save_now() -> None:
+            assert checkpointer is not None
+            checkpointer.save(journal=True)
+            if synced is not None:
+                await synced()
+
+        async def flush_rows() -> None:
+            await outbox.flush(final=True)
+
+        regions = Regions(
+            shard_id, topology, book,
+            HostParts(
+                store, frontier, politeness, robots_cache, host_budget, flush=flush_rows, busy=frontier.busy,
+                adopted=feed.adopted if feed is not None else (lambda host: 0),
+            ),
+            peers, clock, fetch=lambda url: fetcher.fetch(url), save=save_now,
+        )
     sitemaps = None
     if cfg.sitemaps.enabled:
         sm = cfg.sitemaps
@@ -312,34 +332,12 @@ def build_shard(
             max_files=sm.max_files_per_host, max_urls=sm.max_urls_per_file, max_bytes=sm.max_bytes_per_file,
             links=links, counters=pipeline.counters, dropped=pipeline.dropped, nudge=nudge, news=news,
         )
-    router = LinkRouter(seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s, clock=clock)
-    shard = ShardScheduler(
-        shard_id,
-        SchedulerSettings(cfg.fetch.max_in_flight, cfg.fetch.attempts, pol.respect_robots),
-        frontier=frontier,
-        politeness=politeness,
-        robots=robots,
-        pipeline=pipeline,
-        host_budget=host_budget,
-        admission=Admission(store, robots_cache, host_budget, frontier, respect_robots=pol.respect_robots, dropped=pipeline.dropped),
-        budget=budget,
-        fetcher=fetcher,
-        outbox=outbox,
-        router=router,
-        clock=clock,
-        store=store,
-        checkpointer=checkpointer,
-        feed=feed,
-        sitemaps=sitemaps,
-        news=news,
-        state_log=state_log,
-        regions=regions,
+    router = LinkRouter(
+        seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s, clock=clock,
+        before_flush=claims.commit,  # claims are durable before links are marked seen
     )
-    shard_ref.append(shard)
-    shard.events = emitter
-    router.before_flush = shard.commit_claims  # claims are durable before links are marked seen
-    if fence is not None:
-        shard.gate = fence.ok
+    on_start: list[Callable[[], Awaitable[None]]] = []
+    resumed = 0
     if store is not None and checkpointer is not None:
         if restored is not None and restored.anything:
             # Rebuilt from OUT: rows written since the snapshot whose acks were not yet
@@ -352,18 +350,45 @@ def build_shard(
                 async def resend(rows=rows) -> None:
                     emitter.on_durable(state.event_rows(rows))
 
-                shard.on_start.append(resend)
+                on_start.append(resend)
         # Policies first: the frontier schedules the resumed hosts by them (a paused host
         # must be parked from the start, not scheduled as never contacted).
         had_checkpoint = checkpointer.restore()
         if regions is not None and regions.moving:
-            shard.on_start.append(regions.resume_moves)  # moves a crash interrupted
+            on_start.append(regions.resume_moves)  # moves a crash interrupted
         if restored is not None and restored.anything:
-            shard.counters["restarts_from_out"] += 1
-            shard.counters["restored_done_from_rows"] += settled
-        shard.resumed = resume_queue(store, frontier)
-        if had_checkpoint or shard.resumed:
+            pipeline.counters["restarts_from_out"] += 1
+            pipeline.counters["restored_done_from_rows"] += settled
+        resumed = resume_queue(store, frontier)
+        if had_checkpoint or resumed:
             # No request before one interval: a host contacted just before the stop is
             # not contacted again too soon.
-            shard.hold(max(pol.interval_s, 0.05))
-    return shard
+            hold.hold(max(pol.interval_s, 0.05))
+    return ShardScheduler(
+        shard_id,
+        SchedulerSettings(cfg.fetch.max_in_flight, cfg.fetch.attempts, pol.respect_robots),
+        frontier=frontier,
+        politeness=politeness,
+        robots=robots,
+        pipeline=pipeline,
+        host_budget=host_budget,
+        admission=Admission(store, robots_cache, host_budget, frontier, respect_robots=pol.respect_robots, dropped=pipeline.dropped),
+        budget=budget,
+        fetcher=wrap_fetcher(fetcher) if wrap_fetcher is not None else fetcher,
+        outbox=outbox,
+        router=router,
+        clock=clock,
+        store=store,
+        checkpointer=checkpointer,
+        feed=feed,
+        sitemaps=sitemaps,
+        news=news,
+        state_log=state_log,
+        regions=regions,
+        events=emitter,
+        gate=gate if gate is not None else (fence.ok if fence is not None else always_open),
+        hold=hold,
+        claims=claims,
+        on_start=on_start,
+        resumed=resumed,
+    )

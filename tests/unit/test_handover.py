@@ -23,6 +23,7 @@ from crawler.clock import MockClock
 from crawler.fetch import FetchResult
 from crawler.frontier import UrlItem
 from crawler.handover import InProcessPeers
+from crawler.hostview import host_info
 from crawler.journal import FrontierStore
 from crawler.output import read_pages
 from crawler.shard import build_shard
@@ -204,7 +205,7 @@ def test_a_move_in_the_middle_of_a_crawl_loses_nothing_and_keeps_the_interval(tm
     k = pages.index("far")
     assert k >= 2 and set(pages[k:]) == {"far"}, pages
     far = crawl.shards[crawl.topology.owner_in("far", key)]
-    info = far.host_info(type("T", (), {"hostname_wide": False, "key": key, "name": host})())
+    info = host_info(far, type("T", (), {"hostname_wide": False, "key": key, "name": host})())
     assert info["keys"][0]["placement"]["how"] == "rule"
 
 

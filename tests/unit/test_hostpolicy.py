@@ -15,6 +15,7 @@ from crawler.clock import MockClock
 from crawler.errors import ConfigError
 from crawler.frontier import UrlItem
 from crawler.hostpolicy import HostPolicy, parse_host
+from crawler.hostview import host_info
 from crawler.journal import FrontierStore
 from crawler.politeness import Politeness
 from crawler.shard import build_shard
@@ -156,7 +157,7 @@ async def test_shard_hostname_pause_stops_every_port_until_resumed(tmp_path):
     run = asyncio.ensure_future(shard.run())
     await run_for(clock, 10)
     assert server.log == []
-    info = shard.host_info(parse_host("a.test"))
+    info = host_info(shard, parse_host("a.test"))
     assert [k["key"] for k in info["keys"]] == ["a.test:81", "a.test:82"]
     assert info["hostname_policy"]["paused"] is True and all(k["next_allowed_in_s"] is None for k in info["keys"])
 
