@@ -28,12 +28,11 @@ from crawler.config import from_dict
 from crawler.frontier import UrlItem
 from crawler.handover import HostState, Probe, timed_get
 from crawler.hostpolicy import HostTarget
-from crawler.hostview import host_info
 from crawler import state
 from crawler.clock import SYSTEM_CLOCK
-from crawler.urls import host_key
 from crawler.services import LeasedBudget
 from crawler.shard import build_fence, build_shard
+from crawler.shardcalls import ShardEndpoint
 from crawler.topology import Topology
 from crawler.shardstatus import ShardStatus
 from crawler.watchdog import ShardWatchdog
@@ -113,6 +112,7 @@ class HostShard:
             gate=self._may_work,
             wrap_fetcher=lambda fetcher: TimedFetcher(fetcher, self.metrics.observe_latency),
         )
+        self.endpoint = ShardEndpoint(self.shard, self._forward)
         self._run_task: asyncio.Task[None] | None = None
         self._stopped = False
         self._final: ShardStatus | None = None
@@ -176,7 +176,7 @@ class HostShard:
         """A batch of novel URLs owned by this shard (durable, in OUT for a remote output,
         before this returns)."""
         self._ensure_running()
-        return await self.shard.accept_durably(items)
+        return await self.endpoint.accept(items)
 
     async def adopt(self, state: HostState) -> int:
         """A host handed over by another shard (crawler.handover), durable on return."""
@@ -189,51 +189,39 @@ class HostShard:
         _, probe = await timed_get(self.shard.fetcher.fetch, url)
         return probe
 
+    async def _forward(self, owner: str, method: str, *args: Any) -> Any:
+        """The same call on the shard that owns the host now (regions: a moved host)."""
+        return await call_service(lambda: getattr(self._peer(owner), method).remote(*args), f"shard {owner}")
+
+    # What the runtime asks (crawler.shardcalls.ShardEndpoint answers, in this process).
+
     async def place(self, host: str, region: str | None) -> dict[str, Any]:
-        """An operator's region rule for ``host`` (crawler.handover.Regions.place)."""
         self._ensure_running()
-        assert self.shard.regions is not None
-        return await self.shard.regions.place(host, region)
+        return await self.endpoint.place(host, region)
 
     async def located(self, host: str, region: str) -> None:
-        """As ``host``'s home: it now lives in ``region``."""
-        assert self.shard.regions is not None
-        await self.shard.regions.located_at(host, region)
-
-    def _owner_elsewhere(self, key: str) -> str | None:
-        """The shard that owns ``key`` when it is not this one (regions: a moved host)."""
-        regions = self.shard.regions
-        return None if regions is None else regions.owner_elsewhere(key)
+        await self.endpoint.located(host, region)
 
     async def add_seeds(self, urls: list[str]) -> None:
-        self.shard.pipeline.links.scope.add_seeds(urls)
+        await self.endpoint.add_seeds(urls)
 
     async def set_host_policy(
         self, host: str, interval_s: float | None, paused: bool | None, max_pages: int | None = None,
         hostname_wide: bool = False,
     ) -> None:
-        if not hostname_wide and (owner := self._owner_elsewhere(host)) is not None:
-            return await call_service(
-                lambda: self._peer(owner).set_host_policy.remote(host, interval_s, paused, max_pages, False), f"shard {owner}"
-            )
-        self.shard.set_host_policy(host, interval_s, paused, max_pages, hostname_wide=hostname_wide)
-        await self.shard.synced()
+        await self.endpoint.set_host_policy(host, interval_s, paused, max_pages, hostname_wide)
 
     async def url_status(self, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
-        if url is not None and (owner := self._owner_elsewhere(host_key(url))) is not None:
-            return await self._peer(owner).url_status.remote(url, url_hash)
-        return self.shard.store.url_status(url, url_hash=url_hash) if self.shard.store is not None else None
+        return await self.endpoint.url_status(url, url_hash)
 
     async def url_for_hash(self, url_hash: str) -> str | None:
-        return self.shard.store.url_for_hash(url_hash) if self.shard.store is not None else None
+        return await self.endpoint.url_for_hash(url_hash)
 
     async def host_info(self, target: HostTarget) -> dict[str, Any]:
-        if not target.hostname_wide and (owner := self._owner_elsewhere(target.key)) is not None:
-            return await self._peer(owner).host_info.remote(target)
-        return host_info(self.shard, target)
+        return await self.endpoint.host_info(target)
 
     async def vet_seeds(self, urls: list[str]) -> list[str | None]:
-        return self.shard.vet_seeds(urls)
+        return await self.endpoint.vet_seeds(urls)
 
     async def render_answer(self, req: Any) -> Any:
         """A request a browser made while rendering one of this shard's pages

@@ -17,11 +17,10 @@ from typing import Any
 
 from crawler import state
 from crawler.config import CrawlConfig, resolve_shards, to_dict
-from crawler.frontier import UrlItem
-from crawler.hostpolicy import HostTarget
 from crawler.local import seen_capacity_per_shard
 from crawler.runtime import Plan
 from crawler.services import CONTENT_LOG
+from crawler.shardcalls import ShardCalls, merge_seen_stats
 from crawler.topology import Topology
 from crawler.shardstatus import ShardStatus
 
@@ -68,7 +67,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, temp_di
     return True
 
 
-class RayRuntime:
+class RayRuntime(ShardCalls):
     """Runs a session's shards as HostShard actors and its services as actors."""
 
     def __init__(self, address: str | None = None) -> None:
@@ -180,14 +179,17 @@ class RayRuntime:
     async def seen_forget(self, urls: list[str]) -> int:
         return await self._seen.forget(urls)
 
-    async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
+    def _shard_ids(self) -> list[str]:
+        return list(self.shards)
+
+    async def _call(self, shard_id: str, method: str, *args: Any, patient: bool = False) -> Any:
+        call = getattr(self.shards[shard_id], method)
+        if not patient:
+            return await call.remote(*args)
         from actors.services import call_service
 
         # A shard restarting after its node was lost: wait for it (it comes back from OUT).
-        await call_service(lambda: self.shards[shard_id].accept.remote(items), f"shard {shard_id}")
-
-    async def widen_scope(self, urls: list[str]) -> None:
-        await asyncio.gather(*(s.add_seeds.remote(urls) for s in self.shards.values()))
+        return await call_service(lambda: call.remote(*args), f"shard {shard_id}")
 
     async def statuses(self) -> list[ShardStatus] | None:
         from ray.exceptions import RayActorError
@@ -200,37 +202,6 @@ class RayRuntime:
             log.warning("a shard did not answer (restarting?): %s", type(exc).__name__)
             return None
 
-    def _some(self, shard_id: str | None) -> list[Any]:
-        return list(self.shards.values()) if shard_id is None else [self.shards[shard_id]]
-
-    async def set_host_policy(
-        self, shard_id: str | None, host: str, interval_s: float | None, paused: bool | None,
-        max_pages: int | None, hostname_wide: bool,
-    ) -> None:
-        await asyncio.gather(
-            *(s.set_host_policy.remote(host, interval_s, paused, max_pages, hostname_wide) for s in self._some(shard_id))
-        )
-
-    async def place(self, shard_id: str, host: str, region: str | None) -> dict[str, Any]:
-        return await self.shards[shard_id].place.remote(host, region)
-
-    async def url_for_hash(self, url_hash: str) -> str | None:
-        found = await asyncio.gather(*(s.url_for_hash.remote(url_hash) for s in self.shards.values()))
-        return next((u for u in found if u is not None), None)
-
-    async def host_info(self, shard_id: str | None, target: HostTarget) -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(s.host_info.remote(target) for s in self._some(shard_id))))
-
-    async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
-        return await self.shards[shard_id].vet_seeds.remote(urls)
-
-    async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
-        shards = [self.shards[shard_id]] if shard_id is not None else list(self.shards.values())
-        for found in await asyncio.gather(*(s.url_status.remote(url, url_hash) for s in shards)):
-            if found is not None:
-                return found
-        return None
-
     async def stop(self) -> list[ShardStatus]:
         finals = await asyncio.wait_for(
             asyncio.gather(*(s.stop.remote() for s in self.shards.values())), STOP_TIMEOUT_S
@@ -242,12 +213,7 @@ class RayRuntime:
         return list(finals)
 
     async def service_stats(self) -> dict[str, Any]:
-        seen_stats = await asyncio.gather(*(a.stats.remote() for a in self.seen_actors))
-        seen: dict[str, Any] = {}
-        for s in seen_stats:
-            for k, v in s.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    seen[k] = seen.get(k, 0) + v
+        seen = merge_seen_stats(await asyncio.gather(*(a.stats.remote() for a in self.seen_actors)))
         content = await self.content_actor.stats.remote() if self.content_actor is not None else {}
         return {"seen": seen, "content": content}
 

@@ -14,11 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config import CrawlConfig
-from crawler.frontier import UrlItem
-from crawler.errors import ConfigError
 from crawler.hashring import HashRing
-from crawler.hostpolicy import HostTarget
-from crawler.hostview import host_info
 from crawler import state
 from crawler.scheduler import Fetcher, ShardScheduler
 from crawler.seen import SeenGroup, SeenSet
@@ -26,6 +22,7 @@ from crawler.runtime import Plan
 from crawler.services import CONTENT_LOG, BudgetPool, ContentIndexService, LeasedBudget, content_log_names
 from crawler.session import CrawlSession
 from crawler.shard import build_fence, build_shard
+from crawler.shardcalls import ShardCalls, ShardEndpoint, merge_seen_stats
 from crawler.shardstatus import ShardStatus
 
 if TYPE_CHECKING:  # imported when render.mode is on (it needs a browser)
@@ -37,7 +34,7 @@ def seen_capacity_per_shard(cfg: CrawlConfig, seen_shards: int) -> int:
     return max(1000, cfg.dedup.seen_capacity // max(1, seen_shards))
 
 
-class LocalRuntime:
+class LocalRuntime(ShardCalls):
     """Shards, seen sets, the content index and the page budget as plain objects here.
 
     Args:
@@ -49,6 +46,7 @@ class LocalRuntime:
         self.clock = clock
         self.fetcher_factory = fetcher_factory
         self.shards: dict[str, ShardScheduler] = {}
+        self.endpoints: dict[str, ShardEndpoint] = {}
         self.seen: list[SeenSet] = []
         self._seen_group: SeenGroup | None = None
         self.content: ContentIndexService | None = None
@@ -126,6 +124,7 @@ class LocalRuntime:
                 restored=opened.restored if opened else None,
                 render_service=self.render_pool,
             )
+        self.endpoints = {sid: ShardEndpoint(s) for sid, s in self.shards.items()}
         self._runners = [asyncio.ensure_future(s.run()) for s in self.shards.values()]
 
     async def heartbeat(self) -> None:
@@ -168,52 +167,17 @@ class LocalRuntime:
         assert self._seen_group is not None
         return await self._seen_group.forget(urls)
 
-    async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
-        await self.shards[shard_id].accept_durably(items)
+    def _shard_ids(self) -> list[str]:
+        return list(self.shards)
 
-    async def widen_scope(self, urls: list[str]) -> None:
-        for s in self.shards.values():
-            s.pipeline.links.scope.add_seeds(urls)
+    async def _call(self, shard_id: str, method: str, *args: Any, patient: bool = False) -> Any:
+        return await getattr(self.endpoints[shard_id], method)(*args)
 
     async def statuses(self) -> list[ShardStatus] | None:
         for r in self._runners:
             if r.done() and r.exception() is not None:
                 raise r.exception()  # type: ignore[misc]
         return [s.status() for s in self.shards.values()]
-
-    def _some(self, shard_id: str | None) -> list[ShardScheduler]:
-        return list(self.shards.values()) if shard_id is None else [self.shards[shard_id]]
-
-    async def set_host_policy(
-        self, shard_id: str | None, host: str, interval_s: float | None, paused: bool | None,
-        max_pages: int | None, hostname_wide: bool,
-    ) -> None:
-        for s in self._some(shard_id):
-            s.set_host_policy(host, interval_s, paused, max_pages, hostname_wide=hostname_wide)
-
-    async def url_for_hash(self, url_hash: str) -> str | None:
-        for s in self.shards.values():
-            url = s.store.url_for_hash(url_hash) if s.store is not None else None
-            if url is not None:
-                return url
-        return None
-
-    async def host_info(self, shard_id: str | None, target: HostTarget) -> list[dict[str, Any]]:
-        return [host_info(s, target) for s in self._some(shard_id)]
-
-    async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
-        return self.shards[shard_id].vet_seeds(urls)
-
-    async def place(self, shard_id: str, host: str, region: str | None) -> dict[str, Any]:
-        raise ConfigError("region: this runtime has one region (runtime.regions needs the Ray runtime)")
-
-    async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
-        shards = [self.shards[shard_id]] if shard_id is not None else list(self.shards.values())
-        for shard in shards:
-            found = shard.store.url_status(url, url_hash=url_hash) if shard.store is not None else None
-            if found is not None:
-                return found
-        return None
 
     async def stop(self) -> list[ShardStatus]:
         for s in self.shards.values():
@@ -228,14 +192,7 @@ class LocalRuntime:
         return finals
 
     async def service_stats(self) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
-        for st in (s.stats() for s in self.seen):
-            for k, v in st.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    seen[k] = seen.get(k, 0) + v
-                else:
-                    seen.setdefault(k, v)
-        seen["restored_from_out"] = self.seen_restored
+        seen = merge_seen_stats([s.stats() for s in self.seen], restored_from_out=self.seen_restored)
         return {"seen": seen, "content": await self.content.stats() if self.content is not None else {}}
 
     async def close(self) -> None:

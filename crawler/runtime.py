@@ -4,7 +4,9 @@ crawl's services run.
 ``crawler.local.LocalRuntime`` runs every shard in this process;
 ``actors.runtime.RayRuntime`` runs them as Ray actors. Everything above the seam
 (seeding, resume, stats, host policy, per-URL status, stop) is written once, in the
-session, so the two runtimes cannot drift apart.
+session, and the calls to the shards below it once, in crawler.shardcalls (both
+runtimes subclass its ``ShardCalls`` and differ only in how a call reaches a shard), so
+the two runtimes cannot drift apart.
 """
 
 from __future__ import annotations
@@ -72,14 +74,15 @@ class Runtime(Protocol):
         """An operator's region rule for ``host`` at its home shard (None: measure again);
         returns the host's placement once any move it caused is done."""
 
-    async def url_status(self, shard_id: str, url: str) -> dict[str, Any] | None:
-        """The owning shard's per-URL state (crawler.journal.FrontierStore.url_status)."""
+    async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
+        """The per-URL state (crawler.journal.FrontierStore.url_status) on shard
+        ``shard_id``, or the first shard that has it (None)."""
 
     async def url_for_hash(self, url_hash: str) -> str | None:
         """The URL with this public id, from whichever shard's store has it."""
 
     async def host_info(self, shard_id: str | None, target: HostTarget) -> list[dict[str, Any]]:
-        """Each asked shard's view of a host (crawler.scheduler.ShardScheduler.host_info)."""
+        """Each asked shard's view of a host (crawler.hostview.host_info)."""
 
     async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
         """Why the owning shard would refuse each seed (robots, trap rules), or None."""

@@ -261,6 +261,10 @@ class ShardScheduler:
             self.checkpointer.save(journal=True)  # an operator's setting: journaled (synced by the caller)
         self._wake.set()
 
+    def widen_scope(self, urls: Sequence[str]) -> None:
+        """Seeds added while the crawl runs: scope ``host``/``domain`` grows with them."""
+        self.pipeline.links.scope.add_seeds(urls)
+
     def vet_seeds(self, urls: Sequence[str]) -> list[str | None]:
         """Why each seed would be refused here, or None (POST /seeds, before the seen
         check): ``robots`` when this shard's cached rules disallow it, ``scope: <rule>``
