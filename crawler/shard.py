@@ -135,6 +135,52 @@ def _flush_hooks(checkpointer: Checkpointer | None, emitter: EventEmitter | None
     return both
 
 
+def _resume(
+    cfg: CrawlConfig,
+    shard_id: str,
+    store: FrontierStore,
+    checkpointer: Checkpointer,
+    frontier: Frontier,
+    *,
+    restored: Restored | None,
+    emitter: EventEmitter | None,
+    regions: Regions | None,
+    counters: Counter[str],
+    hold: Hold,
+) -> tuple[list[Callable[[], Awaitable[None]]], int]:
+    """Bring a shard's parts back from its store (and, rebuilt from OUT, the rows written
+    since the snapshot): the steps to run before its first dispatch, and how many URLs
+    were re-queued."""
+    on_start: list[Callable[[], Awaitable[None]]] = []
+    settled = 0
+    if restored is not None and restored.anything:
+        # Rebuilt from OUT: rows written since the snapshot whose acks were not yet
+        # journaled settle the rest (crawler.state.reconcile_store).
+        rows = state.rows_since(shard_id, cfg.output.path, dict(cfg.output.storage_options) or None, restored.snapshot_wall)
+        settled = state.reconcile_store(store, rows)
+        if emitter is not None:
+            # Events of rows since the snapshot may have been waiting in the lost log
+            # (the ones before it came back with the snapshot): sent again, at least once.
+            async def resend(rows=rows) -> None:
+                emitter.on_durable(state.event_rows(rows))
+
+            on_start.append(resend)
+    # Policies first: the frontier schedules the resumed hosts by them (a paused host
+    # must be parked from the start, not scheduled as never contacted).
+    had_checkpoint = checkpointer.restore()
+    if regions is not None and regions.moving:
+        on_start.append(regions.resume_moves)  # moves a crash interrupted
+    if restored is not None and restored.anything:
+        counters["restarts_from_out"] += 1
+        counters["restored_done_from_rows"] += settled
+    resumed = resume_queue(store, frontier)
+    if had_checkpoint or resumed:
+        # No request before one interval: a host contacted just before the stop is
+        # not contacted again too soon.
+        hold.hold(max(cfg.politeness.interval_s, 0.05))
+    return on_start, resumed
+
+
 def build_shard(
     cfg: CrawlConfig,
     shard_id: str,
@@ -336,34 +382,12 @@ def build_shard(
         seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s, clock=clock,
         before_flush=claims.commit,  # claims are durable before links are marked seen
     )
-    on_start: list[Callable[[], Awaitable[None]]] = []
-    resumed = 0
+    on_start, resumed = [], 0
     if store is not None and checkpointer is not None:
-        if restored is not None and restored.anything:
-            # Rebuilt from OUT: rows written since the snapshot whose acks were not yet
-            # journaled settle the rest (crawler.state.reconcile_store).
-            rows = state.rows_since(shard_id, out, opts, restored.snapshot_wall)
-            settled = state.reconcile_store(store, rows)
-            if emitter is not None:
-                # Events of rows since the snapshot may have been waiting in the lost log
-                # (the ones before it came back with the snapshot): sent again, at least once.
-                async def resend(rows=rows) -> None:
-                    emitter.on_durable(state.event_rows(rows))
-
-                on_start.append(resend)
-        # Policies first: the frontier schedules the resumed hosts by them (a paused host
-        # must be parked from the start, not scheduled as never contacted).
-        had_checkpoint = checkpointer.restore()
-        if regions is not None and regions.moving:
-            on_start.append(regions.resume_moves)  # moves a crash interrupted
-        if restored is not None and restored.anything:
-            pipeline.counters["restarts_from_out"] += 1
-            pipeline.counters["restored_done_from_rows"] += settled
-        resumed = resume_queue(store, frontier)
-        if had_checkpoint or resumed:
-            # No request before one interval: a host contacted just before the stop is
-            # not contacted again too soon.
-            hold.hold(max(pol.interval_s, 0.05))
+        on_start, resumed = _resume(
+            cfg, shard_id, store, checkpointer, frontier, restored=restored, emitter=emitter, regions=regions,
+            counters=pipeline.counters, hold=hold,
+        )
     return ShardScheduler(
         shard_id,
         SchedulerSettings(cfg.fetch.max_in_flight, cfg.fetch.attempts, pol.respect_robots),
