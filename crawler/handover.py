@@ -367,8 +367,7 @@ class Regions:
             self.located[host] = placed.region
         target = self.topology.owner_in(placed.region, host)
         if target != self.shard_id:
-            if await self.start_move(host, target) == target:
-                return await self.peers.place(target, host, region)  # the rule goes with it
+            await self.start_move(host, target)  # the rule goes with the host's record
         else:
             await self.save()
         return self.describe(host)
