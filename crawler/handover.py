@@ -204,9 +204,23 @@ class Regions:
 
     # -- measuring ------------------------------------------------------------------
 
-    def wants_measure(self, host: str) -> bool:
-        """True when ``host`` should be timed from every region before its next fetch."""
-        return host not in self.moving and self.placement.needs_measurement(host)
+    async def before_fetch(self, host: str, origin: str) -> bool:
+        """Called as the owner is about to contact ``host``; True when the URL must wait
+        (the probes took the host's slot, or the host is moving away). A rule that places
+        the host elsewhere (a config changed between runs) moves it now; a host with no
+        rule is measured on first contact and when its re-measurement is due."""
+        if host in self.moving:
+            return True
+        if self.placement.placement(host).how == "rule":
+            region = self.placement.region_of(host)
+            if region != self.region:
+                self.start_move(host, self.topology.owner_in(region, host))
+                return True
+            return False
+        if self.placement.needs_measurement(host):
+            await self.measure(host, origin)
+            return True
+        return False
 
     async def measure(self, host: str, origin: str) -> bool:
         """Time the host's robots.txt from every region (politely, one after the other)

@@ -233,3 +233,24 @@ def test_a_move_a_crash_interrupted_is_finished_on_restart(tmp_path):
     assert near.url_status(f"http://{key}/p/1") is None, "the old owner still holds the host"
     pages = [region for path, region, _, _ in again.requests_by_host()[host] if path != "/robots.txt"]
     assert set(pages) == {"far"}
+
+
+def test_a_rule_added_between_runs_moves_a_host_that_already_has_work(tmp_path):
+    """A host queued in its home region; the next run's config places it far away: the
+    owner moves it before its first request, and it is fetched from there only, once."""
+    first = Crawl(tmp_path)
+    host = first.web.hosts_in("near")[0]
+    key = f"{host}:{PORT}"
+    home_id = first.topology.home_of(key)
+
+    async def queue_only() -> None:
+        await first.shards[home_id].accept_durably([UrlItem(f"http://{key}/", 0)])
+        first.shards[home_id].store.close()
+
+    asyncio.run(queue_only())
+    again = Crawl(tmp_path, rules={host: "far"})
+    asyncio.run(again.run())
+    assert_polite_and_exact(again)
+    regions = {region for _, region, _, _ in again.requests_by_host()[host]}
+    assert regions == {"far"}, f"{host} was fetched from {regions}"
+    assert again.shards[home_id].status().regions["region_moves_out"] >= 1
