@@ -171,36 +171,38 @@ class Regions:
 
     async def route(self, items: Sequence[UrlItem]) -> tuple[list[UrlItem], int]:
         """Split a batch into the URLs this shard keeps and the ones it forwards (to their
-        owners, durably, before this returns); returns (kept, forwarded)."""
-        keep: list[UrlItem] = []
-        out: dict[str, list[UrlItem]] = {}
-        waits: dict[str, list[UrlItem]] = {}
-        for item in items:
-            host = item.host
-            if host in self._exporting:  # its state is on the way: so are these, after it
-                waits.setdefault(host, []).append(item)
-                continue
-            if host in self.moving:  # still draining here: kept, and handed over with the rest
-                keep.append(item)
-                continue
-            owner = self._owner(host)
-            if owner is None:
-                keep.append(item)
-            else:
-                out.setdefault(owner, []).append(item)
-        for host, batch in waits.items():  # a host on its way: to wherever it arrives
-            if host in self._moves:
-                await asyncio.shield(self._moves[host])
-            owner = self._owner(host)
-            if owner is None:
-                keep.extend(batch)
-            else:
-                out.setdefault(owner, []).extend(batch)
-        if out:
-            await asyncio.gather(*(self.peers.accept(owner, batch) for owner, batch in out.items()))
-        forwarded = sum(len(b) for b in out.values())
-        self.counters["region_forwarded"] += forwarded
-        return keep, forwarded
+        owners, durably, before this returns); returns (kept, forwarded).
+
+        The kept ones are decided in the last step, with no wait after it, so the caller
+        queues them before anything else runs: a move that started while this waited
+        (for a forward, or for another move) sees them, or they see the move."""
+        pending, forwarded = list(items), 0
+        while True:
+            keep: list[UrlItem] = []
+            out: dict[str, list[UrlItem]] = {}
+            waits: set[str] = set()
+            for item in pending:
+                host = item.host
+                if host in self._exporting:  # its state is on the way: so are these, after it
+                    waits.add(host)
+                    keep.append(item)
+                elif host in self.moving:  # still draining here: kept, handed over with the rest
+                    keep.append(item)
+                elif (owner := self._owner(host)) is None:
+                    keep.append(item)
+                else:
+                    out.setdefault(owner, []).append(item)
+            if not out and not waits:
+                return keep, forwarded
+            for host in waits:  # a host on its way: to wherever it arrives
+                if host in self._moves:
+                    await asyncio.shield(self._moves[host])
+            if out:
+                await asyncio.gather(*(self.peers.accept(owner, batch) for owner, batch in out.items()))
+                n = sum(len(b) for b in out.values())
+                forwarded += n
+                self.counters["region_forwarded"] += n
+            pending = keep  # decided again: the world may have moved meanwhile
 
     # -- measuring ------------------------------------------------------------------
 
