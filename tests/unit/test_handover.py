@@ -29,6 +29,8 @@ from crawler.shard import build_shard
 from crawler.testing.regionweb import RegionWeb
 from crawler.topology import Topology, shard_ids
 
+from tests.unit.test_scheduler import MemorySeen, NoBudgetLimit, inline
+
 REGIONS = ("near", "far")
 CLIENTS = {"10.0.0.1": "near", "10.0.0.2": "far"}
 ADDRESS = {region: addr for addr, region in CLIENTS.items()}
@@ -58,25 +60,6 @@ class Network:
         return None
 
 
-class Seen:
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-
-    async def check_and_add(self, urls):
-        out = [u not in self.seen for u in urls]
-        self.seen.update(urls)
-        return out
-
-
-class Unlimited:
-    async def acquire(self) -> bool:
-        return True
-
-
-async def inline(fn, *args):
-    return fn(*args)
-
-
 async def no_dups(items):
     return [(None, None)] * len(items)
 
@@ -99,12 +82,12 @@ class Crawl:
         ids = shard_ids(1, REGIONS)
         self.topology = Topology.of(ids, REGIONS)
         self.peers = InProcessPeers(self.topology)
-        seen = Seen()
+        seen = MemorySeen()
         self.shards = self.peers.shards
         for sid in ids:
             region = self.topology.region_of_shard(sid)
             self.shards[sid] = build_shard(
-                self.cfg, sid, seeds=self.cfg.seeds, seen=seen, content=no_dups, budget=Unlimited(),
+                self.cfg, sid, seeds=self.cfg.seeds, seen=seen, content=no_dups, budget=NoBudgetLimit(),
                 deliver=self.peers.accept, owner_of=self.topology.home_of,
                 store=FrontierStore(str(tmp_path / f"{sid}.sqlite")), clock=self.clock, rng=random.Random(7),
                 fetcher=Network(self.web, self.clock, region, self.log), run_blocking=inline,
