@@ -288,13 +288,13 @@ class Regions:
             # waiting for the move there would wait for ourselves.)
             self._exporting.add(host)
             state = HostState(
-                host, self.shard_id, p.store.export_host(host), p.politeness.export_host(host),
+                host, self.shard_id, p.store.export_host(host), p.politeness.snapshots.export_host(host),
                 p.robots.snapshot(_origins(host)), p.budget.export_host(host), self.placement.export(host),
             )
             await self.peers.adopt(target, state)  # step 3: durable there
             p.frontier.evict(host)  # step 4
             p.store.remove_host(host)
-            p.politeness.drop_host(host)
+            p.politeness.snapshots.drop_host(host)
             p.robots.drop(_origins(host))
             p.budget.forget_host(host)
             home = self.topology.home_of(host)
@@ -333,7 +333,7 @@ class Regions:
         again = p.store.has_host(host)  # a repeat after a crash: what we hold is newer
         queued = p.store.adopt(state.rows)
         if not again:
-            p.politeness.adopt_host(host, state.politeness)
+            p.politeness.snapshots.adopt_host(host, state.politeness)
             p.robots.restore(state.robots)
             p.budget.adopt_host(host, state.budget)
             if state.placement is not None:
