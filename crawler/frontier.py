@@ -4,7 +4,7 @@ Back queues: one per host (crawler.backqueue.HostQueue) with its discovery URLs 
 priority order, its retries waiting out their backoff and its refreshes waiting for
 their due time; the host's politeness allowance is shared between discovery and refresh.
 
-Host selection: a heap of hosts keyed by the time the host may next be contacted (the
+Host selection (:class:`HostHeaps`): a heap of hosts keyed by the time the host may next be contacted (the
 politeness object's ``next_allowed``, or the due time of the host's first waiting URL). A
 host leaves the heaps while one of its URLs is being fetched, so there is never more than
 one request in flight per host (docs/invariants.md #2); it re-enters when released.
