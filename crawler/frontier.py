@@ -4,10 +4,11 @@ Back queues: one per host (crawler.backqueue.HostQueue) with its discovery URLs 
 priority order, its retries waiting out their backoff and its refreshes waiting for
 their due time; the host's politeness allowance is shared between discovery and refresh.
 
-Host selection (:class:`HostHeaps`): a heap of hosts keyed by the time the host may next be contacted (the
-politeness object's ``next_allowed``, or the due time of the host's first waiting URL). A
-host leaves the heaps while one of its URLs is being fetched, so there is never more than
-one request in flight per host (docs/invariants.md #2); it re-enters when released.
+Host selection (:class:`HostHeaps`): a heap of hosts keyed by the time the host may next
+be contacted (the politeness object's ``next_allowed``, or the due time of the host's
+first waiting URL). A host leaves the heaps while one of its URLs is being fetched, so
+there is never more than one request in flight per host (docs/invariants.md #2); it
+re-enters when released.
 Hosts whose time has come move to a *due* heap ordered across hosts by the pluggable
 priority of what each would send next (front queues by priority): demoted hosts (low
 novelty, crawler.traps) after all others, then by rank (depth for discovery, how overdue
