@@ -304,13 +304,13 @@ class Regions:
             # waiting for the move there would wait for ourselves.)
             self._exporting.add(host)
             state = HostState(
-                host, self.shard_id, p.store.export_host(host), p.politeness.export_host(host),
+                host, self.shard_id, p.store.hosts.export_host(host), p.politeness.snapshots.export_host(host),
                 p.robots.snapshot(_origins(host)), p.budget.export_host(host), self.placement.export(host),
             )
             await self.peers.adopt(target, state)  # step 3: durable there
             p.frontier.evict(host)  # step 4
-            p.store.remove_host(host)
-            p.politeness.drop_host(host)
+            p.store.hosts.remove_host(host)
+            p.politeness.snapshots.drop_host(host)
             p.robots.drop(_origins(host))
             p.budget.forget_host(host)
             home = self.topology.home_of(host)
@@ -346,10 +346,10 @@ class Regions:
         """Take a host over (step 3 of a move); returns how many of its URLs are queued.
         Durable before it returns (the caller awaits :attr:`save`)."""
         p, host = self.parts, state.host
-        again = p.store.has_host(host)  # a repeat after a crash: what we hold is newer
-        queued = p.store.adopt(state.rows)
+        again = p.store.hosts.has_host(host)  # a repeat after a crash: what we hold is newer
+        queued = p.store.hosts.adopt(state.rows)
         if not again:
-            p.politeness.adopt_host(host, state.politeness)
+            p.politeness.snapshots.adopt_host(host, state.politeness)
             p.robots.restore(state.robots)
             p.budget.adopt_host(host, state.budget)
             if state.placement is not None:
