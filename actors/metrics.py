@@ -55,6 +55,10 @@ class ShardMetrics:
         self.emitted = Counter("crawler_events_emitted", "page.fetched events the sink took", ("shard",))
         self.pending = Gauge("crawler_events_pending", "page.fetched events waiting for the sink", ("shard",))
         self.sink_failures = Counter("crawler_events_sink_failures", "failed sends to the event sink", ("shard",))
+        self.region_moves = Counter("crawler_region_moves", "hosts handed to (out) or taken from (in) another shard",
+                                    ("shard", "direction"))
+        self.region_forwarded = Counter("crawler_region_forwarded_urls", "URLs passed on to their host's owner", ("shard",))
+        self.region_probes = Counter("crawler_region_probes", "robots.txt requests timing a host from one region", ("shard",))
         self.news_sources = Gauge("crawler_news_sources", "feeds, hubs and news sitemaps found (crawler.news)", ("shard", "kind"))
         self.news_fetches = Counter("crawler_news_source_fetches", "refetches of feeds, hubs and news sitemaps", ("shard",))
         self.news_new = Counter("crawler_news_new_urls", "new URLs those refetches yielded", ("shard",))
@@ -89,6 +93,13 @@ class ShardMetrics:
         self._d.inc(self.emitted, ("emitted",), ev.get("emitted", 0), t)
         self._d.inc(self.sink_failures, ("sink_failures",), ev.get("sink_failures", 0), t)
         self.pending.set(ev.get("pending", 0), tags=t)
+        reg = st.regions or {}
+        if reg:
+            for direction in ("out", "in"):
+                self._d.inc(self.region_moves, ("moves", direction), reg.get(f"region_moves_{direction}", 0),
+                            {**t, "direction": direction})
+            self._d.inc(self.region_forwarded, ("forwarded",), reg.get("region_forwarded", 0), t)
+            self._d.inc(self.region_probes, ("probes",), reg.get("region_probes", 0), t)
         news = st.news or {}
         if not news:
             return

@@ -4,10 +4,11 @@ Back queues: one per host (crawler.backqueue.HostQueue) with its discovery URLs 
 priority order, its retries waiting out their backoff and its refreshes waiting for
 their due time; the host's politeness allowance is shared between discovery and refresh.
 
-Host selection: a heap of hosts keyed by the time the host may next be contacted (the
-politeness object's ``next_allowed``, or the due time of the host's first waiting URL). A
-host leaves the heaps while one of its URLs is being fetched, so there is never more than
-one request in flight per host (docs/invariants.md #2); it re-enters when released.
+Host selection (:class:`HostHeaps`): a heap of hosts keyed by the time the host may next
+be contacted (the politeness object's ``next_allowed``, or the due time of the host's
+first waiting URL). A host leaves the heaps while one of its URLs is being fetched, so
+there is never more than one request in flight per host (docs/invariants.md #2); it
+re-enters when released.
 Hosts whose time has come move to a *due* heap ordered across hosts by the pluggable
 priority of what each would send next (front queues by priority): demoted hosts (low
 novelty, crawler.traps) after all others, then by rank (depth for discovery, how overdue
@@ -103,10 +104,8 @@ class Frontier:
         self._max_backoff_s = max_backoff_s
         self._share = refresh_share
         self._queues: dict[str, HostQueue] = {}
-        self._heaps: tuple[list, list] = ([], [])  # (at, seq, host) per tier: 0 normal, 1 demoted
-        self._due: list[tuple] = []  # (tier, rank, at, seq, host): hosts whose time has come
+        self._heaps = HostHeaps(self._queues)
         self._demoted: set[str] = set()
-        self._seq = itertools.count()
         self._size = 0
         self._in_flight = 0
         self._window = window
@@ -156,14 +155,7 @@ class Frontier:
 
     def next_wakeup(self) -> float | None:
         """Earliest clock time at which some queued host may become ready; None if none."""
-        tops = []
-        while self._due:
-            if self._live_due(self._due[0]):
-                tops.append(self._due[0][2])
-                break
-            heapq.heappop(self._due)
-        tops += [h[0][0] for tier, h in enumerate(self._heaps) if self._drop_stale(h, tier)]
-        return min(tops) if tops else None
+        return self._heaps.next_wakeup()
 
     def state(self) -> FrontierState:
         """READY / WAITING / BUSY / EMPTY (see :class:`FrontierState`)."""
@@ -238,12 +230,11 @@ class Frontier:
         """
         out: list[UrlItem] = []
         now = self._clock.now()
-        self._collect_due(now)
-        while self._due and len(out) < limit:
-            entry = heapq.heappop(self._due)
-            if not self._live_due(entry):
-                continue
-            host = entry[4]
+        self._heaps.collect_due(now, self._priority)
+        while len(out) < limit:
+            host = self._heaps.pop_due()
+            if host is None:
+                break
             q = self._queues[host]
             q.due_key = q.scheduled_at = None
             self._load(q, now, host)
@@ -394,10 +385,10 @@ class Frontier:
             q.delayed.clear()
             q.refresh.clear()
             q.scheduled_at = q.due_key = None
-        self._queues = {h: q for h, q in self._queues.items() if q.in_flight}
+        for host in [h for h, q in self._queues.items() if not q.in_flight]:
+            del self._queues[host]  # in place: the heaps share this dict
         self._parked.clear()
-        for heap in (*self._heaps, self._due):
-            heap.clear()
+        self._heaps.clear()
         self._size = self._refreshes = 0
         return items
 
@@ -438,23 +429,76 @@ class Frontier:
             q.scheduled_at = q.due_key = None
             self._parked.add(host)
             return
-        tier = 1 if host in self._demoted else 0
+        self._heaps.schedule(host, q, at, 1 if host in self._demoted else 0)
+
+    def _forget_if_empty(self, host: str, q: HostQueue) -> bool:
+        if len(q) == 0 and not q.in_flight:
+            del self._queues[host]
+            self._parked.discard(host)
+            return True
+        return False
+
+
+class HostHeaps:
+    """Which host the frontier contacts next: the host-selection heaps of one shard.
+
+    Two time heaps (tier 0 normal, tier 1 demoted) hold ``(at, seq, host)``: when each
+    scheduled host may next be contacted. :meth:`collect_due` moves the hosts whose time
+    has come to the due heap, ``(tier, rank, at, seq, host)``, so hosts that are due are
+    served demoted-last, then best rank first. Entries are never removed in place: a
+    host's :class:`~crawler.backqueue.HostQueue` remembers its live entry
+    (``scheduled_at``/``tier``, ``due_key``) and any other entry is stale, skipped when
+    it reaches the top. ``queues`` is the frontier's own dict of host queues (shared).
+    """
+
+    def __init__(self, queues: dict[str, HostQueue]) -> None:
+        self._queues = queues
+        self._timed: tuple[list, list] = ([], [])  # (at, seq, host) per tier: 0 normal, 1 demoted
+        self._due: list[tuple] = []  # (tier, rank, at, seq, host): hosts whose time has come
+        self._seq = itertools.count()
+
+    def schedule(self, host: str, q: HostQueue, at: float, tier: int) -> None:
+        """Put ``host`` in the ``tier`` time heap at ``at`` (no-op if it is already there)."""
         if q.scheduled_at == at and q.tier == tier:
             return
         q.scheduled_at, q.tier, q.due_key = at, tier, None
-        heapq.heappush(self._heaps[tier], (at, next(self._seq), host))
+        heapq.heappush(self._timed[tier], (at, next(self._seq), host))
 
-    def _collect_due(self, now: float) -> None:
+    def collect_due(self, now: float, priority: Priority) -> None:
         """Move hosts whose time has come from the time heaps to the due heap, ranked."""
-        for tier, heap in enumerate(self._heaps):
+        for tier, heap in enumerate(self._timed):
             while heap and heap[0][0] <= now:
                 at, _, host = heapq.heappop(heap)
                 q = self._queues.get(host)
                 if q is None or q.scheduled_at != at or q.tier != tier or q.in_flight or q.due_key is not None:
                     continue
-                key = (tier, q.head_priority(now, self._priority), at, next(self._seq), host)
+                key = (tier, q.head_priority(now, priority), at, next(self._seq), host)
                 q.due_key = key
                 heapq.heappush(self._due, key)
+
+    def pop_due(self) -> str | None:
+        """The best due host, taken off the due heap (None when no host is due)."""
+        while self._due:
+            entry = heapq.heappop(self._due)
+            if self._live_due(entry):
+                return entry[4]
+        return None
+
+    def next_wakeup(self) -> float | None:
+        """Earliest time at which a scheduled host may be contacted; None if none is."""
+        tops = []
+        while self._due:
+            if self._live_due(self._due[0]):
+                tops.append(self._due[0][2])
+                break
+            heapq.heappop(self._due)
+        tops += [h[0][0] for tier, h in enumerate(self._timed) if self._drop_stale(h, tier)]
+        return min(tops) if tops else None
+
+    def clear(self) -> None:
+        """Forget every entry (the frontier drained its queues)."""
+        for heap in (*self._timed, self._due):
+            heap.clear()
 
     def _live_due(self, entry: tuple) -> bool:
         q = self._queues.get(entry[4])
@@ -468,11 +512,4 @@ class Frontier:
             if q is not None and q.scheduled_at == at and q.tier == tier and not q.in_flight and q.due_key is None:
                 return True
             heapq.heappop(heap)
-        return False
-
-    def _forget_if_empty(self, host: str, q: HostQueue) -> bool:
-        if len(q) == 0 and not q.in_flight:
-            del self._queues[host]
-            self._parked.discard(host)
-            return True
         return False

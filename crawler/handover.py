@@ -228,42 +228,58 @@ class Regions:
 
     async def route(self, items: Sequence[UrlItem]) -> tuple[list[UrlItem], int]:
         """Split a batch into the URLs this shard keeps and the ones it forwards (to their
-        owners, durably, before this returns); returns (kept, forwarded)."""
-        keep: list[UrlItem] = []
-        out: dict[str, list[UrlItem]] = {}
-        waits: dict[str, list[UrlItem]] = {}
-        for item in items:
-            host = item.host
-            if host in self._exporting:  # its state is on the way: so are these, after it
-                waits.setdefault(host, []).append(item)
-                continue
-            if host in self.moving:  # still draining here: kept, and handed over with the rest
-                keep.append(item)
-                continue
-            owner = self._owner(host)
-            if owner is None:
-                keep.append(item)
-            else:
-                out.setdefault(owner, []).append(item)
-        for host, batch in waits.items():  # a host on its way: to wherever it arrives
-            if host in self._moves:
-                await asyncio.shield(self._moves[host])
-            owner = self._owner(host)
-            if owner is None:
-                keep.extend(batch)
-            else:
-                out.setdefault(owner, []).extend(batch)
-        if out:
-            await asyncio.gather(*(self.peers.accept(owner, batch) for owner, batch in out.items()))
-        forwarded = sum(len(b) for b in out.values())
-        self.counters["region_forwarded"] += forwarded
-        return keep, forwarded
+        owners, durably, before this returns); returns (kept, forwarded).
+
+        The kept ones are decided in the last step, with no wait after it, so the caller
+        queues them before anything else runs: a move that started while this waited
+        (for a forward, or for another move) sees them, or they see the move."""
+        pending, forwarded = list(items), 0
+        while True:
+            keep: list[UrlItem] = []
+            out: dict[str, list[UrlItem]] = {}
+            waits: set[str] = set()
+            for item in pending:
+                host = item.host
+                if host in self._exporting:  # its state is on the way: so are these, after it
+                    waits.add(host)
+                    keep.append(item)
+                elif host in self.moving:  # still draining here: kept, handed over with the rest
+                    keep.append(item)
+                elif (owner := self._owner(host)) is None:
+                    keep.append(item)
+                else:
+                    out.setdefault(owner, []).append(item)
+            if not out and not waits:
+                return keep, forwarded
+            for host in waits:  # a host on its way: to wherever it arrives
+                if host in self._moves:
+                    await asyncio.shield(self._moves[host])
+            if out:
+                await asyncio.gather(*(self.peers.accept(owner, batch) for owner, batch in out.items()))
+                n = sum(len(b) for b in out.values())
+                forwarded += n
+                self.counters["region_forwarded"] += n
+            pending = keep  # decided again: the world may have moved meanwhile
 
     # -- measuring ------------------------------------------------------------------
 
-    def wants_measure(self, host: str) -> bool:
-        """True when ``host`` should be timed from every region before its next fetch."""
-        return host not in self.moving and self.placement.needs_measurement(host)
+    async def before_fetch(self, host: str, origin: str) -> bool:
+        """Called as the owner is about to contact ``host``; True when the URL must wait
+        (the probes took the host's slot, or the host is moving away). A rule that places
+        the host elsewhere (a config changed between runs) moves it now; a host with no
+        rule is measured on first contact and when its re-measurement is due."""
+        if host in self.moving:
+            return True
+        if self.placement.placement(host).how == "rule":
+            region = self.placement.region_of(host)
+            if region != self.region:
+                self.start_move(host, self.topology.owner_in(region, host))
+                return True
+            return False
+        if self.placement.needs_measurement(host):
+            await self.measure(host, origin)
+            return True
+        return False
 
     async def measure(self, host: str, origin: str) -> bool:
         """Time the host's robots.txt from every region (politely, one after the other)
@@ -345,13 +361,13 @@ class Regions:
             # waiting for the move there would wait for ourselves.)
             self._exporting.add(host)
             state = HostState(
-                host, self.shard_id, p.store.export_host(host), p.politeness.export_host(host),
+                host, self.shard_id, p.store.hosts.export_host(host), p.politeness.snapshots.export_host(host),
                 p.robots.snapshot(_origins(host)), p.budget.export_host(host), self.placement.export(host),
             )
             await self.peers.adopt(target, state)  # step 3: durable there
             p.frontier.evict(host)  # step 4
-            p.store.remove_host(host)
-            p.politeness.drop_host(host)
+            p.store.hosts.remove_host(host)
+            p.politeness.snapshots.drop_host(host)
             p.robots.drop(_origins(host))
             p.budget.forget_host(host)
             home = self.topology.home_of(host)
@@ -387,10 +403,10 @@ class Regions:
         """Take a host over (step 3 of a move); returns how many of its URLs are queued.
         Durable before it returns (the caller awaits :attr:`save`)."""
         p, host = self.parts, state.host
-        again = p.store.has_host(host)  # a repeat after a crash: what we hold is newer
-        queued = p.store.adopt(state.rows)
+        again = p.store.hosts.has_host(host)  # a repeat after a crash: what we hold is newer
+        queued = p.store.hosts.adopt(state.rows)
         if not again:
-            p.politeness.adopt_host(host, state.politeness)
+            p.politeness.snapshots.adopt_host(host, state.politeness)
             p.robots.restore(state.robots)
             p.budget.adopt_host(host, state.budget)
             if state.placement is not None:
@@ -424,8 +440,7 @@ class Regions:
             self.located[host] = placed.region
         target = self.topology.owner_in(placed.region, host)
         if target != self.shard_id:
-            if await self.start_move(host, target) == target:
-                return await self.peers.place(target, host, region)  # the rule goes with it
+            await self.start_move(host, target)  # the rule goes with the host's record
         else:
             await self.save()
         return self.describe(host)

@@ -140,8 +140,68 @@ def _chunks(seq: Sequence, n: int = _CHUNK) -> Iterable[Sequence]:
         yield seq[i : i + n]
 
 
+class UrlTable:
+    """The SQLite connection under a :class:`FrontierStore`: the schema (created, or
+    migrated in place from earlier versions), the lock that serialises its users, the one
+    write transaction that may be open, the next row id to hand out (one writer per
+    store), and the ``journal`` that committed changes are handed to (remote outputs)."""
+
+    def __init__(
+        self, path: str, *, durable: bool, cache_kib: int, journal: Callable[[str, Any], int] | None
+    ) -> None:
+        self.path = path
+        self.journal = journal
+        os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute(f"PRAGMA synchronous={'NORMAL' if durable else 'OFF'}")
+            # Bounded page cache: memory stays flat however many URLs are queued.
+            self.db.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
+            # Checkpoints (the only fsyncs with synchronous=NORMAL) every ~16 MB of log
+            # instead of every 4 MB: they block the shard's loop while they run.
+            self.db.execute("PRAGMA wal_autocheckpoint=4000")
+            self.db.executescript(_SCHEMA)
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open the frontier store {path!r}: {exc}") from exc
+        self.lock = threading.Lock()
+        self.in_tx = False
+        # One writer per store, so ids can be handed out here (no per-row round trip).
+        self.next_id = (self.db.execute("SELECT coalesce(max(id), 0) FROM urls").fetchone()[0] or 0) + 1
+
+    def _migrate(self) -> None:
+        have = {r[1] for r in self.db.execute("PRAGMA table_info(urls)")}
+        for name, decl in _STATE_COLUMNS:
+            if name not in have:
+                self.db.execute(f"ALTER TABLE urls ADD COLUMN {name} {decl}")
+        for index in _INDEXES:
+            self.db.execute(index)
+        # Rows of a store made before url_hash existed get theirs once (GET /urls/{url_hash}).
+        missing = self.db.execute("SELECT id, url FROM urls WHERE uh IS NULL").fetchall()
+        if missing:
+            self.db.execute("BEGIN")
+            self.db.executemany("UPDATE urls SET uh=? WHERE id=?", [(_uh(_url_hash(u)), i) for i, u in missing])
+            self.db.execute("COMMIT")
+
+    def begin(self) -> None:
+        """Open the write transaction unless one is open (changes group until commit)."""
+        if not self.in_tx:
+            self.db.execute("BEGIN")
+            self.in_tx = True
+
+    def end(self) -> None:
+        """Commit the open write transaction."""
+        self.db.execute("COMMIT")
+        self.in_tx = False
+
+
 class FrontierStore:
-    """One shard's durable URL table (see the module docstring for the states)."""
+    """One shard's durable URL table (see the module docstring for the states).
+
+    The connection and its write transaction are a :class:`UrlTable`; the rows of a
+    host changing shards go through :attr:`hosts` (a :class:`HostRows`).
+    """
 
     def __init__(
         self, path: str, *, durable: bool = True, cache_kib: int = 16_000,
@@ -149,53 +209,26 @@ class FrontierStore:
     ) -> None:
         # journal(kind, payload) -> seq: crawler.statelog.StateLog.append (remote outputs).
         self.path = path
-        self.journal = journal
-        os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-        try:
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={'NORMAL' if durable else 'OFF'}")
-            # Bounded page cache: memory stays flat however many URLs are queued.
-            self._db.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
-            # Checkpoints (the only fsyncs with synchronous=NORMAL) every ~16 MB of log
-            # instead of every 4 MB: they block the shard's loop while they run.
-            self._db.execute("PRAGMA wal_autocheckpoint=4000")
-            self._db.executescript(_SCHEMA)
-            self._migrate()
-        except sqlite3.Error as exc:
-            raise StorageError(f"cannot open the frontier store {path!r}: {exc}") from exc
-        self._lock = threading.Lock()
-        self._in_tx = False
-        # One writer per store, so ids can be handed out here (no per-row round trip).
-        self._next_id = (self._db.execute("SELECT coalesce(max(id), 0) FROM urls").fetchone()[0] or 0) + 1
+        self._t = UrlTable(path, durable=durable, cache_kib=cache_kib, journal=journal)
+        self._db, self._lock = self._t.db, self._t.lock
+        self.hosts = HostRows(self._t)
 
-    def _migrate(self) -> None:
-        have = {r[1] for r in self._db.execute("PRAGMA table_info(urls)")}
-        for name, decl in _STATE_COLUMNS:
-            if name not in have:
-                self._db.execute(f"ALTER TABLE urls ADD COLUMN {name} {decl}")
-        for index in _INDEXES:
-            self._db.execute(index)
-        # Rows of a store made before url_hash existed get theirs once (GET /urls/{url_hash}).
-        missing = self._db.execute("SELECT id, url FROM urls WHERE uh IS NULL").fetchall()
-        if missing:
-            self._db.execute("BEGIN")
-            self._db.executemany("UPDATE urls SET uh=? WHERE id=?", [(_uh(_url_hash(u)), i) for i, u in missing])
-            self._db.execute("COMMIT")
+    @property
+    def journal(self) -> Callable[[str, Any], int] | None:
+        """Where committed changes are journaled (None: not journaled)."""
+        return self._t.journal
+
+    @journal.setter
+    def journal(self, journal: Callable[[str, Any], int] | None) -> None:
+        self._t.journal = journal
 
     # -- writes -----------------------------------------------------------------------
-
-    def _begin(self) -> None:
-        if not self._in_tx:
-            self._db.execute("BEGIN")
-            self._in_tx = True
 
     def commit(self) -> None:
         """Make every change so far durable (group commit)."""
         with self._lock:
-            if self._in_tx:
-                self._db.execute("COMMIT")
-                self._in_tx = False
+            if self._t.in_tx:
+                self._t.end()
 
     def add(self, items: Sequence[UrlItem]) -> list[UrlItem]:
         """Record a batch of URLs; returns the ones not seen before (with ``sid`` set). Committed."""
@@ -203,7 +236,7 @@ class FrontierStore:
             return []
         keys = [_key(i.url) for i in items]
         with self._lock:
-            self._begin()
+            self._t.begin()
             existing: set[int] = set()
             for part in _chunks(keys):
                 q = f"SELECT h FROM urls WHERE h IN ({','.join('?' * len(part))})"
@@ -214,15 +247,14 @@ class FrontierStore:
                 if k in existing:
                     continue
                 existing.add(k)  # a repeat inside the batch is not new either
-                it.sid = self._next_id
-                self._next_id += 1
+                it.sid = self._t.next_id
+                self._t.next_id += 1
                 fresh.append(it)
                 rows.append((it.sid, k, it.url, it.host, it.depth, it.referrer, it.boost, _uh(_url_hash(it.url))))
             self._db.executemany(
                 "INSERT INTO urls(id, h, url, host, depth, referrer, boost, uh) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows
             )
-            self._db.execute("COMMIT")
-            self._in_tx = False
+            self._t.end()
             if self.journal is not None and fresh:
                 self.journal("add", [[i.url, i.host, i.depth, i.referrer, i.boost] for i in fresh])
         return fresh
@@ -235,10 +267,9 @@ class FrontierStore:
         if not urls:
             return
         with self._lock:
-            self._begin()
+            self._t.begin()
             self._db.executemany("UPDATE urls SET state=1 WHERE h=? AND state=0", [(_key(u),) for u in urls])
-            self._db.execute("COMMIT")
-            self._in_tx = False
+            self._t.end()
 
     def record(self, fetched: Sequence[tuple[OutcomeRow, Schedule | None]]) -> None:
         """Ack rows that are durable: each URL done, with its per-URL state (last fetch,
@@ -257,10 +288,9 @@ class FrontierStore:
                 row.outcome, row.status, _key(row.url),
             ))
         with self._lock:
-            self._begin()
+            self._t.begin()
             self._record(params)
-            self._db.execute("COMMIT")
-            self._in_tx = False
+            self._t.end()
             if self.journal is not None:
                 self.journal("done", params)
 
@@ -322,56 +352,11 @@ class FrontierStore:
         if not urls:
             return
         with self._lock:
-            self._begin()
+            self._t.begin()
             self._db.executemany("UPDATE urls SET state=? WHERE h=?", [(state, _key(u)) for u in urls])
-            self._db.execute("COMMIT")
-            self._in_tx = False
+            self._t.end()
             if self.journal is not None and state == DROPPED:
                 self.journal("drop", list(urls))
-
-    # -- a host changing shards (crawler.handover) --------------------------------------
-
-    def export_host(self, host: str) -> list[list[Any]]:
-        """Every row of ``host``, all columns but the local id, in acceptance order (a
-        handover to another shard). A claimed URL goes as queued for replay: it is handed
-        over only when nothing of the host is in flight, so a claim is a retry waiting."""
-        with self._lock:
-            rows = self._db.execute(f"SELECT {_PORTABLE} FROM urls WHERE host=? ORDER BY id", (host,)).fetchall()
-        out = []
-        for row in rows:
-            row = list(row)
-            if row[_STATE_AT] == CLAIMED:
-                row[_STATE_AT], row[_REPLAY_AT] = QUEUED, 1
-            out.append(row)
-        return out
-
-    def adopt(self, rows: Sequence[Sequence[Any]]) -> int:
-        """Insert a host's rows from :meth:`export_host`. A URL already here keeps its row
-        (adopting twice after a crash changes nothing). Committed and journaled; returns
-        how many of the adopted rows are queued."""
-        if not rows:
-            return 0
-        with self._lock:
-            self._begin()
-            queued = 0
-            for row in rows:
-                cur = self._db.execute(
-                    f"INSERT OR IGNORE INTO urls(id, {_PORTABLE}) VALUES ({','.join('?' * (len(_PORTABLE_COLS) + 1))})",
-                    (self._next_id, *row),
-                )
-                if cur.rowcount:
-                    self._next_id += 1
-                    queued += row[_STATE_AT] == QUEUED
-            self._db.execute("COMMIT")
-            self._in_tx = False
-            if self.journal is not None:
-                self.journal("adopt", [list(r) for r in rows])
-        return queued
-
-    def has_host(self, host: str) -> bool:
-        """True if any URL of ``host`` is in the store."""
-        with self._lock:
-            return self._db.execute("SELECT 1 FROM urls WHERE host=? LIMIT 1", (host,)).fetchone() is not None
 
     def due_up_to(self, host: str, cursor: tuple[float, int]) -> list[tuple[UrlItem, float, tuple[float, int]]]:
         """:meth:`due` for one host's refreshes at or before ``cursor`` (the ones a refresh
@@ -384,18 +369,6 @@ class FrontierStore:
                 (host, cursor[0], cursor[0], cursor[1]),
             ).fetchall()
         return [self._due_item(r) for r in rows]
-
-    def remove_host(self, host: str) -> int:
-        """Delete every row of ``host`` (handed over to another shard, which holds them
-        now). Committed and journaled; returns how many rows went."""
-        with self._lock:
-            self._begin()
-            n = self._db.execute("DELETE FROM urls WHERE host=?", (host,)).rowcount
-            self._db.execute("COMMIT")
-            self._in_tx = False
-            if self.journal is not None:
-                self.journal("remove_host", host)
-        return n
 
     # -- reads ------------------------------------------------------------------------
 
@@ -418,14 +391,13 @@ class FrontierStore:
         """Mark up to ``limit`` of the newest queued URLs of ``host`` (ids above ``after_id``,
         i.e. spilled) dropped; returns their URLs. Committed (a budget cut's trim)."""
         with self._lock:
-            self._begin()
+            self._t.begin()
             rows = self._db.execute(
                 "SELECT id, url FROM urls WHERE host=? AND state=0 AND id>? ORDER BY id DESC LIMIT ?",
                 (host, after_id, limit),
             ).fetchall()
             self._db.executemany("UPDATE urls SET state=3 WHERE id=?", [(r[0],) for r in rows])
-            self._db.execute("COMMIT")
-            self._in_tx = False
+            self._t.end()
             if self.journal is not None and rows:
                 self.journal("drop", [r[1] for r in rows])
         return [r[1] for r in rows]
@@ -456,12 +428,11 @@ class FrontierStore:
         if not urls:
             return 0
         with self._lock:
-            self._begin()
+            self._t.begin()
             changed = 0
             for part in _chunks([(_key(u),) for u in urls]):
                 changed += self._db.executemany("UPDATE urls SET state=2 WHERE h=? AND state IN (0, 1)", part).rowcount
-            self._db.execute("COMMIT")
-            self._in_tx = False
+            self._t.end()
         return changed
 
     def url_status(self, url: str | None = None, *, url_hash: str | None = None) -> dict[str, object] | None:
@@ -564,17 +535,16 @@ class FrontierStore:
                     self._set_state(payload, DROPPED)
                 elif kind == "done":
                     with self._lock:
-                        self._begin()
+                        self._t.begin()
                         self._record([tuple(p) for p in payload])
-                        self._db.execute("COMMIT")
-                        self._in_tx = False
+                        self._t.end()
                 elif kind == "meta":
                     with self._lock:
                         self._set_meta(payload[0], payload[1])
                 elif kind == "adopt":
-                    self.adopt(payload)
+                    self.hosts.adopt(payload)
                 elif kind == "remove_host":
-                    self.remove_host(payload)
+                    self.hosts.remove_host(payload)
                 else:
                     raise StorageError(f"{self.path}: unknown journaled change {kind!r} (a newer version's log?)")
         finally:
@@ -583,7 +553,67 @@ class FrontierStore:
 
     def close(self) -> None:
         with self._lock:
-            if self._in_tx:
-                self._db.execute("COMMIT")
-                self._in_tx = False
+            if self._t.in_tx:
+                self._t.end()
             self._db.close()
+
+
+class HostRows:
+    """The rows of one host moving between shards (crawler.handover): exported from the
+    old owner's store, adopted by the new owner's, then removed from the old one. Works
+    on the store's :class:`UrlTable`; each change is committed and journaled."""
+
+    def __init__(self, table: UrlTable) -> None:
+        self._t = table
+
+    def export_host(self, host: str) -> list[list[Any]]:
+        """Every row of ``host``, all columns but the local id, in acceptance order (a
+        handover to another shard). A claimed URL goes as queued for replay: it is handed
+        over only when nothing of the host is in flight, so a claim is a retry waiting."""
+        with self._t.lock:
+            rows = self._t.db.execute(f"SELECT {_PORTABLE} FROM urls WHERE host=? ORDER BY id", (host,)).fetchall()
+        out = []
+        for row in rows:
+            row = list(row)
+            if row[_STATE_AT] == CLAIMED:
+                row[_STATE_AT], row[_REPLAY_AT] = QUEUED, 1
+            out.append(row)
+        return out
+
+    def adopt(self, rows: Sequence[Sequence[Any]]) -> int:
+        """Insert a host's rows from :meth:`export_host`. A URL already here keeps its row
+        (adopting twice after a crash changes nothing). Committed and journaled; returns
+        how many of the adopted rows are queued."""
+        if not rows:
+            return 0
+        with self._t.lock:
+            self._t.begin()
+            queued = 0
+            for row in rows:
+                cur = self._t.db.execute(
+                    f"INSERT OR IGNORE INTO urls(id, {_PORTABLE}) VALUES ({','.join('?' * (len(_PORTABLE_COLS) + 1))})",
+                    (self._t.next_id, *row),
+                )
+                if cur.rowcount:
+                    self._t.next_id += 1
+                    queued += row[_STATE_AT] == QUEUED
+            self._t.end()
+            if self._t.journal is not None:
+                self._t.journal("adopt", [list(r) for r in rows])
+        return queued
+
+    def has_host(self, host: str) -> bool:
+        """True if any URL of ``host`` is in the store."""
+        with self._t.lock:
+            return self._t.db.execute("SELECT 1 FROM urls WHERE host=? LIMIT 1", (host,)).fetchone() is not None
+
+    def remove_host(self, host: str) -> int:
+        """Delete every row of ``host`` (handed over to another shard, which holds them
+        now). Committed and journaled; returns how many rows went."""
+        with self._t.lock:
+            self._t.begin()
+            n = self._t.db.execute("DELETE FROM urls WHERE host=?", (host,)).rowcount
+            self._t.end()
+            if self._t.journal is not None:
+                self._t.journal("remove_host", host)
+        return n

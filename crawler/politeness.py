@@ -180,10 +180,11 @@ class Politeness:
                 "retry_after_ignored",
                 "invalid_crawl_delays",
                 "forgotten",
-                "restore_errors",
             ),
             0,
         )
+        # Checkpoints and host handovers write this state out and read it back.
+        self.snapshots = PacingSnapshots(self._hosts, self.overrides, self._now, max_interval_s)
 
     # -- queries (hot path) ------------------------------------------------------------
 
@@ -450,6 +451,45 @@ class Politeness:
         self._stats["forgotten"] += 1
         return True
 
+    def snapshot(self, *, protecting_only: bool = False) -> dict:
+        """JSON-serialisable pacing state (see :meth:`PacingSnapshots.snapshot`)."""
+        return self.snapshots.snapshot(protecting_only=protecting_only)
+
+    def restore(self, state: dict) -> int:
+        """Load a :meth:`snapshot` taken on any clock (see :meth:`PacingSnapshots.restore`)."""
+        return self.snapshots.restore(state)
+
+    def stats(self) -> dict:
+        """Counters: starts, early_starts, backoffs, recoveries, retry_after_applied/ignored,
+        invalid_crawl_delays, forgotten, restore_errors; plus hosts and in_flight gauges."""
+        return {
+            **self._stats,
+            "restore_errors": self.snapshots.restore_errors,
+            "hosts": len(self._hosts),
+            "in_flight": self._in_flight,
+            "wait_s": self._wait_s,
+        }
+
+
+class PacingSnapshots:
+    """Per-host pacing state written out and read back: the checkpoint snapshot of every
+    host (:meth:`snapshot` / :meth:`restore`) and one host's state handed to the shard
+    that takes the host over (:meth:`export_host` / :meth:`adopt_host` / :meth:`drop_host`).
+
+    It works on the :class:`Politeness` object's own host table and operator overrides
+    (shared, not copied). Times are written relative to now, so a snapshot taken on one
+    clock loads on any other and every wait starts again from the load.
+    """
+
+    def __init__(
+        self, hosts: dict[str, _Host], overrides: PacingOverrides, now: Callable[[], float], max_interval_s: float
+    ) -> None:
+        self._hosts = hosts
+        self.overrides = overrides
+        self._now = now
+        self._max_interval_s = max_interval_s
+        self.restore_errors = 0  # malformed or refused host entries skipped by restore()
+
     def export_host(self, host: str) -> dict:
         """One host's pacing and operator policy, in :meth:`snapshot`'s form, to hand
         over with the host (crawler.handover); ValueError while a request is in flight
@@ -521,7 +561,7 @@ class Politeness:
         """Load a :meth:`snapshot` taken on any clock. Returns the number of hosts loaded.
 
         No host is in flight afterwards. A malformed host entry is skipped and counted in
-        ``stats()["restore_errors"]``.
+        ``restore_errors`` (``Politeness.stats()["restore_errors"]``).
         """
         now = self._now()
         loaded = 0
@@ -533,30 +573,25 @@ class Politeness:
                     st.finished_at = now - max(0.0, float(d["finished_age_s"]))
                 st.not_before = now + max(0.0, float(d["not_before_in_s"]))
                 st.crawl_delay = max(0.0, float(d["crawl_delay"]))
-                st.adaptive = min(max(0.0, float(d["adaptive"])), self.max_interval_s)
+                st.adaptive = min(max(0.0, float(d["adaptive"])), self._max_interval_s)
                 st.successes = int(d["successes"])
                 values = (st.not_before, st.crawl_delay, st.adaptive, st.finished_at)
                 if not all(math.isfinite(v) for v in values):
                     raise ValueError("non-finite value")
             except (KeyError, TypeError, ValueError) as exc:
                 log.warning("politeness: skipping malformed snapshot entry for %r: %s", host, exc)
-                self._stats["restore_errors"] += 1
+                self.restore_errors += 1
                 continue
             old = self._hosts.get(host)
             if old is not None and old.in_flight:
-                self._stats["restore_errors"] += 1  # live state wins over a snapshot
+                self.restore_errors += 1  # live state wins over a snapshot
                 continue
             self._hosts[str(host)] = st
             loaded += 1
         before = self.overrides.restore_errors
         self.overrides.restore(state)
-        self._stats["restore_errors"] += self.overrides.restore_errors - before
+        self.restore_errors += self.overrides.restore_errors - before
         return loaded
-
-    def stats(self) -> dict:
-        """Counters: starts, early_starts, backoffs, recoveries, retry_after_applied/ignored,
-        invalid_crawl_delays, forgotten, restore_errors; plus hosts and in_flight gauges."""
-        return {**self._stats, "hosts": len(self._hosts), "in_flight": self._in_flight, "wait_s": self._wait_s}
 
 
 def _number(name: str, value: Any) -> float:

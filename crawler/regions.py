@@ -300,15 +300,32 @@ class RegionPlacement:
     # -- a host changing shards (crawler.handover) -------------------------------------
 
     def export(self, host: str) -> dict[str, Any] | None:
-        """One host's record (measurement, moves), to travel with the host; None if none."""
+        """One host's record (measurement, moves, and an operator's rule for that very
+        spelling), to travel with the host; None if there is none."""
+        from crawler.hostpolicy import parse_host
+
         rec = self._hosts.get(host)
-        if rec is None:
+        spec = parse_host(host).spec()
+        if rec is None and spec not in self._overrides:
             return None
-        return {"region": rec.region, "figures": dict(rec.figures), "measured_at": rec.measured_at,
-                "due_at": None if math.isinf(rec.due_at) else rec.due_at, "moves": rec.moves}
+        rec = rec or _Host()
+        out: dict[str, Any] = {"region": rec.region, "figures": dict(rec.figures), "measured_at": rec.measured_at,
+                               "due_at": None if math.isinf(rec.due_at) else rec.due_at, "moves": rec.moves}
+        if spec in self._overrides:
+            out["rule"] = [self._overrides[spec], self._override_at[spec]]
+        return out
 
     def adopt(self, host: str, data: Mapping[str, Any]) -> None:
-        """Take over a host's record from :meth:`export` (the shard it came from)."""
+        """Take over a host's record from :meth:`export` (the shard it came from); its
+        rule comes along as it was (the move it caused is already counted)."""
+        from crawler.hostpolicy import parse_host
+
+        if data.get("rule") is not None:
+            region, at = data["rule"]
+            if region is None or region in self.regions:
+                spec = parse_host(host).spec()
+                self._overrides[spec], self._override_at[spec] = region, float(at)
+                self._rebuild_rules()
         region = data.get("region")
         due = data.get("due_at")
         self._hosts[host] = _Host(

@@ -367,11 +367,10 @@ class ShardScheduler:
                 assert self.sitemaps is not None
                 await self.sitemaps.read(item, self._fetch, self.frontier.push, self.router.submit)
                 return
-            if self.regions is not None and self.regions.wants_measure(host):
-                # First contact: timed from every region (the probes take the host's
-                # slot); the URL waits for the next allowed time, here or, when the host
-                # is placed elsewhere, on the shard it moves to (held here from now on).
-                await self.regions.measure(host, origin(item.url))
+            if self.regions is not None and await self.regions.before_fetch(host, origin(item.url)):
+                # Timed from every region (the probes took the host's slot), or on its way
+                # to another region: the URL waits for the host's next allowed time, here
+                # or on the shard the host moves to (held here from now on).
                 self.frontier.requeue(item)
                 return
             if self.settings.respect_robots:

@@ -9,8 +9,9 @@ positive never drops a page. With ``exact=False`` the filter alone decides (loss
 false positive silently drops a new URL) and the set reports an estimate of how many it
 dropped.
 
-Disk mode (``path=...``, the crash-safe crawl): the exact store is a SQLite database and
-only the Bloom bits, a bounded hot cache of recently seen hashes and SQLite's bounded
+Disk mode (``path=...``, the crash-safe crawl; its files and the exact check against
+the database are a :class:`~crawler.seen.ondisk.SeenOnDisk`): the exact store is a
+SQLite database and only the Bloom bits, a bounded hot cache of recently seen hashes and SQLite's bounded
 page cache stay in RAM, so memory no longer grows with the number of URLs at 82 bytes
 each but at the Bloom filter's ~1.2 bytes (1%). Every ``check_and_add`` call is one
 SQLite transaction: when it returns, the URLs it reported new are on disk
@@ -24,21 +25,14 @@ docstring.
 from __future__ import annotations
 
 import os
-import shutil
-import sqlite3
 from typing import Self
 
 from crawler.errors import ConfigError, StorageError
 from crawler.seen.bloom import BLOOM_BACKENDS, DEFAULT_BLOOM, Bloom, make_bloom
 from crawler.seen.hashing import MASK64, url_hash64
-from crawler.seen.snapshot import (
-    SNAPSHOT_VERSION,
-    load_bloom_only,
-    load_or_rebuild,
-    refuse_other_mode,
-    write_bloom_file,
-)
-from crawler.seen.store import PAGE_CACHE_KIB, DiskStore, ExactStore, HotSet
+from crawler.seen.ondisk import SeenOnDisk
+from crawler.seen.snapshot import SNAPSHOT_VERSION
+from crawler.seen.store import DiskStore, ExactStore
 
 __all__ = ["SeenSet"]
 
@@ -128,8 +122,7 @@ class SeenSet:
         self._bloom: Bloom = self._make_bloom(None)
         self._store: ExactStore | DiskStore | None = ExactStore() if self.exact else None
         self._disk: DiskStore | None = None
-        self._hot: HotSet | None = None
-        self._closed = False
+        self._files: SeenOnDisk | None = None  # the database and Bloom snapshot (with a path)
         self.checks = 0
         self.novel = 0
         self.bloom_positives = 0
@@ -170,37 +163,21 @@ class SeenSet:
         return None if self.path is None else self.path + ".bloom"
 
     def _open_path(self, path: str) -> None:
-        if os.path.isdir(path):
-            raise ConfigError(f"seen path {path}: is a directory; give a file path")
-        parent = os.path.dirname(os.path.abspath(path))
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as exc:
-            raise StorageError(f"seen path {path}: cannot create {parent}: {exc}") from exc
-        bloom_path = path + ".bloom"
-        if not self.exact:
-            if os.path.exists(path):
-                raise ConfigError(
-                    f"seen path {path} exists (an exact seen store?) but a Bloom-only set writes only "
-                    f"{bloom_path}; open it with exact=True or choose another path"
-                )
-            self._open_bloom_only(bloom_path)
+        files = SeenOnDisk(
+            path, self._snapshot_header(), exact=self.exact, cache_size=self.cache_size, durable=self.durable
+        )
+        opened = files.open(self._make_bloom, self._bloom)
+        self._files, self._disk = files, files.disk
+        if files.disk is not None:
+            self._store = files.disk
+        if opened.loaded is None:
             return
-        if not os.path.exists(path):
-            refuse_other_mode(bloom_path, self.exact)
-        self._disk = DiskStore(path, cache_kib=PAGE_CACHE_KIB, durable=self.durable)
-        self._store = self._disk
-        self._hot = HotSet(self.cache_size)
-        try:
-            for c in _COUNTERS:
-                setattr(self, c, int(self._disk.counters.get(c, 0)))
-            loaded = load_or_rebuild(bloom_path, self._snapshot_header(), self._disk, self._make_bloom, self._bloom)
-        except BaseException:
-            self._disk.close()
-            raise
-        self._bloom = loaded.bloom
-        self.bloom_source, self.bloom_source_reason = loaded.source, loaded.reason
-        self.bloom_rebuild_seconds = loaded.rebuild_seconds
+        for c in _COUNTERS:
+            setattr(self, c, int(opened.counters.get(c, 0)))
+        self._est_dropped = opened.est_dropped
+        self._bloom = opened.loaded.bloom
+        self.bloom_source, self.bloom_source_reason = opened.loaded.source, opened.loaded.reason
+        self.bloom_rebuild_seconds = opened.loaded.rebuild_seconds
 
     def _snapshot_header(self) -> dict:
         return {
@@ -211,16 +188,6 @@ class SeenSet:
             "error_rate": self.error_rate,
         }
 
-    def _open_bloom_only(self, bloom_path: str) -> None:
-        found = load_bloom_only(bloom_path, self._snapshot_header(), self._make_bloom)
-        if found is None:
-            return
-        self._bloom, header = found
-        for c in _COUNTERS:
-            setattr(self, c, int(header.get("counters", {}).get(c, 0)))
-        self._est_dropped = float(header.get("est_dropped", 0.0))
-        self.bloom_source = "snapshot"
-
     def snapshot_bloom(self) -> None:
         """Write the Bloom filter to ``<path>.bloom`` (atomically: temp file + rename).
 
@@ -229,35 +196,19 @@ class SeenSet:
         reopen only if the database still has exactly that many rows. In Bloom-only mode
         this is the set's persistence: call it periodically (and :meth:`close` at the end).
         """
-        if self.path is None:
+        if self._files is None:
             raise ConfigError("seen snapshot_bloom: this SeenSet has no path (in-memory mode)")
         self._require_open()
-        header = self._snapshot_header()
-        if self._disk is not None:
-            self._disk.save_counters(self._counters())
-            self._disk.checkpoint()
-            header.update(db_id=self._disk.db_id, rows=self._disk.rows)
-        else:
-            header.update(counters=self._counters(), est_dropped=self._est_dropped)
-        write_bloom_file(self.path + ".bloom", header, self._bloom.to_bytes(), durable=self.durable)
+        self._files.snapshot(self._bloom, self._counters(), self._est_dropped)
 
     def backup(self, dest_path: str) -> None:
         """A consistent copy of this set's durable state at ``dest_path`` (to ship it to a
         remote output): the exact store (SQLite online backup; its Bloom filter is rebuilt
         from it on open), or in Bloom-only mode the Bloom file, written there."""
-        if self.path is None:
+        if self._files is None:
             raise ConfigError("seen backup: this SeenSet has no path (in-memory mode)")
         self._require_open()
-        if self._disk is None:
-            self.snapshot_bloom()
-            shutil.copyfile(self.path + ".bloom", dest_path)
-            return
-        self._disk.save_counters(self._counters())
-        dst = sqlite3.connect(dest_path)
-        try:
-            self._disk.conn.backup(dst)
-        finally:
-            dst.close()
+        self._files.backup(dest_path, self._bloom, self._counters(), self._est_dropped)
 
     def close(self) -> None:
         """Persist and release: counters, Bloom snapshot, database. Idempotent.
@@ -265,20 +216,22 @@ class SeenSet:
         In memory mode this does nothing. A set that is dropped without ``close()`` loses
         nothing committed; its next open just rebuilds the Bloom filter.
         """
-        if self.path is None or self._closed:
+        if self._files is None or self._files.closed:
             return
         try:
             self.snapshot_bloom()
         finally:
-            self._closed = True
-            if self._disk is not None:
-                self._disk.close()
+            self._files.close()
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    @property
+    def _closed(self) -> bool:
+        return self._files is not None and self._files.closed
 
     def _require_open(self) -> None:
         if self._closed:
@@ -314,8 +267,11 @@ class SeenSet:
             self._require_open()
         if self._store is None:
             return self._check_lossy(hashes)
-        if self._disk is not None:
-            return self._check_disk(hashes)
+        if self._files is not None and self._disk is not None:
+            out, counters = self._files.check([h & MASK64 for h in hashes], self._bloom, self._counters())
+            for c, v in counters.items():
+                setattr(self, c, v)
+            return out
         bloom = self._bloom
         out: list[bool] = [True] * len(hashes)
         novel_here: set[int] = set()
@@ -342,64 +298,6 @@ class SeenSet:
         self._store.add_many(novel_here)  # type: ignore[union-attr]
         self.checks += len(hashes)
         self.novel += len(novel_here)
-        return out
-
-    def _check_disk(self, hashes: list[int]) -> list[bool]:
-        """Exact disk mode: Bloom, then in-batch repeats, the hot cache, then SQLite."""
-        disk, hot, bloom = self._disk, self._hot, self._bloom
-        assert disk is not None and hot is not None
-        hs = [h & MASK64 for h in hashes]
-        out: list[bool] = [True] * len(hs)
-        novel_here: set[int] = set()
-        pending: list[int] = []
-        for i, h in enumerate(hs):
-            if bloom.check_and_add(h):
-                pending.append(i)
-            else:
-                novel_here.add(h)
-        # Bloom positives not settled by this batch or the hot cache go to SQLite, once
-        # each, in one batched lookup.
-        ask: set[int] = set()
-        cache_hits = 0
-        for i in pending:
-            h = hs[i]
-            if h in novel_here:
-                continue
-            if hot.hit(h):
-                cache_hits += 1
-            else:
-                ask.add(h)
-        found = disk.lookup(ask) if ask else set()
-        confirmations = 0
-        for i in pending:
-            h = hs[i]
-            # Confirmed: an earlier occurrence in this batch, a cache hit (never asked) or
-            # a database row; else a false positive, which the exact store saves.
-            if h in novel_here or h not in ask or h in found:
-                confirmations += 1
-                out[i] = False
-            else:
-                novel_here.add(h)
-        counters = {
-            "checks": self.checks + len(hs),
-            "novel": self.novel + len(novel_here),
-            "bloom_positives": self.bloom_positives + len(pending),
-            "exact_confirmations": self.exact_confirmations + confirmations,
-            "false_positives": self.false_positives + len(pending) - confirmations,
-            "cache_hits": self.cache_hits + cache_hits,
-            "db_lookups": self.db_lookups + len(ask),
-            "forgotten": self.forgotten,
-        }
-        if novel_here:
-            # One transaction; the counters ride along. If it raises, nothing is counted
-            # and nothing cached (the Bloom bits already set only cost a lookup later).
-            disk.insert(list(novel_here), counters)
-        for c, v in counters.items():
-            setattr(self, c, v)
-        # Recently confirmed and recently added hashes are the likeliest repeats (a site's
-        # navigation links recur on each of its pages).
-        hot.add_many(found)
-        hot.add_many(novel_here)
         return out
 
     def _check_lossy(self, hashes: list[int]) -> list[bool]:
@@ -444,14 +342,8 @@ class SeenSet:
             return 0
         if self._store is None:
             removed = min(len(hs), self.novel)
-        elif self._disk is not None:
-            assert self._hot is not None
-            counters = self._counters()
-            present = self._disk.lookup(hs)
-            counters["novel"] -= len(present)
-            counters["forgotten"] += len(present)
-            removed = self._disk.delete(sorted(present), counters)
-            self._hot.discard_many(hs)
+        elif self._files is not None and self._disk is not None:
+            removed, counters = self._files.forget(hs, self._counters())
             self.novel, self.forgotten = int(counters["novel"]), int(counters["forgotten"])
             return removed
         else:
@@ -523,20 +415,12 @@ class SeenSet:
         cache (bounded at 8 MB, less while the database is smaller).
         """
         size = self._bloom.memory_bytes()
-        if self._disk is not None:
-            assert self._hot is not None
-            return size + self._hot.memory_bytes() + (0 if self._closed else self._disk.memory_bytes())
+        if self._files is not None and self._disk is not None:
+            return size + self._files.memory_bytes()
         if self._store is not None:
             size += self._store.memory_bytes()
         return size
 
     def disk_bytes(self) -> int:
         """Bytes on disk: database, WAL and Bloom snapshot (0 in memory mode)."""
-        if self.path is None:
-            return 0
-        total = self._disk.disk_bytes() if self._disk is not None else 0
-        try:
-            total += os.path.getsize(self.path + ".bloom")
-        except OSError:
-            pass  # no snapshot written yet
-        return total
+        return 0 if self._files is None else self._files.disk_bytes()

@@ -30,6 +30,8 @@ from crawler.shard import build_shard
 from crawler.testing.regionweb import RegionWeb
 from crawler.topology import Topology, shard_ids
 
+from tests.unit.test_scheduler import MemorySeen, NoBudgetLimit, inline
+
 REGIONS = ("near", "far")
 CLIENTS = {"10.0.0.1": "near", "10.0.0.2": "far"}
 ADDRESS = {region: addr for addr, region in CLIENTS.items()}
@@ -59,25 +61,6 @@ class Network:
         return None
 
 
-class Seen:
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-
-    async def check_and_add(self, urls):
-        out = [u not in self.seen for u in urls]
-        self.seen.update(urls)
-        return out
-
-
-class Unlimited:
-    async def acquire(self) -> bool:
-        return True
-
-
-async def inline(fn, *args):
-    return fn(*args)
-
-
 async def no_dups(items):
     return [(None, None)] * len(items)
 
@@ -100,12 +83,12 @@ class Crawl:
         ids = shard_ids(1, REGIONS)
         self.topology = Topology.of(ids, REGIONS)
         self.peers = InProcessPeers(self.topology)
-        seen = Seen()
+        seen = MemorySeen()
         self.shards = self.peers.shards
         for sid in ids:
             region = self.topology.region_of_shard(sid)
             self.shards[sid] = build_shard(
-                self.cfg, sid, seeds=self.cfg.seeds, seen=seen, content=no_dups, budget=Unlimited(),
+                self.cfg, sid, seeds=self.cfg.seeds, seen=seen, content=no_dups, budget=NoBudgetLimit(),
                 deliver=self.peers.accept, owner_of=self.topology.home_of,
                 store=FrontierStore(str(tmp_path / f"{sid}.sqlite")), clock=self.clock, rng=random.Random(7),
                 fetcher=Network(self.web, self.clock, region, self.log), run_blocking=inline,
@@ -234,3 +217,24 @@ def test_a_move_a_crash_interrupted_is_finished_on_restart(tmp_path):
     assert near.url_status(f"http://{key}/p/1") is None, "the old owner still holds the host"
     pages = [region for path, region, _, _ in again.requests_by_host()[host] if path != "/robots.txt"]
     assert set(pages) == {"far"}
+
+
+def test_a_rule_added_between_runs_moves_a_host_that_already_has_work(tmp_path):
+    """A host queued in its home region; the next run's config places it far away: the
+    owner moves it before its first request, and it is fetched from there only, once."""
+    first = Crawl(tmp_path)
+    host = first.web.hosts_in("near")[0]
+    key = f"{host}:{PORT}"
+    home_id = first.topology.home_of(key)
+
+    async def queue_only() -> None:
+        await first.shards[home_id].accept_durably([UrlItem(f"http://{key}/", 0)])
+        first.shards[home_id].store.close()
+
+    asyncio.run(queue_only())
+    again = Crawl(tmp_path, rules={host: "far"})
+    asyncio.run(again.run())
+    assert_polite_and_exact(again)
+    regions = {region for _, region, _, _ in again.requests_by_host()[host]}
+    assert regions == {"far"}, f"{host} was fetched from {regions}"
+    assert again.shards[home_id].status().regions["region_moves_out"] >= 1

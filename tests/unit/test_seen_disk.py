@@ -220,7 +220,7 @@ def test_disk_mode_memory_is_bounded_and_much_smaller_than_memory_mode(tmp_path)
     with _disk(tmp_path, capacity=50_000, cache_size=2000) as s:
         feed(s, urls, 1000)
         assert not any(s.check_and_add(urls[::7]))
-        assert len(s._hot) <= 2000  # the cache holds at most cache_size hashes
+        assert len(s._files.hot) <= 2000  # the cache holds at most cache_size hashes
         bloom = s._bloom.memory_bytes()
         assert s.memory_bytes() > bloom
         assert s.memory_bytes() * 3 < mem.memory_bytes()
