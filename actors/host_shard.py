@@ -1,4 +1,4 @@
-"""The HostShard actor: one shard (crawler.shard.build_shard) over a slice of hosts.
+"""The HostShard actor: one shard (crawler.engine.assembly.build_shard) over a slice of hosts.
 
 A thin async shell (model: Ray Serve): the shard's logic is the same object the
 in-process runtime runs; this actor gives it Ray clients for the seen group, the content
@@ -8,7 +8,7 @@ It shares its driver's fate (docs/invariants.md #9): the driver calls it several
 second (heartbeat, status); after ``runtime.driver_timeout_s`` of silence the shard
 starts no fetch and accepts no work, and once the output's lease is lost (expired, or
 taken by a newer run) it closes without writing and the actor exits. The rule is
-crawler.watchdog.ShardWatchdog on the system clock; this actor supplies its hooks.
+crawler.recovery.watchdog.ShardWatchdog on the system clock; this actor supplies its hooks.
 """
 
 from __future__ import annotations
@@ -23,19 +23,19 @@ import ray
 
 from actors.metrics import ShardMetrics, TimedFetcher
 from actors.render import RenderClient
-from actors.services import SeenGroupClient, call_service
-from crawler.config import from_dict
-from crawler.frontier import UrlItem
-from crawler.handover import HostState, Probe, timed_get
-from crawler.hostpolicy import HostTarget
-from crawler import state
+from actors.serviceactors import SeenGroupClient, call_service
+from crawler.config.settings import from_dict
+from crawler.frontier.urlitem import UrlItem
+from crawler.placement.handover import HostState, Probe, timed_get
+from crawler.control.hostpolicy import HostTarget
+from crawler.recovery import statefiles as state
 from crawler.clock import SYSTEM_CLOCK
-from crawler.services import LeasedBudget
-from crawler.shard import build_fence, build_shard
-from crawler.shardcalls import ShardEndpoint
-from crawler.topology import Topology
-from crawler.shardstatus import ShardStatus
-from crawler.watchdog import ShardWatchdog
+from crawler.engine.sharedservices import LeasedBudget
+from crawler.engine.assembly import build_fence, build_shard
+from crawler.session.shardcalls import ShardEndpoint
+from crawler.placement.topology import Topology
+from crawler.engine.status import ShardStatus
+from crawler.recovery.watchdog import ShardWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class HostShard:
         self.crawl_name = crawl_name
         self.peers: dict[str, Any] = {}
         self.incarnation = uuid.uuid4().hex[:8]
-        # state_dir is resolved here, on this actor's node (crawler.state.here): with a
+        # state_dir is resolved here, on this actor's node (crawler.recovery.statefiles.here): with a
         # remote output the store lives on this node's disk and is rebuilt from OUT.
         opened = state.open_shard_store(cfg, shard_id, state_dir, SYSTEM_CLOCK) if state_dir else None
 
@@ -130,7 +130,7 @@ class HostShard:
             self._run_task = asyncio.ensure_future(self.shard.run())
             self._watchdog = asyncio.ensure_future(self.watchdog.run())
 
-    # The watchdog's hooks (crawler.watchdog.WatchdogHooks).
+    # The watchdog's hooks (crawler.recovery.watchdog.WatchdogHooks).
 
     async def on_driver_silent(self) -> None:
         await self.shard.outbox.flush(final=True)
@@ -179,7 +179,7 @@ class HostShard:
         return await self.endpoint.accept(items)
 
     async def adopt(self, state: HostState) -> int:
-        """A host handed over by another shard (crawler.handover), durable on return."""
+        """A host handed over by another shard (crawler.placement.handover), durable on return."""
         self._ensure_running()
         return await self.shard.adopt(state)
 
@@ -193,7 +193,7 @@ class HostShard:
         """The same call on the shard that owns the host now (regions: a moved host)."""
         return await call_service(lambda: getattr(self._peer(owner), method).remote(*args), f"shard {owner}")
 
-    # What the runtime asks (crawler.shardcalls.ShardEndpoint answers, in this process).
+    # What the runtime asks (crawler.session.shardcalls.ShardEndpoint answers, in this process).
 
     async def place(self, host: str, region: str | None) -> dict[str, Any]:
         self._ensure_running()
@@ -261,7 +261,7 @@ class HostShard:
 
 class RayPeers:
     """The other shards of a crawl with regions, reached by actor handle
-    (crawler.handover.Peers); a call to this shard itself stays in process."""
+    (crawler.placement.handover.Peers); a call to this shard itself stays in process."""
 
     def __init__(self, actor: HostShard) -> None:
         self._actor = actor

@@ -1,7 +1,7 @@
 """Crawler metrics through ``ray.util.metrics``, so they reach Ray's Prometheus endpoint
 and dashboard (Ray puts its ``ray_`` namespace in front: ``ray_crawler_pages_total``).
 
-Values come from what the shard already counts (its status and counters, crawler.scheduler);
+Values come from what the shard already counts (its status and counters, crawler.engine.scheduler);
 this module only turns cumulative counts into counter increments and sets gauges, once a
 second from the HostShard actor's watchdog. Label sets stay bounded: a shard id, an outcome,
 a duplicate kind, a host state, an API route and status code; never a host or a URL.
@@ -59,7 +59,7 @@ class ShardMetrics:
                                     ("shard", "direction"))
         self.region_forwarded = Counter("crawler_region_forwarded_urls", "URLs passed on to their host's owner", ("shard",))
         self.region_probes = Counter("crawler_region_probes", "robots.txt requests timing a host from one region", ("shard",))
-        self.news_sources = Gauge("crawler_news_sources", "feeds, hubs and news sitemaps found (crawler.news)", ("shard", "kind"))
+        self.news_sources = Gauge("crawler_news_sources", "feeds, hubs and news sitemaps found (crawler.freshness.news)", ("shard", "kind"))
         self.news_fetches = Counter("crawler_news_source_fetches", "refetches of feeds, hubs and news sitemaps", ("shard",))
         self.news_new = Counter("crawler_news_new_urls", "new URLs those refetches yielded", ("shard",))
         self.news_delay = Gauge(
@@ -71,7 +71,7 @@ class ShardMetrics:
         self.latency.observe(max(0.0, seconds), tags=self.tags)
 
     def record(self, shard: Any) -> None:
-        """Export the shard's numbers now (a :class:`~crawler.scheduler.ShardScheduler`)."""
+        """Export the shard's numbers now (a :class:`~crawler.engine.scheduler.ShardScheduler`)."""
         st = shard.status()
         c = st.counters
         t = self.tags

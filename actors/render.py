@@ -27,7 +27,7 @@ from typing import Any, Awaitable, Callable, Sequence
 import ray
 
 from crawler.clock import SYSTEM_CLOCK
-from crawler.config import from_dict
+from crawler.config.settings import from_dict
 from crawler.render.build import build_pool
 from crawler.render.jobs import RenderJob, RenderReply, SubRequest, SubResponse
 

@@ -4,7 +4,7 @@ Parent side (:func:`run_crawler`) builds the crawl config, starts the child and 
 its process tree (with embedded Ray: the driver, gcs_server, raylet and every worker);
 child side (``python -m benchmarks.crawlrun --mode ray|local --cfg FILE``) runs
 :class:`jobs.crawl.Crawl` on an embedded loopback Ray, or
-:func:`crawler.local.local_session` in one process, and marks "start" (actors up,
+:func:`crawler.session.inprocess.local_session` in one process, and marks "start" (actors up,
 seeds submitted) and "end" (everything flushed, before the actors are killed).
 """
 
@@ -101,7 +101,7 @@ def _du(path: str) -> int:
 def _child_ray(cfg, timeout_s: float, ray_tmp: str) -> tuple[dict[str, Any], float]:
     import ray
 
-    from actors.runtime import init_ray
+    from actors.rayruntime import init_ray
     from jobs.crawl import Crawl
 
     t0 = time.monotonic()
@@ -129,7 +129,7 @@ def _child_ray(cfg, timeout_s: float, ray_tmp: str) -> tuple[dict[str, Any], flo
 
 
 def _child_local(cfg, timeout_s: float, shards: int) -> tuple[dict[str, Any], float]:
-    from crawler.local import local_session
+    from crawler.session.inprocess import local_session
 
     crawl = local_session(cfg, shards=shards)
 
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     common.exit_on_sigterm()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from crawler.config import from_dict
+    from crawler.config.settings import from_dict
 
     with open(a.cfg) as f:
         cfg = from_dict(json.load(f))

@@ -1,4 +1,4 @@
-"""Client CPU per fetch of :class:`crawler.fetch.Fetcher` over loopback.
+"""Client CPU per fetch of :class:`crawler.fetch.fetcher.Fetcher` over loopback.
 
 A separate process serves one 25 KB HTML page (plain at ``/page``, gzip-encoded at
 ``/gz``) with aiohttp on 127.0.0.1; this process fetches it ``--fetches`` times through a
@@ -47,7 +47,7 @@ def serve(port: int) -> None:
 
 
 async def _round(path: str, port: int, fetches: int, concurrency: int) -> tuple[float, float]:
-    from crawler.fetch import Fetcher
+    from crawler.fetch.fetcher import Fetcher
 
     f = Fetcher(user_agent="raycrawl-bench/1.0", resolve={"bench.test": "127.0.0.1"})
     url = f"http://bench.test:{port}{path}"

@@ -13,8 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from crawler import config
-from crawler.local import local_session
+from crawler.config import settings as config
+from crawler.session.inprocess import local_session
 from crawler.testing.freshweb import FreshWeb, freshness_report
 from crawler.testing.server import WebServer
 

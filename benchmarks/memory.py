@@ -10,8 +10,8 @@ insert rate. Kinds:
 * ``seen-bloom``      :class:`crawler.seen.SeenSet` Bloom only (``exact=False``)
 * ``seen-exact-disk`` :class:`crawler.seen.SeenSet` exact, disk-backed (``path=...``:
   SQLite store + Bloom + hot cache; what a crawl with durable state uses)
-* ``frontier-mem``    :class:`crawler.frontier.Frontier`, every URL in memory
-* ``frontier-spill``  :class:`crawler.journal.FrontierStore` + ``Frontier(window=runtime.frontier_window)`` (default 4),
+* ``frontier-mem``    :class:`crawler.frontier.frontier.Frontier`, every URL in memory
+* ``frontier-spill``  :class:`crawler.frontier.store.FrontierStore` + ``Frontier(window=runtime.frontier_window)`` (default 4),
   fed the way ``ShardEngine.accept`` feeds them (store.add then push): only each
   host's first ``window`` URLs stay in memory, the rest are counted as spilled
 
@@ -111,7 +111,7 @@ def _measure_frontier(kind: str, n: int, work: str) -> dict[str, Any]:
     import random
 
     from crawler.clock import SYSTEM_CLOCK
-    from crawler.frontier import Frontier, UrlItem
+    from crawler.frontier.frontier import Frontier, UrlItem
 
     class Pacer:
         def next_allowed(self, host: str) -> float:
@@ -125,10 +125,10 @@ def _measure_frontier(kind: str, n: int, work: str) -> dict[str, Any]:
     if kind == "frontier-mem":
         fr = Frontier(Pacer(), SYSTEM_CLOCK, random.Random(0))
     else:
-        from crawler.journal import FrontierStore
+        from crawler.frontier.store import FrontierStore
 
         store = FrontierStore(os.path.join(work, "frontier.sqlite"))
-        from crawler.config import RuntimeConfig
+        from crawler.config.settings import RuntimeConfig
 
         fr = Frontier(Pacer(), SYSTEM_CLOCK, random.Random(0), window=RuntimeConfig().frontier_window, spill=store)
     # URL i goes to host i % hosts: batches mix hosts like a page's links do.

@@ -1,13 +1,13 @@
 """Near-duplicate detection on chrome-only variants: whole-text vs main-content SimHash.
 
 The crawler flags a page as a near-duplicate when its 64-bit SimHash is within Hamming
-distance 3 of a stored one (``crawler.dedup``). Today the fingerprint is taken over all
+distance 3 of a stored one (``crawler.content.fingerprints``). Today the fingerprint is taken over all
 the visible text, page chrome included, so copies of one article that differ only in a
 footer render timestamp and request id, or in a rotating "related links" box, can land
 more than 3 bits apart. This benchmark measures, for each text source:
 
 * ``whole``        ``parse_page(...).text``: all visible text (what the crawler uses today)
-* ``main``         ``crawler.maincontent.main_text`` on the same lexbor tree
+* ``main``         ``crawler.content.maincontent.main_text`` on the same lexbor tree
 * ``resiliparse``  ``extract_plain_text(html, main_content=True)`` (if installed)
 * ``trafilatura``  ``trafilatura.extract(html, include_comments=False)`` (if installed)
 
@@ -53,12 +53,12 @@ from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser
 
-from crawler.dedup import hamming, text_fingerprint
-from crawler.maincontent import extract_main
+from crawler.content.fingerprints import hamming, text_fingerprint
+from crawler.content.maincontent import extract_main
 from crawler.parse import detect_charset, parse_page
 
 ROOT = Path(__file__).resolve().parents[1]
-K = 3  # the crawler's near-duplicate distance (crawler.dedup.SimHashIndex default)
+K = 3  # the crawler's near-duplicate distance (crawler.content.fingerprints.SimHashIndex default)
 _STRIP = ["script", "style", "noscript", "template", "svg"]  # as crawler/parse.py
 _UTF8 = "text/html; charset=utf-8"
 

@@ -6,7 +6,7 @@ Three crawls of the same web (four hosts, an article per 15 s on average per hos
 it (same seed, so the same publication times), one process each:
 
 * ``news``: only ``recrawl: {enabled: true, min_interval_s: 5}`` (feeds, news sitemaps
-  and hubs found by the crawler, crawler.news defaults);
+  and hubs found by the crawler, crawler.freshness.news defaults);
 * ``hubs_only``: the same with ``news.feeds`` and ``news.news_sitemaps`` off;
 * ``tuned_by_hand``: the scheduler without news sources (``news.hubs``, ``feeds``,
   ``news_sitemaps`` all off) and ``initial_interval_s: 30``, ``max_interval_s: 3600``.
@@ -24,8 +24,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from crawler import config
-from crawler.local import local_session
+from crawler.config import settings as config
+from crawler.session.inprocess import local_session
 from crawler.testing.newsweb import NewsWeb, news_report
 from crawler.testing.server import WebServer
 

@@ -37,8 +37,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from crawler import config
-from crawler.local import local_session
+from crawler.config import settings as config
+from crawler.session.inprocess import local_session
 from crawler.output import read_pages
 from crawler.parse import parse_page
 from crawler.render.browser import FLAGS, BrowserPool, PoolSettings, find_browser

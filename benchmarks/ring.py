@@ -1,6 +1,6 @@
 """Hash-ring balance and movement: the figures behind DESIGN.md's "adding a shard moves ~1/N".
 
-100,000 host names over 16 shards with the real :class:`crawler.hashring.HashRing`
+100,000 host names over 16 shards with the real :class:`crawler.placement.hashring.HashRing`
 (default 2048 virtual nodes), for several naming schemes of the shards (the names decide
 where the virtual nodes land, so the balance is taken as the worst over the schemes):
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from crawler.hashring import DEFAULT_VNODES, HashRing
+from crawler.placement.hashring import DEFAULT_VNODES, HashRing
 
 SCHEMES = {
     "shard-000": lambda i: f"shard-{i:03d}",

@@ -2,7 +2,7 @@
 
 1. Balance. ``--hosts`` hosts with a realistic skew: one giant host holds
    ``--giant-share`` (40%) of all URLs and the rest follow a Zipf law (exponent
-   ``--zipf``). Hosts are placed on shards with the real :class:`crawler.hashring.HashRing`
+   ``--zipf``). Hosts are placed on shards with the real :class:`crawler.placement.hashring.HashRing`
    (its default virtual nodes). Reported per shard count: hosts per shard and URL share
    per shard (max / mean), the share of the shard that owns the giant host, and the
    *fetch-rate* share: with politeness every host gets at most 1/interval requests per
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import common
-from crawler.hashring import HashRing
+from crawler.placement.hashring import HashRing
 
 # Exact store per URL (measured by benchmarks/memory.py on this machine; see RESULTS.md):
 # the SQLite table of 8-byte hashes costs ~14 bytes per URL on disk; in memory (a Python

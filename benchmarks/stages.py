@@ -7,17 +7,17 @@ best of ``--repeat`` runs; CPU time, not wall time, so the figures hold on a sha
 machine. The result says where the crawler's CPU per page goes, against a budget per
 stage (µs/page), and what the bare loop's extraction costs on the same pages.
 
-Pipeline stages (what ``crawler.pipeline.PagePipeline.page`` does per HTML page):
+Pipeline stages (what ``crawler.engine.pipeline.PagePipeline.page`` does per HTML page):
 
-* ``sha256``        crawler.dedup.content_sha256 of the body
+* ``sha256``        crawler.content.fingerprints.content_sha256 of the body
 * ``parse``         crawler.parse.parse_page, all of it; its parts, each alone:
   * ``parse.tree``    LexborHTMLParser(body) (lexbor builds the tree)
   * ``parse.head``    the head selector pass (base, title, robots meta)
   * ``parse.links``   css("a[href], area[href]") + attributes + Link objects, no join
   * ``parse.join``    crawler.urls.join_url of the page's distinct hrefs
   * ``parse.text``    strip_tags + the body text
-  * ``parse.main``    crawler.maincontent.main_text on the stripped tree
-* ``fingerprint``   crawler.dedup.text_fingerprint of the main text (SimHash)
+  * ``parse.main``    crawler.content.maincontent.main_text on the stripped tree
+* ``fingerprint``   crawler.content.fingerprints.text_fingerprint of the main text (SimHash)
 * ``follow``        LinkPolicy.follow (normalize, scope, traps, on-page duplicates)
 * ``urlitems``      building the UrlItems of the followed links
 * ``seen``          url_hash64 + SeenSet.check_and_add_hashes (exact, in memory, the
@@ -132,14 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     from selectolax.lexbor import LexborHTMLParser
 
     from benchmarks.bare_loop import extract
-    from crawler.config import from_dict
-    from crawler.dedup import content_sha256, text_fingerprint
-    from crawler.frontier import UrlItem
-    from crawler.maincontent import main_text
+    from crawler.config.settings import from_dict
+    from crawler.content.fingerprints import content_sha256, text_fingerprint
+    from crawler.frontier.frontier import UrlItem
+    from crawler.content.maincontent import main_text
     from crawler.parse import html as parse_html
     from crawler.parse import parse_page
     from crawler.seen import DEFAULT_BLOOM, SeenSet, url_hash64
-    from crawler.shard import build_link_policy
+    from crawler.engine.assembly import build_link_policy
     from crawler.urls import join_url
 
     t0 = time.monotonic()

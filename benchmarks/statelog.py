@@ -1,10 +1,10 @@
-"""What durable shard state costs with a remote output (crawler.statelog), measured.
+"""What durable shard state costs with a remote output (crawler.recovery.statelog), measured.
 
 A crawl of the synthetic web (``bench`` profile, ``--hosts`` hosts) by the in-process
 runtime, its output on a loopback S3 (moto's server on 127.0.0.1), with the shipped
 defaults for the state log (``runtime.state_log_interval_s``) and snapshots
 (``runtime.state_ship_interval_s``). Reported per shard, from each shard's own counters
-(crawler.statelog.StateLog.stats): object-store requests per second for state (log
+(crawler.recovery.statelog.StateLog.stats): object-store requests per second for state (log
 segments, snapshots, compaction), log and snapshot bytes per admitted URL; then what a
 restart reads: each shard's state rebuilt from OUT on an empty folder (one listing, the
 newest snapshot, the segments after it), timed.
@@ -23,10 +23,10 @@ import time
 import uuid
 from pathlib import Path
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.clock import SYSTEM_CLOCK
-from crawler.local import local_session
-from crawler.state import open_shard_store, state_dir
+from crawler.session.inprocess import local_session
+from crawler.recovery.statefiles import open_shard_store, state_dir
 from crawler.testing.fixtures import crawl_config_for, running_web
 from crawler.testing.s3 import start_loopback_s3
 

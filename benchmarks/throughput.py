@@ -6,7 +6,7 @@ Phases, each against the same private nginx serving the static bench web:
    ``bare2`` - the same loop in 2 processes on uvloop (``--procs 2 --uvloop``): the
    *ceiling* the pipeline's pages/s is compared with;
 2. ``ray``   - :class:`jobs.crawl.Crawl` on an embedded loopback Ray (shards "auto");
-3. ``local`` - :class:`crawler.local.local_session` in one process (``--local``).
+3. ``local`` - :class:`crawler.session.inprocess.local_session` in one process (``--local``).
 
 The crawler runs with everything on: robots.txt, politeness (``--interval``, 0.05 s by
 default: with 4000 hosts the bound is 80,000 pages/s, far from binding), URL

@@ -53,7 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Serve the bundled synthetic web on loopback and crawl it on embedded Ray."""
-    from crawler import config as config_mod
+    from crawler.config import settings as config_mod
     from crawler.output.fs import check_output_folder
     from crawler.testing.fixtures import running_web
     from jobs.crawl import print_summary, run_crawl
@@ -86,7 +86,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     for scripts. Exit 1 when the ledger in ``stats.json`` does not balance against the
     rows in OUT (a lost or invented URL); works for local and fsspec (s3://) outputs.
     """
-    from crawler import ledger
+    from crawler.session import ledger
     from crawler.output import summarize
     from crawler.output.fs import require_crawl_output
 
@@ -179,8 +179,8 @@ def _read_page_file(path: str) -> bytes:
 
 def cmd_links(args: argparse.Namespace) -> int:
     """Print, one JSON object a line, each link the crawler would extract from a page."""
-    from crawler import config as config_mod
-    from crawler.shard import build_link_policy
+    from crawler.config import settings as config_mod
+    from crawler.engine.assembly import build_link_policy
     from crawler.parse import parse_page
 
     target = args.target
@@ -192,7 +192,7 @@ def cmd_links(args: argparse.Namespace) -> int:
     elif not target.lower().startswith(("http://", "https://")):
         raise PathError(f"{target}: no such file, and not an http(s) URL")
     else:
-        from crawler.shard import build_fetcher
+        from crawler.engine.assembly import build_fetcher
 
         cfg0 = config_mod.load(args.config, args.overrides)
 

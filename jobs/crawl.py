@@ -1,16 +1,16 @@
 """The crawl driver: ``python -m jobs.crawl CONFIG [--out DIR] [--set k=v] [--address ADDR]``.
 
 This is what ``ray job submit`` runs and what ``crawl run`` calls. It is a thin layer
-over :class:`crawler.session.CrawlSession`: it picks the runtime (Ray, or in-process
+over :class:`crawler.session.crawlsession.CrawlSession`: it picks the runtime (Ray, or in-process
 with ``--local``), shows progress, and turns SIGINT and SIGTERM (Ctrl-C, ``kill``,
 ``ray job stop``) into a clean stop: rows flushed, ``stats.json`` written, the state
 resumable, a non-zero exit (130 for SIGINT, 143 for SIGTERM); a stop asked for through
 the control API exits 0 (:func:`run_crawl`). With ``api.enabled`` it
-serves the HTTP control API (crawler.api) in its event loop and prints the API's address
+serves the HTTP control API (crawler.control.api) in its event loop and prints the API's address
 to stderr, which is the job log of a crawl started with ``ray job submit``.
 
 :func:`Crawl` gives notebooks and scripts a blocking handle on a crawl that keeps running
-between calls (crawler.handle).
+between calls (crawler.session.handle).
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ import signal
 import sys
 from typing import Any, Sequence
 
-from crawler import config as config_mod
-from crawler import eventloop, ledger
-from crawler.config import CrawlConfig
-from crawler.api import ControlApi
+from crawler.config import settings as config_mod
+from crawler import eventloop
+from crawler.session import ledger
+from crawler.config.settings import CrawlConfig
+from crawler.control.api import ControlApi
 from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError
-from crawler.handle import CrawlHandle
+from crawler.session.handle import CrawlHandle
 from crawler.output.fs import check_output_folder
-from crawler.session import CrawlSession
+from crawler.session.crawlsession import CrawlSession
 
 log = logging.getLogger("jobs.crawl")
 
@@ -43,10 +44,10 @@ def make_session(
     """A session on Ray (joined at ``address``, ``runtime.address`` or RAY_ADDRESS, else
     embedded) or, with ``local``, in this process."""
     if local:
-        from crawler.local import local_session
+        from crawler.session.inprocess import local_session
 
         return local_session(cfg, **kw)
-    from actors.runtime import RayRuntime
+    from actors.rayruntime import RayRuntime
 
     return CrawlSession(cfg, RayRuntime(address or cfg.runtime.address), **kw)
 

@@ -1,4 +1,4 @@
-"""``crawl ctl``: steer a running crawl through its HTTP control API (crawler.api), no curl.
+"""``crawl ctl``: steer a running crawl through its HTTP control API (crawler.control.api), no curl.
 
     crawl ctl [--api URL] [--token T] seeds add URL [URL ...] [--priority N]
     crawl ctl ... url URL_OR_URL_HASH

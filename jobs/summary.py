@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from crawler import ledger as ledger_mod
+from crawler.session import ledger as ledger_mod
 
 __all__ = ["LEDGER_DROPS", "render"]
 

@@ -2,7 +2,7 @@
 
 WARC export (crawler.output.warc) rebuilds the HTTP response from the row, its blob and
 these headers, so they are kept as they arrived: in order, names lowercased, a repeated
-name's values joined with ", " (RFC 9110 section 5.3, as :class:`crawler.fetch.FetchResult`
+name's values joined with ", " (RFC 9110 section 5.3, as :class:`crawler.fetch.fetcher.FetchResult`
 holds them). They are stored as a JSON array of ``[name, value]`` pairs, so any value
 (quotes, commas, non-ASCII) round-trips and a reader needs nothing but ``json``.
 

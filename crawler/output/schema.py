@@ -87,7 +87,7 @@ class OutcomeRow:
     """One of :data:`DUP_KINDS`, or None for original content."""
     dup_of: str | None = field(default=None, metadata=_arrow(_STR))
     """``url_hash`` of the original a duplicate matches (join it to ``url_hash`` for its URL:
-    the content index keeps no URL strings, crawler.contentindex)."""
+    the content index keeps no URL strings, crawler.content.index)."""
     blob_key: str | None = field(default=None, metadata=_arrow(_STR))
     """Where the body is: ``blobs/packs/<pack>:<offset>:<length>:<sha256>`` (older outputs:
     ``blobs/ab/cd/<sha>.gz``); always a key of ``content_sha256`` (crawler.output.layout)."""

@@ -13,7 +13,7 @@ in ``OUT``, with warcio:
 * after each of those, a ``metadata`` record (``WARC-Concurrent-To`` it) with what the
   crawler knew: the referrer (``via``), depth, attempts, SimHash, duplicate kind, shard.
 
-The stored body is the *decoded* one (gzip and chunking removed, crawler.fetch), so the
+The stored body is the *decoded* one (gzip and chunking removed, crawler.fetch.fetcher), so the
 response record is a faithful rebuild rather than the bytes on the wire: Content-Encoding
 and Transfer-Encoding are dropped, Content-Length is the stored length, and the metadata
 record says what was decoded; a non-ASCII header value is written percent-encoded as

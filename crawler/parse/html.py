@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from selectolax.lexbor import LexborHTMLParser
 
-from crawler.encodings import REPLACEMENT, UTF16
+from crawler.content.encodinglabels import REPLACEMENT, UTF16
 from crawler.errors import ConfigError
-from crawler.feeds import FEED_TYPES
-from crawler.maincontent import extract_main
+from crawler.freshness.feeds import FEED_TYPES
+from crawler.content.maincontent import extract_main
 from crawler.parse.charset import ASCII_WS, decode, decoding_codec, detect_encoding
 from crawler.urls import join_url
 
@@ -72,7 +72,7 @@ class ParsedPage:
     """Visible body text: no script/style/noscript/template/svg, whitespace collapsed to
     single spaces."""
     main_text: str = ""
-    """The main content's text (crawler.maincontent: no header, footer, nav, aside or
+    """The main content's text (crawler.content.maincontent: no header, footer, nav, aside or
     similar chrome), what the near-duplicate fingerprint is computed over, so chrome
     that changes per request (render times, request ids) does not hide a copy."""
     title: str | None = None
@@ -80,7 +80,7 @@ class ParsedPage:
     """Set when the body could not be parsed at all (the caller records it)."""
     main_text_failed: bool = False
     """Main-content extraction broke on this page's markup and the whole ``text`` stands
-    in for ``main_text`` (crawler.maincontent; the pipeline counts it)."""
+    in for ``main_text`` (crawler.content.maincontent; the pipeline counts it)."""
     links_dropped: int = 0
     """Links beyond ``max_links`` that were not returned (counted, not materialized)."""
     degraded: bool = False
@@ -89,7 +89,7 @@ class ParsedPage:
     are still found; ``text`` may include script source."""
     feeds: list[str] = field(default_factory=list)
     """Resolved ``href`` of ``<link rel="alternate">`` elements whose ``type`` is a feed
-    (RSS, Atom: crawler.feeds.FEED_TYPES), in document order."""
+    (RSS, Atom: crawler.freshness.feeds.FEED_TYPES), in document order."""
 
 
 # --------------------------------------------------------------------------------------

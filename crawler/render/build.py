@@ -1,6 +1,6 @@
 """Assembling rendering from a config: a shard's renderer, and the local browser pool.
 
-:func:`build_renderer` is what :func:`crawler.shard.build_shard` calls (both runtimes);
+:func:`build_renderer` is what :func:`crawler.engine.assembly.build_shard` calls (both runtimes);
 :func:`build_pool` makes the :class:`~crawler.render.browser.BrowserPool` that the
 in-process runtime renders on and that each render actor (actors/render.py) owns.
 """
@@ -12,9 +12,9 @@ from collections import Counter
 from typing import Any
 
 from crawler.clock import Clock
-from crawler.config import CrawlConfig
-from crawler.links import LinkPolicy
-from crawler.politeness import Politeness
+from crawler.config.settings import CrawlConfig
+from crawler.policy.links import LinkPolicy
+from crawler.policy.politeness import Politeness
 from crawler.render.browser import BrowserPool, PoolSettings, find_browser
 from crawler.render.decide import RenderDecider
 from crawler.render.gate import Fetch, RenderGate

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from crawler.clock import Clock
-from crawler.fetch import FetchResult
-from crawler.politeness import Politeness
+from crawler.fetch.fetcher import FetchResult
+from crawler.policy.politeness import Politeness
 from crawler.render.jobs import SubRequest, SubResponse
 from crawler.render.scriptcache import ScriptCache
 from crawler.robots import RobotsCache

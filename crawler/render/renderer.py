@@ -1,6 +1,6 @@
 """The shard's side of rendering: decide, hand the page over, take the DOM or fall back.
 
-The :class:`~crawler.pipeline.PagePipeline` calls :meth:`Renderer.render` for each
+The :class:`~crawler.engine.pipeline.PagePipeline` calls :meth:`Renderer.render` for each
 fetched HTML page after parsing its raw HTML. The renderer asks the
 :class:`~crawler.render.decide.RenderDecider`; to render, it opens the page's account
 at the :class:`~crawler.render.gate.RenderGate` and hands a
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol
 
 from crawler.clock import Clock, within
-from crawler.fetch import FetchResult
+from crawler.fetch.fetcher import FetchResult
 from crawler.parse import ParsedPage, parse_page
 from crawler.render.decide import Decision, RenderDecider, render_gained
 from crawler.render.gate import RenderGate

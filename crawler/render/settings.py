@@ -1,6 +1,6 @@
 """The ``render`` section of the crawl config: when to render JavaScript, and the pool.
 
-Kept beside the render code (crawler.config includes it as ``CrawlConfig.render``);
+Kept beside the render code (crawler.config.settings includes it as ``CrawlConfig.render``);
 ``configs/default.yaml`` documents every key and a test keeps the two equal.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from crawler.configtypes import positive
+from crawler.config.typed import positive
 from crawler.errors import ConfigError
 
 __all__ = ["RenderConfig", "RESOURCE_TYPES", "validate_render"]
@@ -47,7 +47,7 @@ class RenderConfig:
 
 
 def validate_render(obj: RenderConfig, prefix: str) -> None:
-    """Value checks of the section (types are checked by crawler.configtypes)."""
+    """Value checks of the section (types are checked by crawler.config.typed)."""
     positive(obj, prefix, "cores_per_actor", "processes", "tabs", "timeout_s", "max_wait_s", "max_requests",
              "max_bytes", "host_min_renders", "script_cache_entries", "script_cache_bytes", "recycle_renders",
              "recycle_s", "recycle_rss_mb")

@@ -239,7 +239,7 @@ class RobotsCache:
 
     def snapshot(self, origins: Sequence[str] | None = None) -> list[dict]:
         """JSON-serialisable state of every cached origin (expired ones included), or of
-        ``origins`` only (a host handed over to another shard: crawler.handover).
+        ``origins`` only (a host handed over to another shard: crawler.placement.handover).
 
         Times are stored relative to now (``age_s``, ``ttl_left_s``) because ``now()`` is
         a monotonic clock whose origin differs between processes; ``saved_wall`` lets

@@ -20,10 +20,10 @@ class RobotsClient:
 
     Args:
         cache: where the rules go.
-        classify: maps a response to "redirect" or anything else (crawler.fetch.classify).
+        classify: maps a response to "redirect" or anything else (crawler.fetch.fetcher.classify).
         normalize: canonical form of a redirect target, None if unusable.
         join: resolves a Location header against the URL it came from.
-        pacer: per-host in-flight state and next allowed time (crawler.politeness).
+        pacer: per-host in-flight state and next allowed time (crawler.policy.politeness).
         clock: waits for the host's allowance between same-host redirect hops.
     """
 

@@ -97,7 +97,7 @@ class RobotsRules:
 
     @property
     def sitemaps(self) -> list[str]:
-        """The ``Sitemap:`` lines of the file, as written (crawler.sitemaps resolves them)."""
+        """The ``Sitemap:`` lines of the file, as written (crawler.freshness.sitemaps resolves them)."""
         return list(self._parser.sitemaps) if self._parser is not None else []
 
 

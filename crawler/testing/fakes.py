@@ -1,7 +1,7 @@
 """Test doubles for the network seams (like trio.testing): nothing here opens a socket.
 
 :class:`FakeResolver` stands in for DNS under the real transport; :class:`FakeTransport`
-stands in for the whole wire under :class:`crawler.fetch.Fetcher`, on an injected clock.
+stands in for the whole wire under :class:`crawler.fetch.fetcher.Fetcher`, on an injected clock.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp.abc import AbstractResolver
 
 from crawler.clock import Clock
-from crawler.transport import ConnectError, Request
+from crawler.fetch.transport import ConnectError, Request
 
 
 class FakeResolver(AbstractResolver):
@@ -96,7 +96,7 @@ Script = Mapping[str, FakeResponse | Sequence[FakeResponse]] | Callable[[Request
 
 
 class FakeTransport:
-    """A :class:`crawler.transport.Transport` that answers from a script; no sockets.
+    """A :class:`crawler.fetch.transport.Transport` that answers from a script; no sockets.
 
     ``script`` maps a URL (exactly as passed to ``Fetcher.fetch``) to a
     :class:`FakeResponse`, or to a list of them used one per request in order (the last
@@ -169,7 +169,7 @@ class FakeTransport:
 
 
 class _FakeStream:
-    """The :class:`crawler.transport.Response` of a :class:`FakeResponse`."""
+    """The :class:`crawler.fetch.transport.Response` of a :class:`FakeResponse`."""
 
     def __init__(self, spec: FakeResponse, clock: Clock, record: SentRequest) -> None:
         self.status = spec.status

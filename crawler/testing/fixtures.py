@@ -46,7 +46,7 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def crawl_config_for(server: WebServer, **overrides: Any) -> dict[str, Any]:
-    """A YAML-shaped crawl config (crawler.config keys) for crawling ``server``'s web.
+    """A YAML-shaped crawl config (crawler.config.settings keys) for crawling ``server``'s web.
 
     Seeds, scope ``any``, the ``raycrawl`` user agent, ``*.test`` resolved to the server,
     and limits the ground truth assumes: ``max_depth`` well above ``web.required_depth()``, a

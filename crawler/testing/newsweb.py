@@ -1,5 +1,5 @@
 """A web of news hosts whose articles appear at random times, for testing and measuring
-news freshness (crawler.news).
+news freshness (crawler.freshness.news).
 
 Each host publishes articles as a Poisson process (one per ``mean_interval_s`` on
 average), drawn once from a seeded ``random.Random`` on the server's clock (monotonic

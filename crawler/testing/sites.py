@@ -231,7 +231,7 @@ def _near_duplicates(host: str, render: Callable[[Page], bytes], count: int = 5)
     A single changed token flips a SimHash bit wherever the other features' votes
     nearly cancel, so for a ~300-word text a few pairs in a hundred land 4-8 bits
     apart. The counters are therefore chosen, deterministically, so that every pair
-    is within distance 3 under the crawler's own ``crawler.dedup.simhash64`` of the
+    is within distance 3 under the crawler's own ``crawler.content.fingerprints.simhash64`` of the
     visible text (fixed counters if that module is missing).
     """
 
@@ -240,7 +240,7 @@ def _near_duplicates(host: str, render: Callable[[Page], bytes], count: int = 5)
                     footer=f"Rendered on 2024-01-05. Page views: {n}")
 
     try:
-        from crawler.dedup import hamming, simhash64
+        from crawler.content.fingerprints import hamming, simhash64
     except ImportError:
         chosen = [1000 + 37 * k for k in range(count)]
     else:

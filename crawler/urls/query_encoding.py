@@ -18,7 +18,7 @@ import functools
 import re
 import unicodedata
 
-from crawler.encodings import C1_CODECS, GB18030_2022_SWAPS, REPLACEMENT, UTF16, WHATWG_LABELS
+from crawler.content.encodinglabels import C1_CODECS, GB18030_2022_SWAPS, REPLACEMENT, UTF16, WHATWG_LABELS
 from crawler.urls.syntax import BYTE_PCT, C0_SET, sub_non_ascii, utf8_pct
 
 __all__ = ["encode_query"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from crawler.config import CrawlConfig
+from crawler.config.settings import CrawlConfig
 from crawler.output import read_pages
 from crawler.testing.server import WebServer
 from crawler.testing.web import canonical_path_qs
@@ -119,7 +119,7 @@ def check_rows(server: WebServer, cfg: CrawlConfig) -> Any:
         flagged = [u for u in group if by_url[u]["dup_kind"] in ("near", "exact")]
         assert len(flagged) == len(group) - 1, f"near duplicates: {len(flagged)} of {len(group)} flagged"
     # Copies that differ only in chrome (footer timestamp, request id, nav, aside): the
-    # main-content fingerprint sees through it (crawler.maincontent).
+    # main-content fingerprint sees through it (crawler.content.maincontent).
     for group in web.chrome_duplicate_groups():
         flagged = [u for u in group if by_url[u]["dup_kind"] in ("near", "exact")]
         assert len(flagged) == len(group) - 1, f"chrome-only copies: {len(flagged)} of {len(group)} flagged: {sorted(group)}"
@@ -128,7 +128,7 @@ def check_rows(server: WebServer, cfg: CrawlConfig) -> Any:
 
 def check_ledger(stats: dict[str, Any], internal_errors: int = 0) -> None:
     """URLs the seen filter admitted = rows + URLs dropped by a counted rule + URLs still
-    queued, and nothing queued in a crawl that says it finished (crawler.ledger); and no
+    queued, and nothing queued in a crawl that says it finished (crawler.session.ledger); and no
     URL cost by an internal error (but the ``internal_errors`` a test provokes)."""
     led = stats.get("ledger")
     assert led is not None, "the run wrote no URL ledger"

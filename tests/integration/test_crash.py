@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import pyarrow.parquet as pq
 import yaml
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.output import BlobStore, read_pages
 from crawler.testing.fixtures import crawl_config_for
 from jobs.crawl import Crawl

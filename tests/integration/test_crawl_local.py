@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from crawler import config
-from crawler.local import local_session
+from crawler.config import settings as config
+from crawler.session.inprocess import local_session
 from crawler.testing.fixtures import crawl_config_for
 
 from tests.integration import checks

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.output import read_pages
 from crawler.testing.fixtures import crawl_config_for
 from jobs.crawl import Crawl
@@ -37,7 +37,7 @@ def test_ray_crawl_matches_ground_truth_and_single_process(ray_cluster, web, tmp
     # The same result set as the single-process crawl of the same web.
     import asyncio
 
-    from crawler.local import local_session
+    from crawler.session.inprocess import local_session
 
     web.reset()
     local_cfg = config.from_dict(crawl_config_for(web, output={"path": str(tmp_path / "local")}))

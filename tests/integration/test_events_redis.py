@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.output import read_pages
 from crawler.testing.fixtures import crawl_config_for
 from jobs.crawl import Crawl

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from crawler.testing.fakes import FakeResolver
-from crawler import config
-from crawler.local import local_session
-from crawler.shard import build_fetcher
+from crawler.config import settings as config
+from crawler.session.inprocess import local_session
+from crawler.engine.assembly import build_fetcher
 from crawler.output import read_pages
 from crawler.testing.hostile import HostileServer, loopback_only
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.testing.fixtures import crawl_config_for
 
 from tests.integration import checks

@@ -19,7 +19,7 @@ import time
 
 import yaml
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.testing.fixtures import crawl_config_for
 
 from tests.integration import checks

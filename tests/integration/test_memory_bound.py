@@ -49,8 +49,8 @@ class WideWeb(SmallWeb):
 CHILD = textwrap.dedent(
     """
     import asyncio, json, sys
-    from crawler import config
-    from crawler.local import local_session
+    from crawler.config import settings as config
+    from crawler.session.inprocess import local_session
     cfg = config.from_dict(json.loads(sys.argv[1]))
     crawl = local_session(cfg, shards=1)
     peak = {"in_memory": 0, "queued": 0, "samples": 0, "stores": 0}

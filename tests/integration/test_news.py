@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
-from crawler import config
-from crawler.local import local_session
+from crawler.config import settings as config
+from crawler.session.inprocess import local_session
 from crawler.output import read_pages
 from crawler.testing.newsweb import NewsWeb, news_report
 from crawler.testing.server import WebServer

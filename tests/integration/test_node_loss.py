@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.output import read_pages
 from crawler.testing.fixtures import crawl_config_for
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from urllib.parse import quote
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.testing.fixtures import crawl_config_for
 from jobs.crawl import Crawl
 from jobs.ctl import request

@@ -11,9 +11,9 @@ from collections import defaultdict
 
 import pytest
 
-from crawler import config
-from crawler.journal import FrontierStore
-from crawler.local import local_session
+from crawler.config import settings as config
+from crawler.frontier.store import FrontierStore
+from crawler.session.inprocess import local_session
 from crawler.output import read_pages
 from crawler.testing.freshweb import FreshWeb, freshness_report
 from crawler.testing.server import WebServer

@@ -28,7 +28,7 @@ import time
 
 import yaml
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.testing.regionweb import RegionWeb, region_report
 from crawler.testing.server import WebServer
 from jobs.ctl import request

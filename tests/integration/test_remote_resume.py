@@ -1,5 +1,5 @@
 """A crawl of an ``s3://`` output killed on one machine resumes on another whose local state
-folder is empty, from what is in OUT alone (crawler.state), against moto on loopback.
+folder is empty, from what is in OUT alone (crawler.recovery.statefiles), against moto on loopback.
 
 Judged from the synthetic web's log: every reachable page is fetched, and none twice
 beyond what was in flight (requested, or answered but not yet durable) at the kill.

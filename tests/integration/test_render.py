@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from crawler import config
-from crawler.local import local_session
+from crawler.config import settings as config
+from crawler.session.inprocess import local_session
 from crawler.output import BlobStore, read_pages
 from crawler.render.browser import CANDIDATES
 from crawler.testing.server import WebServer

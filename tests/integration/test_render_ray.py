@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.output import read_pages
 from crawler.testing.server import WebServer
 from crawler.testing.spaweb import SpaWeb

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.testing.fixtures import crawl_config_for
 from jobs.crawl import Crawl
 

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from crawler.testing.fakes import FakeResolver
-from crawler import config
-from crawler.local import local_session
-from crawler.session import CrawlSession
-from crawler.shard import build_fetcher
+from crawler.config import settings as config
+from crawler.session.inprocess import local_session
+from crawler.session.crawlsession import CrawlSession
+from crawler.engine.assembly import build_fetcher
 from crawler.output import BlobStore, read_pages
 from crawler.testing.hostile import TRAVERSAL_STRINGS, HostileServer, loopback_only
 from crawler.urls import normalize

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from crawler import config
-from crawler.local import local_session
-from crawler.shard import build_fetcher
+from crawler.config import settings as config
+from crawler.session.inprocess import local_session
+from crawler.engine.assembly import build_fetcher
 from crawler.output import read_pages
 from crawler.testing.server import WebServer
 from crawler.testing.webtypes import Reply, SmallWeb

@@ -3,7 +3,7 @@ not slowed, so the crawl ends a bounded number of fetches after the cut.
 
 A session-id trap serves the same page under endless URLs, each linking to new ones.
 Judged from the server's log: the trap host's requests stay within the bound derived
-from the budget rules (crawler.traps.HostBudget), and while it is the only work left it
+from the budget rules (crawler.policy.hostbudget.HostBudget), and while it is the only work left it
 is fetched at its politeness interval, not at a penalty multiple of it.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import statistics
 
-from crawler import config
-from crawler.local import local_session
+from crawler.config import settings as config
+from crawler.session.inprocess import local_session
 from crawler.testing.server import WebServer
 from crawler.testing.trapweb import NORMAL_PAGES, TrapWeb
 

@@ -8,7 +8,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from crawler import ledger
+from crawler.session import ledger
 from crawler.output import OutcomeRow, ResultWriter
 
 T0 = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.timezone.utc)

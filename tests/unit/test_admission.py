@@ -1,5 +1,5 @@
 """Admission on a real durable store, cached robots rules and the mock clock: what a shard
-takes into its queue, and what leaves without a fetch, each counted (crawler.admission).
+takes into its queue, and what leaves without a fetch, each counted (crawler.engine.admission).
 
 A user sees it as: a batch delivered twice is queued once; a URL robots.txt disallows
 gets its ``robots_blocked`` row (the caller writes it) and never waits in the queue; a
@@ -13,16 +13,17 @@ from collections import Counter
 
 import pytest
 
-from crawler import config
-from crawler.admission import Admission
+from crawler.config import settings as config
+from crawler.engine.admission import Admission
 from crawler.clock import MockClock
-from crawler.frontier import Frontier, UrlItem
-from crawler.journal import FrontierStore
+from crawler.frontier.frontier import Frontier
+from crawler.frontier.urlitem import UrlItem
+from crawler.frontier.store import FrontierStore
 from crawler.output import read_pages
-from crawler.politeness import Politeness
+from crawler.policy.politeness import Politeness
 from crawler.robots import RobotsCache
-from crawler.shard import build_shard
-from crawler.traps import HostBudget
+from crawler.engine.assembly import build_shard
+from crawler.policy.hostbudget import HostBudget
 from tests.unit.test_scheduler import MemorySeen, NoBudgetLimit, ScriptedServer, inline
 
 UA = "raycrawl/0.1 (+https://example.invalid/bot)"

@@ -12,11 +12,11 @@ import gc
 
 import pytest
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.clock import MockClock
 from crawler.seen import SeenGroup, SeenSet
 from crawler.seen.hashing import url_hash64
-from crawler.session import CrawlSession
+from crawler.session.crawlsession import CrawlSession
 
 URLS = [f"https://a{i}.example/p" for i in range(40)]
 

@@ -13,11 +13,11 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
-from crawler.aiohttp_transport import AiohttpTransport, _protocol_of
+from crawler.fetch.aiohttp_transport import AiohttpTransport, _protocol_of
 from crawler.clock import MockClock
-from crawler.fetch import Fetcher
+from crawler.fetch.fetcher import Fetcher
 from crawler.testing.fakes import FakeResolver
-from crawler.transport import Request
+from crawler.fetch.transport import Request
 
 UA = "raycrawl-test/1.0 (+https://example.invalid/bot)"
 RESOLVE = {"site.test": "127.0.0.1"}
@@ -50,7 +50,7 @@ async def test_aiohttp_still_keeps_the_protocol_of_a_released_response(tiny_site
         # ...and only the private attribute still leads to the protocol.
         assert getattr(raw, "_protocol", None) is not None, (
             "aiohttp no longer has ClientResponse._protocol: update "
-            "crawler.aiohttp_transport._protocol_of (peer address, reset and parse-error checks)"
+            "crawler.fetch.aiohttp_transport._protocol_of (peer address, reset and parse-error checks)"
         )
         proto = _protocol_of(raw)
         assert callable(getattr(proto, "exception", None)) and proto.transport is not None

@@ -9,12 +9,12 @@ import datetime as dt
 import aiohttp
 import pytest
 
-from crawler.api import ControlApi, check_binding, url_view
-from crawler.frontier import UrlItem
-from crawler.journal import FrontierStore
+from crawler.control.api import ControlApi, check_binding, url_view
+from crawler.frontier.urlitem import UrlItem
+from crawler.frontier.store import FrontierStore
 from crawler.output.schema import OutcomeRow
-from crawler.recrawl import Previous, RecrawlPolicy
-from crawler.config import ApiConfig
+from crawler.freshness.recrawl import Previous, RecrawlPolicy
+from crawler.config.settings import ApiConfig
 from crawler.errors import ConfigError
 
 TOKEN = "t0ken"
@@ -39,7 +39,7 @@ class FakeSession:
         return {"accepted": len(urls), "already_seen": 0, "refused": 0, "urls": []}
 
     async def set_host_policy(self, host, **policy):
-        from crawler.hostpolicy import parse_host
+        from crawler.control.hostpolicy import parse_host
 
         self.calls.append(("policy", parse_host(host).spec(), policy))
         return host

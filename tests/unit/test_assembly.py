@@ -1,4 +1,4 @@
-"""A shard is assembled once (crawler.shard.build_shard): every part gets its collaborators
+"""A shard is assembled once (crawler.engine.assembly.build_shard): every part gets its collaborators
 through its constructor, and nothing outside a part sets its fields afterwards.
 
 Checked in the source (ast), so a new ``shard.gate = ...`` or ``router.before_flush =

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from crawler.batching import MicroBatcher
+from crawler.engine.batching import MicroBatcher
 from crawler.clock import MockClock
 
 

@@ -96,7 +96,7 @@ def test_file_mounts_ship_neither_git_nor_venv_nor_outputs_and_the_dashboard_sta
 
 
 def test_every_node_keeps_the_crawls_local_files_on_its_own_disk():
-    # Each raylet passes RAYCRAWL_LOCAL_DIR to the workers it starts (crawler.state.local_dir).
+    # Each raylet passes RAYCRAWL_LOCAL_DIR to the workers it starts (crawler.recovery.statefiles.local_dir).
     cfg = _load()
     for key in ("head_start_ray_commands", "worker_start_ray_commands"):
         start = next(c for c in cfg[key] if "ray start" in c)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.errors import ConfigError, SeedError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Every counter name written or read is declared once, in crawler/counters.py.
+"""Every counter name written or read is declared once, in crawler/engine/counters.py.
 
 A shard's counters are plain ``Counter``s written by several modules and read back with
 ``.get(name, 0)``: a misspelt name is a silent 0 in stats.json, progress and metrics.
@@ -24,7 +24,7 @@ import functools
 import pathlib
 from dataclasses import dataclass
 
-from crawler.counters import COUNTERS, DROPPED, FAMILIES, declared
+from crawler.engine.counters import COUNTERS, DROPPED, FAMILIES, declared
 from crawler.output import OUTCOMES
 from crawler.output.schema import DUP_KINDS
 
@@ -37,14 +37,14 @@ ATTRS = {"counters": "counters", "_counters": "counters", "dropped": "dropped"}
 PARAMS = {"counters": "counters", "dropped": "dropped", "counts": "dropped"}  # parameters typed Counter
 # Names that hold counters but that the scanner cannot tell from their binding.
 ALIASES = {
-    ("crawler/crawlstats.py", "render_summary", "c"): "counters",
+    ("crawler/session/crawlstats.py", "render_summary", "c"): "counters",
     ("crawler/parse/html.py", "is_html", "counters"): "counters",  # typed MutableMapping (parse/ knows no Counter)
 }
 # Sites that write a key held in a variable: (file, counter, key expression).
 DYNAMIC = {
-    ("crawler/scheduler.py", "counters", "row.outcome"),  # checked: OUTCOMES are declared
-    ("crawler/links.py", "dropped", "reason"),  # checked: LinkPolicy._verdict and TrapRules.check
-    ("crawler/pipeline.py", "dropped", "reason"),  # checked: PagePipeline.redirect and TrapRules.check
+    ("crawler/engine/scheduler.py", "counters", "row.outcome"),  # checked: OUTCOMES are declared
+    ("crawler/policy/links.py", "dropped", "reason"),  # checked: LinkPolicy._verdict and TrapRules.check
+    ("crawler/engine/pipeline.py", "dropped", "reason"),  # checked: PagePipeline.redirect and TrapRules.check
 }
 NAMES = {"counters": COUNTERS, "dropped": DROPPED}
 
@@ -167,9 +167,9 @@ def problems(uses) -> list[str]:
         if u.how == "wrong counter":
             out.append(f"{u.path}:{u.line}: {u.key} is not the {u.counter} counter")
         elif u.how == "literal" and u.key not in NAMES[u.counter]:
-            out.append(f"{u}: not declared in crawler/counters.py")
+            out.append(f"{u}: not declared in crawler/engine/counters.py")
         elif u.how == "prefix" and (u.counter != "counters" or u.key not in FAMILIES):
-            out.append(f"{u}: no such family in crawler/counters.py")
+            out.append(f"{u}: no such family in crawler/engine/counters.py")
         elif u.how == "dynamic" and u.write and (u.path, u.counter, u.key) not in DYNAMIC:
             out.append(f"{u}: a key only known at run time (declare a family, or add the site to DYNAMIC with a check)")
     return out
@@ -179,9 +179,9 @@ def test_every_counter_key_in_the_source_is_declared() -> None:
     uses = scan_tree()
     # The scan sees the counters at all: the modules that write and read them.
     assert {u.path for u in uses} >= {
-        "crawler/scheduler.py", "crawler/pipeline.py", "crawler/admission.py", "crawler/sitemaps.py",
-        "crawler/render/renderer.py", "crawler/render/gate.py", "crawler/crawlstats.py", "crawler/termination.py",
-        "crawler/links.py", "actors/metrics.py", "jobs/progress.py",
+        "crawler/engine/scheduler.py", "crawler/engine/pipeline.py", "crawler/engine/admission.py", "crawler/freshness/sitemaps.py",
+        "crawler/render/renderer.py", "crawler/render/gate.py", "crawler/session/crawlstats.py", "crawler/session/termination.py",
+        "crawler/policy/links.py", "actors/metrics.py", "jobs/progress.py",
     }
     assert len([u for u in uses if u.how == "literal"]) >= 70
     assert problems(uses) == []
@@ -203,10 +203,10 @@ def build(pipeline, links, counts):
 '''
     found = problems(scan_source(source, "crawler/example.py"))
     assert [p.split(": ", 1)[1] for p in found] == [
-        "counters['fetchd'] (literal): not declared in crawler/counters.py",
-        "dropped['scpoe'] (literal): not declared in crawler/counters.py",
-        "counters['dupe_'] (prefix): no such family in crawler/counters.py",
-        "counters['retires'] (literal): not declared in crawler/counters.py",
+        "counters['fetchd'] (literal): not declared in crawler/engine/counters.py",
+        "dropped['scpoe'] (literal): not declared in crawler/engine/counters.py",
+        "counters['dupe_'] (prefix): no such family in crawler/engine/counters.py",
+        "counters['retires'] (literal): not declared in crawler/engine/counters.py",
         "pipeline.counters is not the dropped counter",
         "pipeline.counters is not the dropped counter",
         "counters['links.reason'] (dynamic): a key only known at run time (declare a family, "
@@ -265,8 +265,8 @@ def test_every_name_says_what_it_counts() -> None:
 
 
 def _link_reasons() -> set[str]:
-    reasons = _returned("crawler/links.py", "LinkPolicy._verdict") | _returned("crawler/traps.py", "TrapRules.check")
-    redirect = _function("crawler/pipeline.py", "PagePipeline.redirect")
+    reasons = _returned("crawler/policy/links.py", "LinkPolicy._verdict") | _returned("crawler/policy/traprules.py", "TrapRules.check")
+    redirect = _function("crawler/engine/pipeline.py", "PagePipeline.redirect")
     return reasons | _strings(a.value for a in ast.walk(redirect)
                               if isinstance(a, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "reason" for t in a.targets))
 

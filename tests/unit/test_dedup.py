@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from simhash import Simhash
 
-from crawler.dedup import (
+from crawler.content.fingerprints import (
     SHINGLE_WORDS,
     SimHashIndex,
     _features,

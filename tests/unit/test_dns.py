@@ -13,8 +13,8 @@ import pytest
 
 from crawler.clock import MockClock
 from crawler.testing.fakes import FakeResolver
-from crawler.addrguard import AddressGuard, AddressRefused, GuardedSocketFactory
-from crawler.dns import DnsCache, DnsLookupError, parse_resolve
+from crawler.fetch.addrguard import AddressGuard, AddressRefused, GuardedSocketFactory
+from crawler.fetch.dns import DnsCache, DnsLookupError, parse_resolve
 from crawler.errors import ConfigError
 
 

@@ -10,12 +10,12 @@ import json
 
 import pytest
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.clock import MockClock
 from crawler.errors import ConfigError
-from crawler.events import EVENT_FIELDS, EventEmitter, EventLog, MemoryEventLog, page_event
-from crawler.sinks import FileSink, SinkError, build_sink, sink_factory
-from crawler.outbox import Outbox
+from crawler.events.emitter import EVENT_FIELDS, EventEmitter, EventLog, MemoryEventLog, page_event
+from crawler.events.sinks import FileSink, SinkError, build_sink, sink_factory
+from crawler.engine.outbox import Outbox
 from crawler.output import OutcomeRow
 
 
@@ -124,7 +124,7 @@ class Acks:
     def __init__(self) -> None:
         self.done_urls: list[str] = []
 
-    def record(self, fetched):  # crawler.outbox.Acks: (row, schedule) pairs
+    def record(self, fetched):  # crawler.engine.outbox.Acks: (row, schedule) pairs
         self.done_urls.extend(row.url for row, _ in fetched)
 
 

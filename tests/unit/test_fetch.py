@@ -25,9 +25,9 @@ from aiohttp.abc import AbstractResolver
 
 from crawler.clock import MockClock
 from crawler.testing.fakes import FakeResolver
-from crawler.addrguard import AddressRefused
+from crawler.fetch.addrguard import AddressRefused
 from crawler.errors import ConfigError
-from crawler.fetch import FetchResult, Fetcher, classify
+from crawler.fetch.fetcher import FetchResult, Fetcher, classify
 
 UA = "raycrawl-test/1.0 (+https://example.invalid/bot)"
 PAGE = b"<html><body>" + b"<p>hello crawler</p>" * 1000 + b"</body></html>"

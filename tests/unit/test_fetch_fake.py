@@ -17,11 +17,11 @@ from typing import TypeVar
 import pytest
 
 from crawler.clock import MockClock
-from crawler.addrguard import AddressRefused
-from crawler.dns import DnsLookupError
-from crawler.fetch import FetchResult, Fetcher, classify
+from crawler.fetch.addrguard import AddressRefused
+from crawler.fetch.dns import DnsLookupError
+from crawler.fetch.fetcher import FetchResult, Fetcher, classify
 from crawler.testing.fakes import FakeResponse, FakeTransport
-from crawler.transport import ConnectError, ConnectionReset, ConnectTimeout, ProtocolError, TLSError
+from crawler.fetch.transport import ConnectError, ConnectionReset, ConnectTimeout, ProtocolError, TLSError
 
 UA = "raycrawl-test/1.0 (+https://example.invalid/bot)"
 URL = "http://a.test/page"
@@ -236,8 +236,8 @@ async def test_fetch_after_close_never_reaches_the_transport():
 
 async def test_build_fetcher_takes_a_fake_transport():
     # How the shard engine gets a socket-free fetcher on its own clock.
-    from crawler import config
-    from crawler.shard import build_fetcher
+    from crawler.config import settings as config
+    from crawler.engine.assembly import build_fetcher
 
     cfg = config.from_dict({"seeds": ["http://a.test/"]})
     clock = MockClock(T0)

@@ -3,7 +3,8 @@
 import random
 
 from crawler.clock import MockClock
-from crawler.frontier import Frontier, FrontierState, UrlItem
+from crawler.frontier.frontier import Frontier, FrontierState
+from crawler.frontier.urlitem import UrlItem
 
 
 class FixedPacer:

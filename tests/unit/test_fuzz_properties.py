@@ -39,14 +39,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.clock import MockClock
-from crawler.shard import build_fetcher, build_link_policy
+from crawler.engine.assembly import build_fetcher, build_link_policy
 from crawler.errors import ConfigError
 from crawler.parse import parse_page
-from crawler.politeness import Politeness
+from crawler.policy.politeness import Politeness
 from crawler.robots import RobotsCache
-from crawler.traps import HostBudget
+from crawler.policy.hostbudget import HostBudget
 from crawler.urls import Scope, host_key, join_url, normalize, origin, validate_seed
 
 UA = "raycrawl/0.1 (+https://example.org/bot)"

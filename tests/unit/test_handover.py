@@ -1,4 +1,4 @@
-"""Hosts placed in regions and handed between shards (crawler.handover), on the mock clock.
+"""Hosts placed in regions and handed between shards (crawler.placement.handover), on the mock clock.
 
 Two regions, one shard each, in one process: every shard fetches through a stand-in for
 its node's network that answers like the region test web (crawler.testing.regionweb): a
@@ -18,17 +18,17 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.clock import MockClock
-from crawler.fetch import FetchResult
-from crawler.frontier import UrlItem
-from crawler.handover import InProcessPeers
-from crawler.hostview import host_info
-from crawler.journal import FrontierStore
+from crawler.fetch.fetcher import FetchResult
+from crawler.frontier.urlitem import UrlItem
+from crawler.placement.handover import InProcessPeers
+from crawler.control.hostview import host_info
+from crawler.frontier.store import FrontierStore
 from crawler.output import read_pages
-from crawler.shard import build_shard
+from crawler.engine.assembly import build_shard
 from crawler.testing.regionweb import RegionWeb
-from crawler.topology import Topology, shard_ids
+from crawler.placement.topology import Topology, shard_ids
 
 from tests.unit.test_scheduler import MemorySeen, NoBudgetLimit, inline
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from crawler.errors import ConfigError
-from crawler.hashring import HashRing
+from crawler.placement.hashring import HashRing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,7 +90,7 @@ def test_ring_is_identical_across_processes_with_different_hash_seeds() -> None:
     here = [ring.node_for(k) for k in keys]
     code = (
         "import json, sys\n"
-        "from crawler.hashring import HashRing\n"
+        "from crawler.placement.hashring import HashRing\n"
         "keys = json.load(sys.stdin)\n"
         f"ring = HashRing({SHARDS!r})\n"
         "print(json.dumps([ring.node_for(k) for k in keys]))\n"

@@ -10,16 +10,16 @@ import random
 
 import pytest
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.clock import MockClock
 from crawler.errors import ConfigError
-from crawler.frontier import UrlItem
-from crawler.hostpolicy import HostPolicy, parse_host
-from crawler.hostview import host_info
-from crawler.journal import FrontierStore
-from crawler.politeness import Politeness
-from crawler.shard import build_shard
-from crawler.traps import HostBudget
+from crawler.frontier.urlitem import UrlItem
+from crawler.control.hostpolicy import HostPolicy, parse_host
+from crawler.control.hostview import host_info
+from crawler.frontier.store import FrontierStore
+from crawler.policy.politeness import Politeness
+from crawler.engine.assembly import build_shard
+from crawler.policy.hostbudget import HostBudget
 
 from tests.unit.test_scheduler import MemorySeen, NoBudgetLimit, ScriptedServer, html, inline
 

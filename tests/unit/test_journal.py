@@ -3,9 +3,10 @@
 import random
 
 from crawler.clock import MockClock
-from crawler.frontier import Frontier, UrlItem
-from crawler.journal import FrontierStore
-from crawler.state import here, state_dir
+from crawler.frontier.frontier import Frontier
+from crawler.frontier.urlitem import UrlItem
+from crawler.frontier.store import FrontierStore
+from crawler.recovery.statefiles import here, state_dir
 
 
 class Pacer:

@@ -1,4 +1,4 @@
-"""One run per output: the lease, its epochs, and the fence shards check (crawler.lease)."""
+"""One run per output: the lease, its epochs, and the fence shards check (crawler.recovery.lease)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from crawler.clock import MockClock
 from crawler.errors import OutputLeasedError
-from crawler.lease import Fence, Lease, LeaseRecord, LeaseStore
+from crawler.recovery.lease import Fence, Lease, LeaseRecord, LeaseStore
 
 TTL = 6.0
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from crawler.config import from_dict
+from crawler.config.settings import from_dict
 from crawler.parse import parse_page
-from crawler.shard import build_link_policy
+from crawler.engine.assembly import build_link_policy
 
 PAGE_URL = "http://a.test/dir/page"
 

@@ -9,8 +9,8 @@ import random
 import pytest
 from selectolax.lexbor import LexborHTMLParser
 
-from crawler.dedup import hamming, text_fingerprint
-from crawler.maincontent import extract_main, is_chrome_name, main_text
+from crawler.content.fingerprints import hamming, text_fingerprint
+from crawler.content.maincontent import extract_main, is_chrome_name, main_text
 
 # --- helpers ----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""News sources (crawler.news, crawler.feeds, the news extension of crawler.sitemaps):
+"""News sources (crawler.freshness.news, crawler.freshness.feeds, the news extension of crawler.freshness.sitemaps):
 parsing, the schedule by new URLs per fetch on the mock clock, priority of fresh news,
 and a whole shard following a news host on the mock clock."""
 
@@ -13,22 +13,23 @@ from collections import Counter
 
 import pytest
 
-from crawler import config
-from crawler.backqueue import HostQueue, UrlItem, default_priority
+from crawler.config import settings as config
+from crawler.frontier.backqueue import HostQueue, default_priority
+from crawler.frontier.urlitem import UrlItem
 from crawler.clock import MockClock
 from crawler.errors import ConfigError
-from crawler.crawlstats import merge_news
-from crawler.feeds import looks_like_feed, next_allowed, parse_feed
-from crawler.fetch import FetchResult
-from crawler.journal import FrontierStore
-from crawler.links import LinkPolicy
-from crawler.news import MAX_CANDIDATES_PER_HOST, PROBES, NewsPolicy, dated_rate
+from crawler.session.crawlstats import merge_news
+from crawler.freshness.feeds import looks_like_feed, next_allowed, parse_feed
+from crawler.fetch.fetcher import FetchResult
+from crawler.frontier.store import FrontierStore
+from crawler.policy.links import LinkPolicy
+from crawler.freshness.news import MAX_CANDIDATES_PER_HOST, PROBES, NewsPolicy, dated_rate
 from crawler.parse import parse_page
-from crawler.recrawl import Previous, Schedule
-from crawler.shard import build_shard
+from crawler.freshness.recrawl import Previous, Schedule
+from crawler.engine.assembly import build_shard
 from crawler.testing.newsweb import NewsWeb
-from crawler.sitemaps import SitemapReader, parse_sitemap
-from crawler.traps import TrapRules
+from crawler.freshness.sitemaps import SitemapReader, parse_sitemap
+from crawler.policy.traprules import TrapRules
 from crawler.urls import Scope
 from jobs import cli
 

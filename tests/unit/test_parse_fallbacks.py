@@ -13,15 +13,17 @@ import asyncio
 import logging
 from collections import Counter
 
-from crawler import config, maincontent
+from crawler.config import settings as config
+
+from crawler.content import maincontent
 from crawler.clock import MockClock
-from crawler.fetch import FetchResult
-from crawler.frontier import UrlItem
+from crawler.fetch.fetcher import FetchResult
+from crawler.frontier.urlitem import UrlItem
 from crawler.parse import html as parse_html
 from crawler.parse import is_html, parse_page
-from crawler.pipeline import PagePipeline
-from crawler.recrawl import RecrawlPolicy
-from crawler.shard import build_link_policy
+from crawler.engine.pipeline import PagePipeline
+from crawler.freshness.recrawl import RecrawlPolicy
+from crawler.engine.assembly import build_link_policy
 
 SEED = "http://a.test/"
 PAGE = ("<html><body><nav>home about</nav><article><p>" + " ".join(f"w{i}" for i in range(80))
@@ -62,7 +64,7 @@ def test_a_broken_main_content_step_keeps_the_page_and_is_counted(monkeypatch, c
     assert not clean.main_text_failed and "home about" not in clean.main_text
 
     monkeypatch.setattr(maincontent, "_choose_root", _broken)
-    caplog.set_level(logging.DEBUG, logger="crawler.maincontent")
+    caplog.set_level(logging.DEBUG, logger="crawler.content.maincontent")
     page = parse_page(PAGE, SEED, "text/html")
     assert page.main_text_failed and page.error is None
     assert page.main_text == page.text and "home about" in page.main_text  # the whole text stands in

@@ -13,14 +13,14 @@ from datetime import datetime, timezone
 
 import pytest
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.clock import MockClock
-from crawler.fetch import FetchResult
-from crawler.frontier import UrlItem
+from crawler.fetch.fetcher import FetchResult
+from crawler.frontier.urlitem import UrlItem
 from crawler.output import BlobStore
-from crawler.pipeline import PagePipeline
-from crawler.recrawl import Previous, RecrawlPolicy
-from crawler.shard import build_link_policy
+from crawler.engine.pipeline import PagePipeline
+from crawler.freshness.recrawl import Previous, RecrawlPolicy
+from crawler.engine.assembly import build_link_policy
 
 SEED = "http://a.test/"
 WALL0 = 1_700_000_000.0

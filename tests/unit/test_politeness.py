@@ -12,7 +12,7 @@ import pytest
 
 from crawler.clock import MockClock
 from crawler.errors import ConfigError
-from crawler.politeness import Politeness, parse_retry_after
+from crawler.policy.politeness import Politeness, parse_retry_after
 
 H = "ex.com"
 

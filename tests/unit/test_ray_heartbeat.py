@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 
-from actors.runtime import RayRuntime
+from actors.rayruntime import RayRuntime
 
 
 class _Method:

@@ -11,12 +11,13 @@ import pytest
 
 from crawler.clock import MockClock
 from crawler.errors import ConfigError
-from crawler.frontier import Frontier, UrlItem
-from crawler.journal import FrontierStore
+from crawler.frontier.frontier import Frontier
+from crawler.frontier.urlitem import UrlItem
+from crawler.frontier.store import FrontierStore
 from crawler.output import OutcomeRow
-from crawler.recrawl import Previous, RecrawlPolicy, Schedule
-from crawler.refresh import RefreshFeed
-from crawler.sitemaps import parse_lastmod, parse_sitemap, robots_sitemaps
+from crawler.freshness.recrawl import Previous, RecrawlPolicy, Schedule
+from crawler.frontier.refreshfeed import RefreshFeed
+from crawler.freshness.sitemaps import parse_lastmod, parse_sitemap, robots_sitemaps
 
 H = 3600.0
 

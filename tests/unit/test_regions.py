@@ -1,4 +1,4 @@
-"""Region placement (crawler.regions): rule > measurement > default, hysteresis, re-measurement.
+"""Region placement (crawler.placement.regionpolicy): rule > measurement > default, hysteresis, re-measurement.
 
 Everything runs on a MockClock; times are wall-clock seconds from MockClock's epoch.
 """
@@ -12,7 +12,7 @@ import pytest
 
 from crawler.clock import MockClock
 from crawler.errors import ConfigError
-from crawler.regions import Placement, RegionPlacement, check_region_names, rule_key, time_to_first_byte
+from crawler.placement.regionpolicy import Placement, RegionPlacement, check_region_names, rule_key, time_to_first_byte
 
 EU, US, AP = "eu-west", "us-east", "ap-south"
 DAY = 86_400.0

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from crawler.fetch import Fetcher
+from crawler.fetch.fetcher import Fetcher
 from crawler.testing.regionweb import REGION_ADDRESSES, RegionWeb, region_report
 from crawler.testing.server import WebServer
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import random
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.clock import MockClock
-from crawler.fetch import FetchResult
-from crawler.frontier import UrlItem
+from crawler.fetch.fetcher import FetchResult
+from crawler.frontier.urlitem import UrlItem
 from crawler.output import BlobStore, read_pages
 from crawler.render.jobs import RenderJob, RenderReply, SubRequest
-from crawler.shard import build_shard
+from crawler.engine.assembly import build_shard
 
 HOST = "spa.test"
 INTERVAL = 1.0
@@ -216,7 +216,7 @@ def test_a_render_that_ends_with_a_request_in_flight_keeps_the_host_until_it_end
 def test_the_gate_caps_requests_and_bytes_per_render():
     from collections import Counter
 
-    from crawler.politeness import Politeness
+    from crawler.policy.politeness import Politeness
     from crawler.render.gate import RenderGate
     from crawler.render.scriptcache import ScriptCache
     from crawler.robots import RobotsCache

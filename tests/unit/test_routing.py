@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 
 from crawler.clock import MockClock
-from crawler.frontier import UrlItem
-from crawler.routing import LinkRouter
+from crawler.frontier.urlitem import UrlItem
+from crawler.engine.linkrouter import LinkRouter
 
 FLUSH_S = 0.05
 

@@ -9,13 +9,13 @@ import random
 
 import pytest
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.clock import MockClock
-from crawler.fetch import FetchResult
-from crawler.frontier import UrlItem
-from crawler.journal import FrontierStore
+from crawler.fetch.fetcher import FetchResult
+from crawler.frontier.urlitem import UrlItem
+from crawler.frontier.store import FrontierStore
 from crawler.output import read_pages
-from crawler.shard import build_shard
+from crawler.engine.assembly import build_shard
 
 HOST = "a.test"
 INTERVAL = 1.0

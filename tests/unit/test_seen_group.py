@@ -144,7 +144,7 @@ class _FakeActor:
 
 
 async def test_the_ray_client_sends_each_actor_its_own_part() -> None:
-    from actors.services import SeenGroupClient  # imports ray, starts nothing
+    from actors.serviceactors import SeenGroupClient  # imports ray, starts nothing
 
     shards = [FakeShard() for _ in range(3)]
     client = SeenGroupClient([_FakeActor(sh) for sh in shards])

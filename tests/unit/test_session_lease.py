@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.clock import MockClock
-from crawler.lease import Lease
-from crawler.runtime import Plan
-from crawler.session import CrawlSession
+from crawler.recovery.lease import Lease
+from crawler.session.runtime import Plan
+from crawler.session.crawlsession import CrawlSession
 
 
 class SlowStartRuntime:

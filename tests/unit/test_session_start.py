@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.clock import MockClock
-from crawler.lease import Lease
-from crawler.session import CrawlSession
+from crawler.recovery.lease import Lease
+from crawler.session.crawlsession import CrawlSession
 
 TTL = 4.0
 START_S = 30.0  # how long the runtime takes to start, on the session's clock
@@ -78,7 +78,7 @@ async def test_the_lease_is_renewed_while_the_runtime_starts(tmp_path, monkeypat
 
 def test_a_damaged_crawl_record_is_one_line_naming_the_fix_and_force_starts_over(tmp_path):
     from crawler.errors import StorageError
-    from crawler.resume import prepare
+    from crawler.recovery.crawlrecord import prepare
 
     cfg = config.from_dict({"seeds": ["https://seed.example/"], "output": {"path": str(tmp_path / "out")}})
     (tmp_path / "out" / "state").mkdir(parents=True)

@@ -1,5 +1,5 @@
-"""The runtime seam's shard calls exist once (crawler.shardcalls), and agree with the
-protocol the session is written against (crawler.runtime.Runtime).
+"""The runtime seam's shard calls exist once (crawler.session.shardcalls), and agree with the
+protocol the session is written against (crawler.session.runtime.Runtime).
 
 The Ray runtime is read as source (unit tests refuse Ray); the local one is imported.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from crawler.local import LocalRuntime
-from crawler.runtime import Runtime
-from crawler.shardcalls import ShardCalls, ShardEndpoint, merge_seen_stats
+from crawler.session.inprocess import LocalRuntime
+from crawler.session.runtime import Runtime
+from crawler.session.shardcalls import ShardCalls, ShardEndpoint, merge_seen_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = sorted(n for n, v in vars(ShardCalls).items() if inspect.iscoroutinefunction(v) and not n.startswith("_"))
@@ -28,7 +28,7 @@ def _methods(path: str, cls: str) -> dict[str, ast.AsyncFunctionDef | ast.Functi
 
 def test_the_shard_calls_are_written_once_not_in_each_runtime() -> None:
     assert {"deliver", "widen_scope", "set_host_policy", "place", "url_status", "url_for_hash", "host_info", "vet_seeds"} <= set(COMMON)
-    for path, cls in (("crawler/local.py", "LocalRuntime"), ("actors/runtime.py", "RayRuntime")):
+    for path, cls in (("crawler/session/inprocess.py", "LocalRuntime"), ("actors/rayruntime.py", "RayRuntime")):
         own = _methods(path, cls)
         assert not set(COMMON) & set(own), f"{cls} writes its own {sorted(set(COMMON) & set(own))}"
         assert {"_call", "_shard_ids"} <= set(own), f"{cls} must say how a call reaches a shard"
@@ -47,15 +47,15 @@ def _ast_params(fn: ast.AsyncFunctionDef | ast.FunctionDef) -> list[str]:
 def test_both_runtimes_have_the_protocols_methods_with_its_parameters(name: str) -> None:
     want = _params(getattr(Runtime, name))
     assert _params(getattr(LocalRuntime, name)) == want
-    ray_own = _methods("actors/runtime.py", "RayRuntime")
+    ray_own = _methods("actors/rayruntime.py", "RayRuntime")
     got = _ast_params(ray_own[name]) if name in ray_own else _params(getattr(ShardCalls, name))
     assert got == want
 
 
 def test_the_endpoint_answers_every_call_the_runtimes_make() -> None:
-    """Each ``_call(shard, "<method>")`` in crawler.shardcalls names a ShardEndpoint method,
+    """Each ``_call(shard, "<method>")`` in crawler.session.shardcalls names a ShardEndpoint method,
     and the HostShard actor exposes each of them (Ray calls the actor's methods)."""
-    tree = ast.parse((ROOT / "crawler/shardcalls.py").read_text())
+    tree = ast.parse((ROOT / "crawler/session/shardcalls.py").read_text())
     called = {
         n.args[1].value
         for n in ast.walk(tree)

@@ -1,4 +1,4 @@
-"""Shard statuses summed into the crawl-wide totals (crawler.crawlstats.merge_status).
+"""Shard statuses summed into the crawl-wide totals (crawler.session.crawlstats.merge_status).
 
 The totals are what ``stats.json``, ``GET /stats`` and ``crawl stats --json`` show, and
 what progress prints: their keys stay exactly as they were when statuses were dicts.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from crawler.crawlstats import merge_news, merge_status
-from crawler.shardstatus import ShardStatus
+from crawler.session.crawlstats import merge_news, merge_status
+from crawler.engine.status import ShardStatus
 
 
 def test_the_totals_sum_every_shard_under_the_keys_the_json_has_always_had():

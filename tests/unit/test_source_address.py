@@ -1,6 +1,6 @@
 """The node's source address (issue 21): which local address outgoing connections use.
 
-``crawler.fetch.source_address`` picks it (``$RAYCRAWL_SOURCE_ADDRESS`` over
+``crawler.fetch.fetcher.source_address`` picks it (``$RAYCRAWL_SOURCE_ADDRESS`` over
 ``fetch.source_address``); ``build_fetcher`` binds the fetcher's connections to it. The
 evidence is the peer address a real loopback server sees: Linux routes all of 127/8 to
 ``lo``, so a client bound to 127.0.0.2 or 127.0.0.3 reaches a server on 127.0.0.1 from
@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.errors import ConfigError
-from crawler.fetch import SOURCE_ADDRESS_ENV, source_address
-from crawler.shard import build_fetcher
+from crawler.fetch.fetcher import SOURCE_ADDRESS_ENV, source_address
+from crawler.engine.assembly import build_fetcher
 from crawler.testing.fakes import FakeResolver
 
 

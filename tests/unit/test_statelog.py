@@ -1,4 +1,4 @@
-"""A shard's state in a remote output (crawler.statelog): what a lost node takes with it.
+"""A shard's state in a remote output (crawler.recovery.statelog): what a lost node takes with it.
 
 The "remote output" here is fsspec's in-memory filesystem (``memory://``), which the
 crawler treats like ``s3://``; each "node" is a folder of its own (``RAYCRAWL_LOCAL_DIR``).
@@ -13,14 +13,14 @@ import uuid
 
 import pytest
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.clock import MockClock
-from crawler.frontier import UrlItem
-from crawler.journal import FrontierStore
+from crawler.frontier.urlitem import UrlItem
+from crawler.frontier.store import FrontierStore
 from crawler.output import OutcomeRow
-from crawler.recrawl import Schedule
-from crawler.state import open_shard_store, state_dir
-from crawler.statelog import RemoteDir, StateLog, restore, segment_name, encode
+from crawler.freshness.recrawl import Schedule
+from crawler.recovery.statefiles import open_shard_store, state_dir
+from crawler.recovery.statelog import RemoteDir, StateLog, restore, segment_name, encode
 
 
 def _cfg(out: str) -> config.CrawlConfig:
@@ -185,7 +185,7 @@ def test_a_late_segment_of_an_older_generation_is_neither_replayed_nor_kept(out,
 
 
 def test_events_waiting_for_the_sink_come_back_with_the_snapshot(out, tmp_path, monkeypatch):
-    from crawler.events import EventLog
+    from crawler.events.emitter import EventLog
 
     cfg = _cfg(out)
 
@@ -205,7 +205,7 @@ def test_events_waiting_for_the_sink_come_back_with_the_snapshot(out, tmp_path, 
 
 
 def test_a_page_fetched_before_its_admission_was_logged_is_not_fetched_again(tmp_path):
-    from crawler.state import reconcile_store
+    from crawler.recovery.statefiles import reconcile_store
 
     store = FrontierStore(str(tmp_path / "s.sqlite"))
     store.add(_items("a", 1))

@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from protego import Protego
 
-from crawler.dedup import hamming, simhash64
+from crawler.content.fingerprints import hamming, simhash64
 from crawler.testing import WebServer, crawl_config_for, running_web
 from crawler.testing.web import JUNK_HREFS, SPELLINGS, USER_AGENT, SyntheticWeb
 
@@ -359,7 +359,7 @@ def test_expected_requests_and_outcomes(web: SyntheticWeb) -> None:
 
 def test_near_duplicates_within_simhash_distance_3_and_mirrors_identical(web: SyntheticWeb) -> None:
     try:
-        from crawler.dedup import hamming, simhash64
+        from crawler.content.fingerprints import hamming, simhash64
     except ImportError:  # pragma: no cover - dedup is written concurrently
         from simhash import Simhash
 
@@ -590,7 +590,7 @@ def test_crawl_config_for_targets_the_server(srv: WebServer) -> None:
     assert cfg["fetch"]["timeout_s"] < srv.web.profile.stall_seconds
     assert cfg["limits"]["max_body_bytes"] < srv.web.profile.oversized_bytes
     try:
-        from crawler.config import from_dict
+        from crawler.config.settings import from_dict
     except ImportError:  # pragma: no cover - config is written concurrently
         return
     loaded = from_dict(crawl_config_for(srv))

@@ -11,10 +11,10 @@ import asyncio
 import pytest
 
 from crawler.clock import MockClock
-from crawler.frontier import UrlItem
-from crawler.routing import LinkRouter
-from crawler.shardstatus import ShardStatus
-from crawler.termination import TerminationDetector
+from crawler.frontier.urlitem import UrlItem
+from crawler.engine.linkrouter import LinkRouter
+from crawler.engine.status import ShardStatus
+from crawler.session.termination import TerminationDetector
 
 
 def shard(name="shard-000", *, idle=True, inc="a", sent=0, received=0, requests=0, queued=0, paused=0):

@@ -1,4 +1,4 @@
-"""Tests for crawler.traps: per-link trap rules and the per-host budget."""
+"""Tests for crawler.policy.hostbudget: per-link trap rules and the per-host budget."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from collections import deque
 import pytest
 
 from crawler.errors import ConfigError, StorageError
-from crawler.traps import HostBudget, TrapRules
+from crawler.policy.hostbudget import HostBudget
+from crawler.policy.traprules import TrapRules
 
 # --- TrapRules --------------------------------------------------------------------------
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from crawler.frontier import UrlItem
-from crawler.journal import FrontierStore
+from crawler.frontier.urlitem import UrlItem
+from crawler.frontier.store import FrontierStore
 from crawler.urls import url_hash
 
 

@@ -20,13 +20,13 @@ import asyncio
 import concurrent.futures
 import threading
 
-from crawler import config
+from crawler.config import settings as config
 from crawler.clock import MockClock
-from crawler.frontier import UrlItem
-from crawler.journal import FrontierStore
-from crawler.outbox import Outbox
+from crawler.frontier.urlitem import UrlItem
+from crawler.frontier.store import FrontierStore
+from crawler.engine.outbox import Outbox
 from crawler.output import read_pages
-from crawler.shard import build_shard, build_writer
+from crawler.engine.assembly import build_shard, build_writer
 
 HOST = "h0053.test"
 ROBOTS = b"User-agent: *\nDisallow: /private/\n"

@@ -1,4 +1,4 @@
-"""A shard's watch on its driver and its lease (crawler.watchdog), on the mock clock.
+"""A shard's watch on its driver and its lease (crawler.recovery.watchdog), on the mock clock.
 
 The actor (actors/host_shard.py) gates fetches and accepted work on ``may_work()``, flushes
 on ``on_driver_silent`` and closes on ``on_lease_lost``; these tests pin when each happens.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 
 from crawler.clock import MockClock
-from crawler.lease import Fence, LeaseRecord, LeaseStore
-from crawler.watchdog import WATCH_INTERVAL_S, ShardWatchdog
+from crawler.recovery.lease import Fence, LeaseRecord, LeaseStore
+from crawler.recovery.watchdog import WATCH_INTERVAL_S, ShardWatchdog
 
 TIMEOUT = 1.0
 

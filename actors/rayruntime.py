@@ -1,0 +1,238 @@
+"""The Ray runtime of a crawl session: shards and shared services as actors.
+
+Ray plumbing only: which actors exist, where they are placed, and how a call reaches
+them. The crawl logic is the session (crawler.session.crawlsession) and the shards (crawler.engine.assembly).
+Ray is joined at ``--address`` / ``runtime.address`` / ``RAY_ADDRESS`` when given;
+otherwise an embedded, loopback-only, quiet Ray is started and shut down with the crawl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from typing import Any
+
+from crawler.recovery import statefiles as state
+from crawler.config.settings import CrawlConfig, resolve_shards, to_dict
+from crawler.session.inprocess import seen_capacity_per_shard
+from crawler.session.runtime import Plan
+from crawler.engine.sharedservices import CONTENT_LOG
+from crawler.session.shardcalls import ShardCalls, merge_seen_stats
+from crawler.placement.topology import Topology
+from crawler.engine.status import ShardStatus
+
+log = logging.getLogger(__name__)
+
+#: How long a status round may take before the view counts as inconsistent (a restart).
+STATUS_TIMEOUT_S = 30.0
+#: How long shards get to flush and close at the end.
+STOP_TIMEOUT_S = 120.0
+#: How long one heartbeat round waits for the shards' answers (RayRuntime.heartbeat).
+HEARTBEAT_WAIT_S = 0.2
+
+
+def _retrieve(fut: "asyncio.Future[Any]") -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.debug("late heartbeat failed: %r", fut.exception())
+
+
+def init_ray(address: str | None = None, *, num_cpus: int | None = None, temp_dir: str | None = None) -> bool:
+    """Connect to a cluster, or start an embedded loopback Ray. Returns True if we started it.
+
+    The embedded Ray binds to 127.0.0.1, sends no usage stats and starts no dashboard
+    (it costs seconds and ~1 GB here; clusters started with ``ray up`` have their own).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ray.init(
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        num_cpus=num_cpus,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+        configure_logging=True,
+        **({"_temp_dir": temp_dir} if temp_dir else {}),
+    )
+    return True
+
+
+class RayRuntime(ShardCalls):
+    """Runs a session's shards as HostShard actors and its services as actors."""
+
+    def __init__(self, address: str | None = None) -> None:
+        self.address = address
+        self._owns_ray = False
+        self.shards: dict[str, Any] = {}
+        self.seen_actors: list[Any] = []
+        self.content_actor: Any = None
+        self.budget_actor: Any = None
+        self.crawl_name = ""
+        self._seen: Any = None
+        self.render_workers: list[Any] = []
+
+    def _ray(self) -> Any:
+        import ray
+
+        if not ray.is_initialized():
+            self._owns_ray = init_ray(self.address)
+        return ray
+
+    def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
+        cpus = int(self._ray().cluster_resources().get("CPU", 2))
+        return resolve_shards(cfg.runtime.shards, cpus), resolve_shards(cfg.runtime.seen_shards, cpus)
+
+    async def start(self, plan: Plan) -> None:
+        """Create the SeenFilter group, the content index, the budget and the HostShards
+        (restartable, named, spread over nodes); each shard reopens its durable store."""
+        self._ray()
+        from actors.host_shard import HostShard, shard_actor_name
+        from actors.serviceactors import Budget, ContentIndexActor, SeenFilter, SeenGroupClient
+
+        # plan.state_dir is a spec each actor resolves on its own node (crawler.recovery.statefiles.here):
+        # with a remote output every node keeps its files on its own disk.
+        cfg, sdir = plan.cfg, plan.state_dir
+        d, rt = cfg.dedup, cfg.runtime
+        cap = seen_capacity_per_shard(cfg, plan.seen_shards)
+        restart = {"max_restarts": rt.max_restarts}
+        out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
+        remote = (out, opts) if sdir and state.is_remote(out) else None
+        self.seen_actors = [
+            SeenFilter.options(**restart).remote(
+                cap, d.seen_error_rate, d.seen_exact, d.seen_bloom, os.path.join(sdir, f"seen-{i:03d}.sqlite") if sdir else None,
+                (out, opts, state.seen_name(i, d.seen_exact)) if remote else None, i,
+            )
+            for i in range(plan.seen_shards)
+        ]
+        self._seen = SeenGroupClient(self.seen_actors)
+        self.content_actor = ContentIndexActor.options(**restart).remote(
+            d.simhash_distance, d.simhash_tables, os.path.join(sdir, CONTENT_LOG) if sdir else None,
+            rt.content_snapshot_interval_s, remote, rt.content_shards, restart,
+        )
+        self.budget_actor = Budget.options(**restart).remote(
+            cfg.limits.max_pages, os.path.join(sdir, "budget.json") if sdir else None, remote
+        )
+        self.crawl_name = f"raycrawl-{cfg.fingerprint()}-{uuid.uuid4().hex[:6]}"
+        cfg_dict = to_dict(cfg)
+        ids = list(plan.shard_ids)
+        if cfg.render.mode != "never":
+            from actors.render import RenderWorker, render_actor_name
+
+            r = cfg.render
+            cpus = int(self._ray().cluster_resources().get("CPU", 2))
+            n = max(1, cpus // r.cores_per_actor) if r.actors == "auto" else r.actors
+            self.render_workers = [
+                RenderWorker.options(num_cpus=r.cores_per_actor, scheduling_strategy="SPREAD",
+                                     name=render_actor_name(self.crawl_name, i), **restart).remote(cfg_dict)
+                for i in range(n)
+            ]
+        topology = Topology.of(ids, rt.regions, cfg.placement.default_region)
+
+        def placement(sid: str) -> dict[str, Any]:
+            # With regions a shard runs on a node labelled with its region (ray start
+            # --labels region=...); the services stay unlabelled and go anywhere (one
+            # seen/content/budget call per batch, not per request: distance costs little).
+            region = topology.region_of_shard(sid)
+            return {"label_selector": {"region": region}} if region else {"scheduling_strategy": "SPREAD"}
+
+        self.shards = {
+            sid: HostShard.options(**placement(sid), name=shard_actor_name(self.crawl_name, sid), **restart).remote(
+                cfg_dict, sid, ids, self.seen_actors, self.content_actor, self.budget_actor, list(plan.seeds),
+                self.crawl_name, sdir, plan.epoch, self.render_workers,
+            )
+            for sid in ids
+        }
+        await asyncio.gather(*(s.set_peers.remote(self.shards) for s in self.shards.values()))
+        await asyncio.gather(*(s.start.remote() for s in self.shards.values()))
+
+    async def heartbeat(self) -> None:
+        """Beat every shard; wait at most HEARTBEAT_WAIT_S for the answers.
+
+        One slow shard (a loop busy resuming, a worker starting on a loaded machine) must
+        not hold up the beat to the others, nor the lease renewal the session does after
+        this call: the shards' ``driver_timeout_s`` and the lease's TTL are seconds.
+        """
+        futures = [asyncio.wrap_future(s.heartbeat.remote().future()) for s in self.shards.values()]
+        for fut in futures:  # an answer or error is read when it comes, late or not
+            fut.add_done_callback(_retrieve)
+        if futures:
+            await asyncio.wait(futures, timeout=HEARTBEAT_WAIT_S)
+
+    async def ship_state(self) -> None:
+        wall = time.time()
+        actors = [a for a in (*self.seen_actors, self.content_actor, self.budget_actor) if a is not None]
+        await asyncio.gather(*(a.ship.remote(wall) for a in actors))
+
+    async def seen_check(self, urls: list[str]) -> list[bool]:
+        return await self._seen.check_and_add(urls)
+
+    async def seen_forget(self, urls: list[str]) -> int:
+        return await self._seen.forget(urls)
+
+    def _shard_ids(self) -> list[str]:
+        return list(self.shards)
+
+    async def _call(self, shard_id: str, method: str, *args: Any, patient: bool = False) -> Any:
+        call = getattr(self.shards[shard_id], method)
+        if not patient:
+            return await call.remote(*args)
+        from actors.serviceactors import call_service
+
+        # A shard restarting after its node was lost: wait for it (it comes back from OUT).
+        return await call_service(lambda: call.remote(*args), f"shard {shard_id}")
+
+    async def statuses(self) -> list[ShardStatus] | None:
+        from ray.exceptions import RayActorError
+
+        try:
+            return list(
+                await asyncio.wait_for(asyncio.gather(*(s.status.remote() for s in self.shards.values())), STATUS_TIMEOUT_S)
+            )
+        except (RayActorError, asyncio.TimeoutError) as exc:
+            log.warning("a shard did not answer (restarting?): %s", type(exc).__name__)
+            return None
+
+    async def stop(self) -> list[ShardStatus]:
+        finals = await asyncio.wait_for(
+            asyncio.gather(*(s.stop.remote() for s in self.shards.values())), STOP_TIMEOUT_S
+        )
+        if self.content_actor is not None:
+            await self.content_actor.save.remote()
+        if self.render_workers:  # their browsers, before the actors go
+            await asyncio.gather(*(w.close.remote() for w in self.render_workers), return_exceptions=True)
+        return list(finals)
+
+    async def service_stats(self) -> dict[str, Any]:
+        seen = merge_seen_stats(await asyncio.gather(*(a.stats.remote() for a in self.seen_actors)))
+        content = await self.content_actor.stats.remote() if self.content_actor is not None else {}
+        return {"seen": seen, "content": content}
+
+    async def close(self) -> None:
+        """Close the seen stores, kill our actors, and the embedded Ray if we started it."""
+        import ray
+
+        if not ray.is_initialized():
+            return
+        if self.seen_actors:
+            await asyncio.gather(*(a.close.remote() for a in self.seen_actors), return_exceptions=True)
+        for a in [*self.shards.values(), *self.seen_actors, self.content_actor, self.budget_actor, *self.render_workers]:
+            if a is not None:
+                try:
+                    ray.kill(a)
+                except Exception as exc:  # noqa: BLE001 - already gone is fine at shutdown
+                    log.debug("kill failed: %r", exc)
+        self.shards, self.seen_actors, self.content_actor, self.budget_actor = {}, [], None, None
+        self.render_workers = []
+        if self._owns_ray:
+            ray.shutdown()
+            self._owns_ray = False

@@ -1,0 +1,248 @@
+"""Shared-service actors: one shard of the seen set, the content index, the page budget.
+
+Each is a thin shell over a plain class (crawler.seen.SeenSet, crawler.engine.sharedservices) that is
+tested without Ray; this module only moves batches in and out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
+
+import ray
+
+from actors.metrics import SeenMetrics
+from crawler.recovery import statefiles as state
+from crawler.clock import SYSTEM_CLOCK
+from crawler.errors import ServiceUnavailableError, StorageError
+from crawler.seen import ForgetCall, SeenGroup, SeenSet, ShardCall
+from crawler.content.index import ContentShard, ShardReply, ShardRequest
+from crawler.engine.sharedservices import BudgetPool, ContentIndexService, shard_log
+
+
+#: Longest wait for a replaced run's actor to release a seen store.
+OPEN_WAIT_S = 20.0
+#: Longest wait for a restarting service actor (its node was lost: Ray restarts it
+#: elsewhere from its snapshot) before the call fails.
+SERVICE_RETRY_S = 120.0
+
+T = TypeVar("T")
+
+
+async def call_service(call: Callable[[], Awaitable[T]], what: str, give_up_s: float = SERVICE_RETRY_S) -> T:
+    """``await call()``, again while the actor behind it is restarting.
+
+    Safe only for calls that may run twice (Ray cannot say whether a call cut short by
+    the restart ran): the content index never calls a page a duplicate of itself, and a
+    budget lease granted twice only spends pages sooner (never more than ``max_pages``).
+    """
+    delay, deadline = 0.05, time.monotonic() + give_up_s
+    while True:
+        try:
+            return await call()
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            if time.monotonic() >= deadline:
+                raise ServiceUnavailableError(f"{what}: unavailable for {give_up_s:.0f}s ({exc})") from exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+@ray.remote(num_cpus=0)
+class SeenFilter:
+    """One shard of the seen-URL set (Bloom filter in front of an exact store).
+
+    With ``path`` the exact store is a SQLite file there (every call committed before it
+    returns), so a restarted actor reopens the same set. The store is exclusive to one
+    process: a replaced run's actor may hold it until it notices it lost the lease, so
+    opening waits up to :data:`OPEN_WAIT_S` for it to let go.
+    """
+
+    def __init__(
+        self, capacity: int, error_rate: float, exact: bool, bloom: str, path: str | None = None,
+        remote: tuple[str, dict | None, str] | None = None, index: int = 0,
+    ) -> None:
+        # remote: (OUT, storage options, file name) of this shard's copy in a remote output.
+        # path: a spec resolved on this actor's node (crawler.recovery.statefiles.here).
+        self.remote = remote
+        self.metrics = SeenMetrics(index)
+        path = state.here(path) if path else None
+        # With a remote output the node's disk is a cache: the set starts from OUT's copy.
+        # A copy older than the crash (or none) forgets URLs marked since: they may be
+        # admitted again, each a duplicate delivery the owner's store refuses (counted).
+        self.restored = 0
+        if path and remote:
+            out, opts, name = remote
+            fetched = state.fetch_local(out, opts, name, os.path.join(os.path.dirname(path), name))
+            self.restored = int(fetched or ray.get_runtime_context().was_current_actor_reconstructed)
+        deadline = time.monotonic() + OPEN_WAIT_S
+        while True:
+            try:
+                self.set = SeenSet(capacity, error_rate, exact=exact, bloom=bloom, **({"path": path} if path else {}))
+                return
+            except StorageError as exc:
+                if "open in another" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def close(self) -> None:
+        self.set.close()
+
+    def ship(self, wall: float) -> None:
+        if self.remote is not None:
+            out, opts, name = self.remote
+            state.ship(self.set.backup, out, name, wall, opts)
+
+    def check_and_add_hashes(self, hashes: list[int]) -> list[bool]:
+        out = self.set.check_and_add_hashes(hashes)
+        self.metrics.record(self.set.checks, self.set.false_positives)
+        return out
+
+    def forget_hashes(self, hashes: list[int]) -> int:
+        return self.set.forget_hashes(hashes)
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.set.stats(), "restored_from_out": self.restored}
+
+
+class SeenGroupClient:
+    """The shards' seen service on a cluster: :class:`SeenGroup` over the SeenFilter actors.
+
+    The splitting by hash, one call per shard and the merge live in
+    ``crawler.seen.group`` (tested without Ray); this only turns each actor into a shard
+    callable (a Ray ``ObjectRef`` is awaitable).
+    """
+
+    def __init__(self, actors: Sequence[Any]) -> None:
+        self.actors = list(actors)
+        self._group = SeenGroup([self._shard(a) for a in self.actors], [self._forget(a) for a in self.actors])
+
+    @staticmethod
+    def _shard(actor: Any) -> ShardCall:
+        # A function per actor binds that actor now (a lambda in a loop would bind the last).
+        return lambda hashes: actor.check_and_add_hashes.remote(hashes)
+
+    @staticmethod
+    def _forget(actor: Any) -> ForgetCall:
+        return lambda hashes: actor.forget_hashes.remote(hashes)
+
+    async def check_and_add(self, urls: list[str]) -> list[bool]:
+        """For each URL, True if its seen shard had not seen it (it is now marked seen)."""
+        return await self._group.check_and_add(urls)
+
+    async def forget(self, urls: list[str]) -> int:
+        """Undo the marks of URLs whose delivery failed (SeenGroup.forget)."""
+        return await self._group.forget(urls)
+
+
+@ray.remote(num_cpus=0)
+class ContentShardActor:
+    """One shard of the duplicate-content index (crawler.content.index.ContentShard), for
+    an index spread over several actors (``runtime.content_shards`` > 1)."""
+
+    def __init__(self, distance: int, tables: int, path: str | None, remote: tuple[str, dict | None] | None = None) -> None:
+        path = state.here(path) if path else None
+        self.path, self.remote = path, remote
+        if path and remote:
+            state.fetch_local(remote[0], remote[1], os.path.basename(path), path)
+        self.shard = ContentShard(distance, tables, path)
+
+    def call(self, req: ShardRequest) -> ShardReply:
+        return self.shard.call(req)
+
+    def save(self) -> None:
+        self.shard.save()
+
+    def ship(self, wall: float) -> None:
+        if self.path and self.remote is not None:
+            self.shard.save()
+            state.ship_file(self.remote[0], self.remote[1], os.path.basename(self.path), self.path, wall)
+
+    def stats(self) -> dict[str, int]:
+        return self.shard.stats()
+
+
+class _RemoteShard:
+    """A ContentShardActor behind crawler.engine.sharedservices.ShardHandle (an ObjectRef is awaitable)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def call(self, req: ShardRequest) -> Any:
+        return self.actor.call.remote(req)
+
+    def save(self) -> Any:
+        return self.actor.save.remote()
+
+    def stats(self) -> Any:
+        return self.actor.stats.remote()
+
+
+@ray.remote(num_cpus=0)
+class ContentIndexActor:
+    """The crawl-wide duplicate-content index (crawler.engine.sharedservices.ContentIndexService): its
+    one shard in this actor, or ``shards`` ContentShardActors it coordinates."""
+
+    def __init__(
+        self, distance: int, tables: int, path: str | None, every_s: float, remote: tuple[str, dict | None] | None = None,
+        shards: int = 1, restart: dict[str, Any] | None = None,
+    ) -> None:
+        path = state.here(path) if path else None
+        self.path, self.remote = path, remote
+        self.shard_actors: list[Any] = []
+        handles = None
+        if shards > 1:
+            self.shard_actors = [
+                ContentShardActor.options(**(restart or {})).remote(distance, tables, shard_log(path, i) if path else None, remote)
+                for i in range(shards)
+            ]
+            handles = [_RemoteShard(a) for a in self.shard_actors]
+        elif path and remote:
+            state.fetch_local(remote[0], remote[1], os.path.basename(shard_log(path, 0)), shard_log(path, 0))
+        self.service = ContentIndexService(distance, tables, SYSTEM_CLOCK, path=path, every_s=every_s, shards=shards,
+                                           handles=handles)
+
+    async def ship(self, wall: float) -> None:
+        if self.path and self.remote is not None:
+            await self.service.save()
+            if self.shard_actors:
+                await asyncio.gather(*(a.ship.remote(wall) for a in self.shard_actors))
+            else:
+                name = os.path.basename(shard_log(self.path, 0))
+                state.ship_file(self.remote[0], self.remote[1], name, shard_log(self.path, 0), wall)
+
+    async def check_and_add(self, items: list[tuple[str, str, int | None]]) -> list[tuple[str | None, str | None]]:
+        return await self.service.check_and_add(items)
+
+    async def save(self) -> None:
+        await self.service.save()
+
+    async def stats(self) -> dict[str, Any]:
+        return await self.service.stats()
+
+
+@ray.remote(num_cpus=0)
+class Budget:
+    """The global ``limits.max_pages`` count (crawler.engine.sharedservices.BudgetPool).
+
+    With a remote output every grant is written to ``OUT/state/budget.json`` before the
+    lease returns (one PUT per lease of up to ``runtime.budget_lease_max`` pages), so a
+    pool restarted from OUT on another node never grants pages twice."""
+
+    def __init__(self, max_pages: int | None, path: str | None, remote: tuple[str, dict | None] | None = None) -> None:
+        path = state.here(path) if path else None
+        self.path, self.remote = path, remote
+        if path and remote:
+            state.fetch_local(remote[0], remote[1], "budget.json", path)
+        self.pool = BudgetPool(max_pages, path)
+
+    def ship(self, wall: float) -> None:
+        if self.path and self.remote is not None:
+            state.ship_file(self.remote[0], self.remote[1], "budget.json", self.path, wall)
+
+    def lease(self, n: int) -> int:
+        granted = self.pool.lease(n)
+        if granted and self.path and self.remote is not None:
+            state.ship_file(self.remote[0], self.remote[1], "budget.json", self.path, time.time())
+        return granted

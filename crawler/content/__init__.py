@@ -1,0 +1,1 @@
+"""What pages contain: fingerprints, the duplicate-content index, main-content text."""

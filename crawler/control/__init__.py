@@ -1,0 +1,1 @@
+"""The operator's control API and host policies."""

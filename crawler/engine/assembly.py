@@ -1,0 +1,420 @@
+"""Assembling one shard from a config: the same wiring in one process and on Ray.
+
+:func:`build_shard` creates a shard's per-host policy objects (politeness, robots,
+frontier, budgets), its page pipeline, outbox and checkpointer around a
+:class:`~crawler.engine.scheduler.ShardScheduler`, connects it to the crawl-wide services it is
+given (seen group, content index, page budget, delivery to other shards), and resumes it
+from its durable store. ``actors/host_shard.py`` calls it with Ray clients,
+``crawler.session.inprocess`` with in-process services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import zlib
+from collections import Counter
+from typing import Any, Awaitable, Callable, Sequence
+
+from crawler.engine.admission import Admission
+from crawler.engine.batching import MicroBatcher
+from crawler.recovery.checkpoint import Checkpointer, resume_queue
+from crawler.clock import SYSTEM_CLOCK, Clock
+from crawler.config.settings import CrawlConfig
+from crawler.events.emitter import EventEmitter, build_emitter
+from crawler.errors import ConfigError
+from crawler.fetch.fetcher import Fetcher, classify, source_address
+from crawler.placement.handover import HostParts, Peers, RegionBook, Regions
+from crawler.frontier.frontier import Frontier
+from crawler.frontier.urlitem import UrlItem
+from crawler.recovery import statefiles as state
+from crawler.frontier.store import FrontierStore
+from crawler.recovery.lease import Fence, LeaseStore
+from crawler.policy.links import LinkPolicy
+from crawler.engine.outbox import Outbox, RowWriter
+from crawler.output import ResultWriter
+from crawler.freshness.news import NewsPolicy
+from crawler.engine.pipeline import PagePipeline
+from crawler.policy.politeness import Politeness
+from crawler.freshness.recrawl import RecrawlPolicy
+from crawler.placement.regionpolicy import RegionPlacement
+from crawler.frontier.refreshfeed import RefreshFeed
+from crawler.render.build import build_renderer
+from crawler.render.renderer import RenderService
+from crawler.freshness.sitemaps import SitemapReader
+from crawler.recovery.statelog import Restored, StateLog
+from crawler.robots import RobotsCache, RobotsClient
+from crawler.engine.linkrouter import LinkRouter, SeenService
+from crawler.engine.scheduler import Claims, Gate, Hold, PageBudget, SchedulerSettings, ShardScheduler, always_open
+from crawler.engine.scheduler import Fetcher as FetchClient
+from crawler.placement.topology import Topology
+from crawler.policy.hostbudget import HostBudget
+from crawler.policy.traprules import TrapRules
+from crawler.urls import DEFAULT_TRACKING_PARAMS, Scope, UrlNormalizer, host_key, join_url
+
+#: ``await content(batch)`` -> ``(dup_kind, dup_of)`` per ``(url, sha256, simhash)``.
+ContentCall = Callable[[list[tuple[str, str, int | None]]], Awaitable[Sequence[tuple[str | None, str | None]]]]
+Deliver = Callable[[str, list[UrlItem]], Awaitable[Any]]
+
+
+def build_link_policy(cfg: CrawlConfig, seeds: Sequence[str]) -> LinkPolicy:
+    """The link policy a config describes (shared by the shards and ``crawl links``)."""
+    normalizer = UrlNormalizer(
+        cfg.urls.tracking_params if cfg.urls.tracking_params is not None else DEFAULT_TRACKING_PARAMS,
+        sort_query=cfg.urls.sort_query,
+    )
+    lim = cfg.limits
+    return LinkPolicy(
+        normalizer,
+        Scope(cfg.scope, seeds),
+        TrapRules(lim.max_depth, lim.max_url_length, lim.max_query_params, lim.max_path_repeats),
+        follow_rel_nofollow=cfg.urls.follow_rel_nofollow,
+    )
+
+
+def build_fetcher(cfg: CrawlConfig, clock: Clock = SYSTEM_CLOCK, **kw: Any) -> Fetcher:
+    """The HTTP fetcher a config describes, connecting from this node's source address
+    (``$RAYCRAWL_SOURCE_ADDRESS``, read here on the node, else ``fetch.source_address``)."""
+    f = cfg.fetch
+    kw.setdefault("source_address", source_address(cfg, os.environ))
+    return Fetcher(
+        user_agent=cfg.user_agent,
+        timeout_s=f.timeout_s,
+        connect_timeout_s=f.connect_timeout_s,
+        max_body_bytes=cfg.limits.max_body_bytes,
+        resolve=dict(f.resolve),
+        dns_ttl_s=f.dns_ttl_s,
+        dns_negative_ttl_s=f.dns_negative_ttl_s,
+        ssrf_guard=f.ssrf_guard,
+        allow_networks=f.allow_networks,
+        max_connections=max(16, f.max_in_flight * 2),
+        clock=clock,
+        **kw,
+    )
+
+
+def build_writer(cfg: CrawlConfig, shard_id: str, clock: Clock) -> ResultWriter:
+    """The shard's Parquet/blob writer (its files are named after the shard)."""
+    o = cfg.output
+    return ResultWriter(
+        o.path,
+        shard_id,
+        storage_options=dict(o.storage_options) or None,
+        rows_per_file=o.rows_per_file,
+        flush_interval_s=o.row_flush_interval_s,
+        clock=clock,
+        store_bodies=o.store_bodies,
+        # The pipeline hashed each body itself (the same bytes): hashing it again in the
+        # event loop would cost ~15 us per page for nothing.
+        verify_bodies=False,
+        compresslevel=o.blob_compresslevel,
+    )
+
+
+#: How often a shard re-reads the output's lease before a fetch (a write or ack re-reads it).
+FENCE_CHECK_INTERVAL_S = 0.5
+
+
+def build_fence(cfg: CrawlConfig, epoch: int | None, clock: Clock) -> Fence | None:
+    """The shard's check of the output's lease, or None for a crawl without durable state."""
+    if epoch is None:
+        return None
+    store = LeaseStore(cfg.output.path, dict(cfg.output.storage_options) or None)
+    return Fence(store, epoch, clock, FENCE_CHECK_INTERVAL_S)
+
+
+def _flush_hooks(checkpointer: Checkpointer | None, emitter: EventEmitter | None) -> Callable[[bool], Awaitable[None]] | None:
+    """The outbox's per-round hook: checkpoint, then the events' (the final round drains them)."""
+    hooks = [h for h in (checkpointer.tick if checkpointer else None, emitter.on_flush if emitter else None) if h]
+    if len(hooks) < 2:
+        return hooks[0] if hooks else None
+
+    async def both(final: bool) -> None:
+        for hook in hooks:
+            await hook(final)
+
+    return both
+
+
+def _resume(
+    cfg: CrawlConfig,
+    shard_id: str,
+    store: FrontierStore,
+    checkpointer: Checkpointer,
+    frontier: Frontier,
+    *,
+    restored: Restored | None,
+    emitter: EventEmitter | None,
+    regions: Regions | None,
+    counters: Counter[str],
+    hold: Hold,
+) -> tuple[list[Callable[[], Awaitable[None]]], int]:
+    """Bring a shard's parts back from its store (and, rebuilt from OUT, the rows written
+    since the snapshot): the steps to run before its first dispatch, and how many URLs
+    were re-queued."""
+    on_start: list[Callable[[], Awaitable[None]]] = []
+    settled = 0
+    if restored is not None and restored.anything:
+        # Rebuilt from OUT: rows written since the snapshot whose acks were not yet
+        # journaled settle the rest (crawler.recovery.statefiles.reconcile_store).
+        rows = state.rows_since(shard_id, cfg.output.path, dict(cfg.output.storage_options) or None, restored.snapshot_wall)
+        settled = state.reconcile_store(store, rows)
+        if emitter is not None:
+            # Events of rows since the snapshot may have been waiting in the lost log
+            # (the ones before it came back with the snapshot): sent again, at least once.
+            async def resend(rows=rows) -> None:
+                emitter.on_durable(state.event_rows(rows))
+
+            on_start.append(resend)
+    # Policies first: the frontier schedules the resumed hosts by them (a paused host
+    # must be parked from the start, not scheduled as never contacted).
+    had_checkpoint = checkpointer.restore()
+    if regions is not None and regions.moving:
+        on_start.append(regions.resume_moves)  # moves a crash interrupted
+    if restored is not None and restored.anything:
+        counters["restarts_from_out"] += 1
+        counters["restored_done_from_rows"] += settled
+    resumed = resume_queue(store, frontier)
+    if had_checkpoint or resumed:
+        # No request before one interval: a host contacted just before the stop is
+        # not contacted again too soon.
+        hold.hold(max(cfg.politeness.interval_s, 0.05))
+    return on_start, resumed
+
+
+def build_shard(
+    cfg: CrawlConfig,
+    shard_id: str,
+    *,
+    seeds: Sequence[str],
+    seen: SeenService,
+    content: ContentCall,
+    budget: PageBudget,
+    deliver: Deliver,
+    owner_of: Callable[[str], str],
+    store: FrontierStore | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    rng: random.Random | None = None,
+    fetcher: FetchClient | None = None,
+    writer: RowWriter | None = None,
+    run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
+    fence: Fence | None = None,
+    state_log: StateLog | None = None,
+    restored: Restored | None = None,
+    render_service: RenderService | None = None,
+    topology: Topology | None = None,
+    peers: Peers | None = None,
+    gate: Gate | None = None,
+    wrap_fetcher: Callable[[FetchClient], FetchClient] | None = None,
+) -> ShardScheduler:
+    """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
+    the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs).
+    ``state_log``/``restored``: with a remote output, the store's journal in OUT and what
+    OUT held when the store was rebuilt from it (crawler.recovery.statefiles.open_shard_store).
+    ``render_service``: where pages are rendered when ``render.mode`` is not ``never``.
+    ``topology``/``peers``: with ``runtime.regions``, the crawl's shards by region and how
+    to reach them (crawler.placement.handover). ``gate``: may the shard work now (default: while
+    ``fence`` holds the output's lease). ``wrap_fetcher``: wraps the fetcher the scheduler
+    fetches pages through (the actor times them); robots, sitemaps, probes and renders too
+    go through the scheduler's, rendering and the own region's probe through the bare one.
+
+    Every part is built with its collaborators passed in, in dependency order, and the
+    scheduler last: no part is wired after construction (tests/unit/test_assembly.py)."""
+    pol, rt = cfg.politeness, cfg.runtime
+    rng = rng or random.Random(zlib.crc32(shard_id.encode()))  # the same in every process (str hash is salted)
+    politeness = Politeness(
+        pol.interval_s,
+        pol.max_interval_s,
+        clock=clock,
+        backoff_factor=pol.backoff_factor,
+        recovery_factor=pol.recovery_factor,
+        retry_after_cap_s=pol.retry_after_cap_s,
+    )
+    robots_cache = RobotsCache(cfg.user_agent, ttl_s=pol.robots_ttl_s, error_ttl_s=pol.robots_error_ttl_s, clock=clock)
+    frontier = Frontier(
+        politeness,
+        clock,
+        rng,
+        backoff_s=cfg.fetch.backoff_s,
+        max_backoff_s=cfg.fetch.max_backoff_s,
+        window=rt.frontier_window if store is not None else None,
+        spill=store,
+        refresh_share=cfg.recrawl.refresh_share,
+    )
+    rc = cfg.recrawl
+    recrawl = RecrawlPolicy(
+        min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s, initial_interval_s=rc.initial_interval_s,
+        grow_factor=rc.grow_factor, shrink_factor=rc.shrink_factor, fingerprint_distance=cfg.dedup.simhash_distance,
+    )
+    links = build_link_policy(cfg, seeds)
+    nc = cfg.news
+    news = NewsPolicy(
+        min_interval_s=rc.min_interval_s, initial_interval_s=rc.initial_interval_s, max_interval_s=rc.max_interval_s,
+        probe_interval_s=nc.probe_interval_s if nc.probe_interval_s is not None else 2 * rc.min_interval_s,
+        target_new_per_fetch=nc.target_new_per_fetch, hub_min_new=nc.hub_min_new, max_sources=nc.max_sources,
+        clock=clock, schedule=rc.enabled, hubs=nc.hubs, feeds=nc.feeds, news_sitemaps=nc.news_sitemaps,
+    )
+    robots = RobotsClient(
+        robots_cache, classify=classify, normalize=links.normalizer, join=join_url, host_of=host_key, pacer=politeness, clock=clock
+    )
+    host_budget = HostBudget(
+        cfg.limits.max_pages_per_host, novelty_window=cfg.dedup.novelty_window, novelty_threshold=cfg.dedup.novelty_threshold
+    )
+    batcher: MicroBatcher[tuple[str, str, int | None], tuple[str | None, str | None]] = MicroBatcher(
+        content, max_size=rt.content_batch_size, max_delay_s=rt.content_batch_delay_s, clock=clock
+    )
+    fetcher = fetcher if fetcher is not None else build_fetcher(cfg, clock)
+    counters: Counter[str] = Counter()
+    renderer = None
+    if cfg.render.mode != "never" and render_service is not None:
+        renderer = build_renderer(
+            cfg, shard_id, render_service, fetch=fetcher.fetch, politeness=politeness, robots=robots_cache,
+            links=links, clock=clock, rng=random.Random(rng.random()), counters=counters,
+        )
+    pipeline = PagePipeline(
+        shard_id,
+        links,
+        batcher,
+        clock,
+        user_agent_token=cfg.product_token(),
+        max_links_per_page=cfg.urls.max_links_per_page,
+        min_text_tokens=cfg.dedup.min_text_tokens,
+        max_body_bytes=cfg.limits.max_body_bytes,
+        store_bodies=cfg.output.store_bodies,
+        recrawl=recrawl,
+        renderer=renderer,
+        counters=counters,
+        news=news,
+    )
+    checkpointer = None
+    out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
+    hold = Hold(clock)  # the emitter holds the shard while its log is full
+    claims = Claims(store)  # the router commits them before its seen check
+    book = None
+    if rt.regions:
+        if store is None or topology is None or peers is None:
+            raise ConfigError("runtime.regions: needs the Ray runtime and a crawl with durable state (not --local)")
+        pc = cfg.placement
+        book = RegionBook(
+            RegionPlacement(
+                rt.regions, pc.default_region or rt.regions[0], dict(pc.rules), remeasure_s=pc.remeasure_s,
+                move_gain=pc.move_gain, move_min_s=pc.move_min_s, clock=clock, rng=random.Random(rng.random()),
+            ),
+            frontier,
+        )
+    if store is not None:
+
+        async def ship() -> None:
+            assert state_log is not None
+            pending = getattr(emitter.log, "backup", None) if emitter is not None else None
+            await state_log.snapshot(lambda dest: store.backup(dest, lambda: state_log.seq), events=pending)
+
+        checkpointer = Checkpointer(
+            store,
+            {
+                "robots": (robots_cache.snapshot, robots_cache.restore),
+                "host_budget": (host_budget.snapshot, host_budget.restore),
+                "politeness": (lambda: politeness.snapshot(protecting_only=True), politeness.restore),
+                "counters": (lambda: dict(pipeline.counters), pipeline.counters.update),
+                "dropped": (lambda: dict(pipeline.dropped), pipeline.dropped.update),
+                **({"render_hosts": (renderer.decider.snapshot, renderer.decider.restore)} if renderer else {}),
+                **({"regions": (book.snapshot, book.restore)} if book is not None else {}),
+            },
+            clock,
+            interval_s=rt.checkpoint_interval_s,
+            ship=ship if state_log is not None else None,
+            ship_interval_s=rt.state_ship_interval_s,
+        )
+    emitter = build_emitter(
+        cfg.events, shard_id, out, opts, clock,
+        log_path=os.path.splitext(store.path)[0] + ".events.sqlite" if store is not None else None,
+        hold=hold.hold,
+    )
+    feed = RefreshFeed(store, frontier, clock) if rc.enabled and store is not None else None
+    outbox = Outbox(
+        writer if writer is not None else build_writer(cfg, shard_id, clock),
+        store,
+        clock,
+        interval_s=cfg.output.outbox_interval_s,
+        run_blocking=run_blocking,
+        on_flush=_flush_hooks(checkpointer, emitter),
+        fence=fence.ok if fence is not None else None,
+        on_durable=emitter.on_durable if emitter is not None else None,
+        on_acked=feed.acked if feed is not None else None,
+    )
+    regions = None
+    if book is not None:
+        assert store is not None and topology is not None and peers is not None  # checked above
+        synced = state_log.synced if state_log is not None else None
+
+        async def save_now() -> None:
+            assert checkpointer is not None
+            checkpointer.save(journal=True)
+            if synced is not None:
+                await synced()
+
+        async def flush_rows() -> None:
+            await outbox.flush(final=True)
+
+        regions = Regions(
+            shard_id, topology, book,
+            HostParts(
+                store, frontier, politeness, robots_cache, host_budget, flush=flush_rows, busy=frontier.busy,
+                adopted=feed.adopted if feed is not None else (lambda host: 0),
+            ),
+            peers, clock, fetch=lambda url: fetcher.fetch(url), save=save_now,
+        )
+    sitemaps = None
+    if cfg.sitemaps.enabled:
+        sm = cfg.sitemaps
+
+        def nudge(url: str, lastmod: float) -> None:
+            known = store.schedule_of(url) if store is not None else None
+            if known is not None:
+                earlier = recrawl.nudge(*known, lastmod, clock.wall())
+                if earlier < known[2]:
+                    store.bring_forward(url, earlier)
+
+        sitemaps = SitemapReader(
+            max_files=sm.max_files_per_host, max_urls=sm.max_urls_per_file, max_bytes=sm.max_bytes_per_file,
+            links=links, counters=pipeline.counters, dropped=pipeline.dropped, nudge=nudge, news=news,
+        )
+    router = LinkRouter(
+        seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s, clock=clock,
+        before_flush=claims.commit,  # claims are durable before links are marked seen
+    )
+    on_start, resumed = [], 0
+    if store is not None and checkpointer is not None:
+        on_start, resumed = _resume(
+            cfg, shard_id, store, checkpointer, frontier, restored=restored, emitter=emitter, regions=regions,
+            counters=pipeline.counters, hold=hold,
+        )
+    return ShardScheduler(
+        shard_id,
+        SchedulerSettings(cfg.fetch.max_in_flight, cfg.fetch.attempts, pol.respect_robots),
+        frontier=frontier,
+        politeness=politeness,
+        robots=robots,
+        pipeline=pipeline,
+        host_budget=host_budget,
+        admission=Admission(store, robots_cache, host_budget, frontier, respect_robots=pol.respect_robots, dropped=pipeline.dropped),
+        budget=budget,
+        fetcher=wrap_fetcher(fetcher) if wrap_fetcher is not None else fetcher,
+        outbox=outbox,
+        router=router,
+        clock=clock,
+        store=store,
+        checkpointer=checkpointer,
+        feed=feed,
+        sitemaps=sitemaps,
+        news=news,
+        state_log=state_log,
+        regions=regions,
+        events=emitter,
+        gate=gate if gate is not None else (fence.ok if fence is not None else always_open),
+        hold=hold,
+        claims=claims,
+        on_start=on_start,
+        resumed=resumed,
+    )

@@ -1,0 +1,1 @@
+"""page.fetched events for the indexer and their sinks."""

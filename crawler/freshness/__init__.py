@@ -1,0 +1,1 @@
+"""Fetching again: recrawl intervals, sitemaps, feeds and news."""

@@ -1,0 +1,482 @@
+"""News by the minute: feeds, news sitemaps and hub pages, scheduled by the new URLs
+they yield.
+
+A *source* is a URL whose refetches are worth making for the links they bring, not for
+its own content: a feed (crawler.freshness.feeds), a news sitemap (crawler.freshness.sitemaps, ``news:``),
+or a *hub*, a page whose refetches keep yielding new in-scope URLs (a front page, a
+section page). Everything else keeps the adaptive schedule of crawler.freshness.recrawl.
+
+*New* means new to the crawl: a link the seen set had not met, admitted by the shard
+that owns it (:meth:`NewsPolicy.credit`, called from admission). A link of a hub points
+to a page of the same host, so that shard is this one: the count is exact and needs no
+round trip. The scheduler asks for the source's next interval only after the source's
+links were delivered (:meth:`NewsPolicy.after_fetch`), so the count is complete.
+
+The schedule of a source, after each fetch:
+
+1. *first fetch*: a feed or news sitemap is a source at once; a page is a *candidate*
+   when its first fetch admitted at least ``hub_min_new`` new URLs (at most
+   ``MAX_CANDIDATES_PER_HOST`` at a time). Either is read again after ``probe_interval_s``.
+2. *refetch*: the host's rate of new articles is read from the publication dates its
+   feeds and news sitemaps give (:func:`dated_rate`), else from the new URLs its sources
+   yielded per second (decayed sums, each source fetch weighing ``HOST_DECAY`` of the one
+   after it). The host is read every ``target_new_per_fetch`` / rate seconds; its
+   *active* sources (those still yielding, ``ACTIVE_YIELD``) take turns, each read one
+   host interval after the last one due (evenly spaced reads find an article sooner than
+   bunched ones), so sources that list the same articles cost together what one would.
+   An active source's interval grows by at most ``ACTIVE_GROW_CAP`` a fetch (a lull is
+   not yet a stop); one that no longer yields grows by ``GROW_CAP`` a fetch.
+3. *settling*: a candidate whose first ``PROBES`` refetches yield nothing, and a source
+   whose interval grows past ``recrawl.initial_interval_s``, go back to the adaptive
+   schedule at ``initial_interval_s``. A page whose refetch yields new URLs again becomes
+   a source again (so a hub's state rebuilds itself after a restart: only the interval
+   is durable).
+4. floors: ``recrawl.min_interval_s``; a feed's ``<ttl>``; its ``<skipHours>`` and
+   ``<skipDays>`` push the due time out of the skipped hours.
+
+Every refetch is an ordinary refresh of the host's back queue (crawler.frontier.backqueue), so
+politeness and ``refresh_share`` apply to sources as to any page. New URLs from a
+source are marked ``fresh``: they go ahead of the host's backlog of older discovery,
+and across hosts the most recently published first (crawler.frontier.backqueue.default_priority).
+
+Per host it counts sources found, fetches of sources, new URLs they yielded, and for
+URLs whose publication time a feed or news sitemap gave, the delay from publication to
+fetch (:meth:`NewsPolicy.stats`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from crawler.frontier.urlitem import UrlItem
+from crawler.errors import ConfigError
+from crawler.freshness.feeds import Feed, next_allowed
+from crawler.freshness.recrawl import Schedule
+from crawler.urls import host_key
+
+#: Weight of a source's past fetches in its yield estimate, per fetch.
+DECAY = 0.85
+#: Weight of a host's past source fetches in its rate of new URLs, per fetch.
+HOST_DECAY = 0.95
+#: A source is active (takes turns reading the host's news) while its recent fetches
+#: yield at least this many new URLs each on average.
+ACTIVE_YIELD = 0.05
+#: Publication dates a source must give for the host's rate to be read from them.
+MIN_DATES = 4
+#: A source's interval grows by at most this factor per fetch that yields nothing.
+GROW_CAP = 2.0
+#: An active source's interval grows by at most this factor per fetch: a lull in a
+#: Poisson stream of articles is not yet a source that stopped.
+ACTIVE_GROW_CAP = 1.25
+#: Pages of one host probed as hubs at a time: in a continuous crawl of an ordinary site
+#: most pages admit new URLs on their first fetch, and probing each would multiply the
+#: refresh load; a news site's hubs are among its first pages (front page, sections).
+MAX_CANDIDATES_PER_HOST = 8
+#: Refetches a candidate gets to yield something before it settles.
+PROBES = 3
+#: Publication-to-fetch delays kept per host (the newest), for the median and p95.
+DELAY_SAMPLE = 256
+#: Hosts listed in :meth:`NewsPolicy.stats` (the most new URLs first).
+STATS_TOP_HOSTS = 50
+#: :meth:`NewsPolicy.stats` is recomputed at most this often (clock seconds).
+STATS_EVERY_S = 2.0
+#: Credits waiting for their source to ask (a bound: credits of a source that never asks,
+#: e.g. links re-sent on resume, must not pile up).
+MAX_CREDITS = 100_000
+
+
+@dataclass(slots=True)
+class Source:
+    """What the policy remembers of one source (in memory; bounded by ``max_sources``)."""
+
+    kind: str  # "candidate", "hub", "feed" or "sitemap"
+    host: str
+    interval_s: float
+    last_wall: float
+    new: float = 0.0  # decayed new URLs of its own fetches
+    polls: float = 0.0  # decayed count of its own fetches
+    empty: int = 0  # refetches of a candidate that yielded nothing
+    ttl_s: float | None = None
+    skip_hours: frozenset[int] = frozenset()
+    skip_days: frozenset[int] = frozenset()
+
+
+@dataclass(slots=True)
+class HostNews:
+    """One host's figures (:meth:`NewsPolicy.stats`)."""
+
+    feeds: int = 0
+    hubs: int = 0
+    news_sitemaps: int = 0
+    source_fetches: int = 0
+    new_urls: int = 0
+    delays: deque = field(default_factory=lambda: deque(maxlen=DELAY_SAMPLE))
+    delays_n: int = 0
+    # The host's rate of new URLs, pooled over its sources (decayed per source fetch).
+    new_d: float = 0.0
+    seconds_d: float = 0.0
+    last_poll: float | None = None
+    upcoming: dict[str, float] = field(default_factory=dict)  # source URL -> next due (wall)
+    dated_rate: float | None = None  # from the publication dates a feed or news sitemap gave
+    candidates: int = 0  # pages being probed as hubs now
+
+    def rate(self) -> float | None:
+        """New URLs per second: from publication dates when a source gave enough of them,
+        else over the host's recent source fetches (None: nothing known yet)."""
+        if self.dated_rate is not None:
+            return self.dated_rate
+        return self.new_d / self.seconds_d if self.new_d > 1e-9 and self.seconds_d > 0 else None
+
+
+def dated_rate(published: Sequence[float | None], now: float, most: int = 50) -> float | None:
+    """Articles per second from the newest ``most`` publication dates of a feed or news
+    sitemap: with k of them, the oldest at t, (k - 1) / (now - t), so a source that stopped
+    publishing a while ago counts its silence. None with fewer than ``MIN_DATES`` dates."""
+    dates = sorted((p for p in published if p is not None and p <= now + 60.0), reverse=True)[:most]
+    if len(dates) < MIN_DATES or now - dates[-1] <= 0:
+        return None
+    return (len(dates) - 1) / (now - dates[-1])
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` by the nearest-rank method."""
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, int(round(q * len(ordered) + 0.5)) - 1))
+    return ordered[k]
+
+
+class NewsPolicy:
+    """The source schedule of the module docstring, for one shard.
+
+    Args:
+        min_interval_s, initial_interval_s, max_interval_s: the ``recrawl:`` bounds.
+        probe_interval_s: the first refetch of a new source or candidate.
+        target_new_per_fetch: the yield a source's interval aims at.
+        hub_min_new: new URLs a page's first fetch must admit to be a candidate hub.
+        max_sources: sources remembered (least recently fetched forgotten first).
+        schedule: False when recrawl is off: sources are read once, as links sources.
+        hubs, feeds, news_sitemaps: which kinds of source are used.
+        clock: ``wall()`` stamps fetches.
+    """
+
+    def __init__(
+        self,
+        *,
+        min_interval_s: float,
+        initial_interval_s: float,
+        max_interval_s: float,
+        probe_interval_s: float,
+        target_new_per_fetch: float,
+        hub_min_new: int,
+        max_sources: int,
+        clock,
+        schedule: bool = True,
+        hubs: bool = True,
+        feeds: bool = True,
+        news_sitemaps: bool = True,
+    ) -> None:
+        if not 0 < min_interval_s <= initial_interval_s <= max_interval_s:
+            raise ConfigError("news: need 0 < recrawl.min_interval_s <= initial_interval_s <= max_interval_s")
+        if probe_interval_s <= 0 or target_new_per_fetch <= 0 or hub_min_new < 1 or max_sources < 1:
+            raise ConfigError("news: probe_interval_s and target_new_per_fetch must be > 0, hub_min_new and max_sources >= 1")
+        self.min_interval_s = float(min_interval_s)
+        self.initial_interval_s = float(initial_interval_s)
+        self.max_interval_s = float(max_interval_s)
+        self.probe_interval_s = min(max(float(probe_interval_s), self.min_interval_s), self.initial_interval_s)
+        self.target = float(target_new_per_fetch)
+        self.hub_min_new = int(hub_min_new)
+        self.max_sources = int(max_sources)
+        self.scheduling = schedule
+        self.hubs, self.feeds, self.news_sitemaps = hubs, feeds, news_sitemaps
+        self._clock = clock
+        self._sources: OrderedDict[str, Source] = OrderedDict()
+        self._credits: Counter[str] = Counter()
+        self._hosts: OrderedDict[str, HostNews] = OrderedDict()  # bounded by max_sources
+        self._totals = HostNews()  # the shard's sums (hosts forgotten included)
+        self._delays: deque = deque(maxlen=4 * DELAY_SAMPLE)
+        self._stats: tuple[float, dict[str, Any]] | None = None
+        self.counters: Counter[str] = Counter()
+
+    # -- what the shard tells us -------------------------------------------------------
+
+    def credit(self, admitted: Iterable[UrlItem]) -> None:
+        """URLs this shard just admitted as new: each counts for its referrer when that is
+        a page of the same host (a source asks for its count in :meth:`after_fetch`)."""
+        if len(self._credits) > MAX_CREDITS:
+            self.counters["news_credits_dropped"] += len(self._credits)
+            self._credits.clear()
+        for item in admitted:
+            ref = item.referrer
+            if ref is not None and host_key(ref) == item.host:
+                self._credits[ref] += 1
+
+    def is_source(self, url: str) -> bool:
+        return url in self._sources
+
+    def mark(self, item: UrlItem, links: list[UrlItem]) -> None:
+        """Links of a source are news: ahead of the host's older discovery."""
+        if item.url in self._sources:
+            for link in links:
+                link.fresh = True
+
+    def feed_links(self, item: UrlItem, feed: Feed, follow) -> list[UrlItem]:
+        """A feed's entries as fresh links (``follow(urls, depth)``: the link policy's
+        scope and trap checks), with their publication times."""
+        depth = item.depth + 1
+        published = {}
+        for url, when, _title in feed.entries:
+            published.setdefault(url, when)
+        links = []
+        for url, original in follow([u for u, _, _ in feed.entries], depth):
+            links.append(UrlItem(url, depth, item.url, fresh=True, published=published.get(original)))
+        return links
+
+    # -- the schedule --------------------------------------------------------------------
+
+    def after_fetch(self, item: UrlItem, status: int | None, schedule: Schedule | None, feed: Feed | None = None) -> Schedule | None:
+        """A fetched URL's next schedule: ``schedule`` (crawler.freshness.recrawl's) unless the URL is
+        or becomes a source (module docstring); also records the publication delay."""
+        now = self._clock.wall()
+        new = self._credits.pop(item.url, 0)
+        if item.published is not None and item.fetch_seq == 1 and status is not None and status < 400:
+            self._observe_delay(item.host, now - item.published)
+        if schedule is None:
+            return None
+        if feed is not None and self.scheduling:
+            self._dates(item.host, [p for _, p, _ in feed.entries], now)
+        src = self._sources.get(item.url)
+        if src is None:
+            kind = self._new_kind(item, new, feed)
+            if kind is None or kind == "candidate" and not self.scheduling:
+                return schedule  # without recrawl a page is fetched once: nothing to probe
+            src = self._track(item.url, item.host, kind, now)
+            if feed is not None:
+                self._hints(src, feed)
+            interval: float | None = src.interval_s
+            if kind == "hub":  # a refetch that yielded: its rate is known from its interval
+                last = item.prev.interval_s if item.prev is not None and item.prev.interval_s else self.initial_interval_s
+                src.interval_s, src.last_wall = last, now - last
+                interval = self._next_interval(item.url, src, new, now)
+        else:
+            self._sources.move_to_end(item.url)
+            if feed is not None:
+                self._hints(src, feed)
+            failed = status is None or status >= 400
+            interval = self._next_interval(item.url, src, 0 if failed else new, now)
+        if not self.scheduling:
+            return schedule
+        if interval is None:
+            return Schedule(schedule.changed, self.initial_interval_s, now + self.initial_interval_s)
+        due = self._due(item.url, src, interval, now)
+        return Schedule(schedule.changed, src.interval_s, due)
+
+    def sitemap_again(
+        self, item: UrlItem, news: bool, feed: Feed | None = None, published: Sequence[float | None] = (),
+    ) -> UrlItem | None:
+        """After reading a sitemap (or a feed named as one) whose news entries gave the
+        ``published`` dates: its next read, as a sitemap item due later, if it is a news
+        source; None otherwise."""
+        now = self._clock.wall()
+        new = self._credits.pop(item.url, 0)
+        if feed is not None:
+            published = [p for _, p, _ in feed.entries]
+        if news and self.scheduling:
+            self._dates(item.host, published, now)
+        src = self._sources.get(item.url)
+        if src is None:
+            if not news:
+                return None
+            src = self._track(item.url, item.host, "feed" if feed is not None else "sitemap", now)
+            interval: float | None = src.interval_s
+        else:
+            self._sources.move_to_end(item.url)
+            interval = self._next_interval(item.url, src, new, now)
+        if feed is not None:
+            self._hints(src, feed)
+        if interval is None or not self.scheduling:
+            return None  # it stopped yielding: read again with the host's robots.txt
+        due_wall = self._due(item.url, src, interval, now)
+        # A due read of a news source goes ahead of the articles it found before (ranked
+        # as news published at its due time).
+        nxt = UrlItem(item.url, 0, host=item.host, kind="sitemap", fresh=True, published=due_wall)
+        nxt.due_at = self._clock.now() + (due_wall - now)
+        return nxt
+
+    def _dates(self, host: str, published: Sequence[float | None], now: float) -> None:
+        rate = dated_rate(published, now)
+        if rate is not None:
+            self._host(host).dated_rate = rate
+
+    def _new_kind(self, item: UrlItem, new: int, feed: Feed | None) -> str | None:
+        if feed is not None:
+            return "feed" if self.feeds else None
+        if not self.hubs:
+            return None
+        if item.fetch_seq == 1:
+            if new < self.hub_min_new:
+                return None
+            if self._host(item.host).candidates >= MAX_CANDIDATES_PER_HOST:
+                self.counters["news_candidates_skipped"] += 1
+                return None
+            return "candidate"
+        # A refetch of a page we do not track (settled, forgotten, or before a restart)
+        # that yields new URLs is a hub (again): one new URL is enough for a page that was
+        # read faster than the adaptive schedule starts (a source before a restart).
+        fast = item.prev is not None and item.prev.interval_s is not None and item.prev.interval_s < self.initial_interval_s
+        return "hub" if new >= (1 if fast else self.hub_min_new) else None
+
+    def _track(self, url: str, host: str, kind: str, now: float) -> Source:
+        if len(self._sources) >= self.max_sources:
+            old, gone = self._sources.popitem(last=False)
+            self._untrack(old, gone)
+            self.counters["news_sources_forgotten"] += 1
+        src = Source(kind, host, self.probe_interval_s, now)
+        self._sources[url] = src
+        h = self._host(host)
+        if kind == "candidate":
+            h.candidates += 1
+        if kind == "feed":
+            self._count(h, "feeds")
+        elif kind == "sitemap":
+            self._count(h, "news_sitemaps")
+        elif kind == "hub":
+            self._count(h, "hubs")
+        return src
+
+    def _active(self, src: Source) -> bool:
+        """Whether a source yielded in its recent fetches (a share of the host's news)."""
+        return src.kind != "candidate" and src.polls > 0 and src.new / src.polls >= ACTIVE_YIELD
+
+    def _next_interval(self, url: str, src: Source, new: int, now: float) -> float | None:
+        """Steps 2 and 3 of the module docstring; None: the source settles."""
+        h = self._host(src.host)
+        elapsed = now - (h.last_poll if h.last_poll is not None else src.last_wall)
+        h.last_poll = now
+        h.new_d = HOST_DECAY * h.new_d + new
+        h.seconds_d = HOST_DECAY * h.seconds_d + max(0.0, elapsed)
+        src.last_wall = now
+        src.new = DECAY * src.new + new
+        src.polls = DECAY * src.polls + 1
+        self._count(h, "source_fetches")
+        self._count(h, "new_urls", new)
+        if src.kind == "candidate":
+            if new == 0:
+                src.empty += 1
+                if src.empty >= PROBES:
+                    self._forget(url)
+                    return None
+                return min(src.interval_s * GROW_CAP, self.initial_interval_s)
+            src.kind = "hub"
+            h.candidates = max(0, h.candidates - 1)
+            self._count(h, "hubs")
+        rate = h.rate()
+        if rate is None or not self._active(src):
+            interval = src.interval_s * GROW_CAP
+        else:
+            # The host is read every target/rate seconds; its active sources take turns.
+            sources = [self._sources[u] for u in h.upcoming if u in self._sources]
+            turns = max(1, sum(1 for o in sources if o is not src and self._active(o)) + 1)
+            interval = min(self.target / rate * turns, src.interval_s * ACTIVE_GROW_CAP)
+        if interval >= self.initial_interval_s and src.kind == "hub":
+            self._forget(url)
+            return None
+        return min(interval, self.max_interval_s)
+
+    def _forget(self, url: str) -> None:
+        self._untrack(url, self._sources.pop(url))
+        self.counters["news_sources_settled"] += 1
+
+    def _untrack(self, url: str, src: Source) -> None:
+        h = self._host(src.host)
+        h.upcoming.pop(url, None)
+        if src.kind == "candidate":
+            h.candidates = max(0, h.candidates - 1)
+
+    def _due(self, url: str, src: Source, interval: float, now: float) -> float:
+        """Step 4: the turn among the host's active sources, floors, skipped hours."""
+        floor = max(self.min_interval_s, src.ttl_s or 0.0)
+        interval = max(interval, floor)
+        h = self._host(src.host)
+        rate = h.rate()
+        due = now + interval
+        if rate is not None and self._active(src):
+            # Round robin: the host's active sources are read one host interval apart
+            # (evenly spaced reads find an article sooner than bunched ones), each no
+            # later than its own interval.
+            others = [d for u, d in h.upcoming.items() if u != url and d > now and u in self._sources
+                      and self._active(self._sources[u])]
+            if others:
+                due = min(due, max(now + floor, max(others) + self.target / rate))
+        src.interval_s = max(floor, due - now)
+        due = next_allowed(due, src.skip_hours, src.skip_days)
+        h.upcoming[url] = due
+        return due
+
+    @staticmethod
+    def _hints(src: Source, feed: Feed) -> None:
+        src.ttl_s, src.skip_hours, src.skip_days = feed.ttl_s, feed.skip_hours, feed.skip_days
+
+    # -- figures ---------------------------------------------------------------------------
+
+    def _host(self, host: str) -> HostNews:
+        h = self._hosts.get(host)
+        if h is None:
+            if len(self._hosts) >= self.max_sources:  # the least recently active host goes
+                self._hosts.popitem(last=False)
+            h = self._hosts[host] = HostNews()
+        else:
+            self._hosts.move_to_end(host)
+        return h
+
+    def _count(self, h: HostNews, name: str, n: int = 1) -> None:
+        setattr(h, name, getattr(h, name) + n)
+        setattr(self._totals, name, getattr(self._totals, name) + n)
+
+    def _observe_delay(self, host: str, delay: float) -> None:
+        h = self._host(host)
+        h.delays.append(max(0.0, delay))
+        h.delays_n += 1
+        self._delays.append(max(0.0, delay))
+        self._totals.delays_n += 1
+
+    def stats(self, *, fresh: bool = False) -> dict[str, Any]:
+        """This shard's figures: feeds, hubs and news sitemaps found, refetches of them and
+        the new URLs they yielded (and per fetch), publication-to-fetch delay (median and
+        p95 of the latest ``DELAY_SAMPLE`` * 4, how many in all), and the same per host for
+        the ``STATS_TOP_HOSTS`` hosts with the most new URLs. Recomputed at most every
+        ``STATS_EVERY_S`` (progress asks several times a second; a shard may follow many
+        hosts; ``fresh``: now, e.g. for the final figures). The shape
+        :func:`crawler.session.crawlstats.merge_news` merges across shards."""
+        now = self._clock.now()
+        if not fresh and self._stats is not None and now - self._stats[0] < STATS_EVERY_S:
+            return self._stats[1]
+        t = self._totals
+        top = heapq.nlargest(STATS_TOP_HOSTS, self._hosts.items(), key=lambda kv: (kv[1].new_urls, kv[1].delays_n))
+        out = {
+            **self._figures(t, list(self._delays)),
+            "hosts": {host: self._figures(h, list(h.delays)) for host, h in top},
+        }
+        self._stats = (now, out)
+        return out
+
+    @staticmethod
+    def _figures(h: HostNews, delays: list[float]) -> dict[str, Any]:
+        return {
+            "feeds": h.feeds,
+            "hubs": h.hubs,
+            "news_sitemaps": h.news_sitemaps,
+            "source_fetches": h.source_fetches,
+            "new_urls": h.new_urls,
+            "new_per_fetch": round(h.new_urls / h.source_fetches, 3) if h.source_fetches else None,
+            "delay_median_s": round(statistics.median(delays), 3) if delays else None,
+            "delay_p95_s": round(percentile(delays, 0.95), 3) if delays else None,
+            "delays": h.delays_n,
+        }
+
+    def sources(self) -> dict[str, int]:
+        """Sources tracked now, by kind."""
+        return dict(Counter(s.kind for s in self._sources.values()))

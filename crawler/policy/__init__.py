@@ -1,0 +1,1 @@
+"""Per-host decisions: politeness, trap rules and page budgets, which links are followed."""

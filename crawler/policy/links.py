@@ -1,0 +1,140 @@
+"""Which links of a parsed page the crawler follows, and why not the others.
+
+One policy object decides per link: resolve (done by the parser), normalize, nofollow,
+scope, then the static trap rules (depth, URL length, query parameters, path repeats).
+The engine uses the fast path :meth:`LinkPolicy.follow`; ``crawl links`` prints every
+decision through :meth:`LinkPolicy.decide`, so the debugging command and the crawl
+cannot disagree.
+
+Per-host budgets and robots rules are *not* decided here: they belong to the shard that
+owns the target host (docs/invariants.md #1).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from crawler.parse import ParsedPage
+from crawler.policy.traprules import TrapRules
+from crawler.urls import Scope
+
+
+@dataclass(frozen=True, slots=True)
+class LinkDecision:
+    """The crawler's verdict on one link of a page (one ``crawl links`` line)."""
+
+    raw: str
+    resolved: str | None
+    url: str | None
+    nofollow: bool
+    followed: bool
+    reason: str | None
+
+    def to_json(self) -> dict:
+        return {
+            "url": self.url,
+            "raw": self.raw,
+            "resolved": self.resolved,
+            "nofollow": self.nofollow,
+            "followed": self.followed,
+            "reason": self.reason,
+        }
+
+
+class LinkPolicy:
+    """Normalize, scope and trap-check the links of a page."""
+
+    def __init__(
+        self,
+        normalizer: Callable[[str], str | None],
+        scope: Scope,
+        traps: TrapRules,
+        *,
+        follow_rel_nofollow: bool = False,
+    ) -> None:
+        self.normalizer = normalizer
+        self.scope = scope
+        self.traps = traps
+        self.follow_rel_nofollow = follow_rel_nofollow
+
+    def _verdict(self, resolved: str | None, nofollow: bool, meta_nofollow: bool, depth: int) -> tuple[str | None, str | None]:
+        """(normalized url or None, reason it is not followed or None)."""
+        if resolved is None:
+            return None, "unresolvable"
+        url = self.normalizer(resolved)
+        if url is None:
+            scheme = resolved.split(":", 1)[0].lower() if ":" in resolved else ""
+            return None, ("unsupported_scheme" if scheme not in ("http", "https") else "invalid")
+        if meta_nofollow:
+            return url, "meta_nofollow"
+        if nofollow and not self.follow_rel_nofollow:
+            return url, "nofollow"
+        if not self.scope.allows(url):
+            return url, "scope"
+        rule = self.traps.check(url, depth)
+        if rule is not None:
+            return url, rule
+        return url, None
+
+    def follow(self, page: ParsedPage, depth: int, counts: Counter) -> list[str]:
+        """Unique URLs to follow from ``page`` (links are at ``depth``); drops counted by reason.
+
+        A link whose resolved string (and nofollow flag) already came up on this page
+        reuses that verdict: the verdict depends on nothing else (the depth and the
+        page's robots meta are the page's), so only the first occurrence is normalized
+        and checked, and the counts stay those of deciding every link.
+        """
+        out: list[str] = []
+        seen: set[str] = set()
+        meta = page.meta_nofollow
+        # One dict per nofollow flag: no tuple key to build per link.
+        verdicts: tuple[dict, dict] = ({}, {})
+        verdict = self._verdict
+        for link in page.links:
+            resolved = link.resolved
+            nofollow = link.nofollow and not meta
+            known = verdicts[nofollow]
+            found = known.get(resolved)
+            if found is None:
+                found = known[resolved] = verdict(resolved, nofollow, meta, depth)
+            url, reason = found
+            if reason is not None:
+                counts[reason] += 1
+            elif url in seen:
+                counts["duplicate_on_page"] += 1
+            else:
+                seen.add(url)
+                out.append(url)
+        return out
+
+    def follow_urls(self, urls: list[str], depth: int, counts: Counter) -> list[tuple[str, str]]:
+        """(normalized, as given) for the absolute URLs of a non-HTML source (a feed's
+        entries) that pass the same rules as a page's links; drops counted by reason."""
+        out: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        for raw in urls:
+            url, reason = self._verdict(raw, False, False, depth)
+            if reason is not None:
+                counts[reason] += 1
+            elif url in seen:
+                counts["duplicate_on_page"] += 1
+            else:
+                seen.add(url)  # type: ignore[arg-type]
+                out.append((url, raw))  # type: ignore[arg-type]
+        return out
+
+    def decide(self, page: ParsedPage, depth: int) -> list[LinkDecision]:
+        """Every link of the page with its verdict, in document order."""
+        out: list[LinkDecision] = []
+        seen: set[str] = set()
+        meta = page.meta_nofollow
+        for link in page.links:
+            url, reason = self._verdict(link.resolved, link.nofollow and not meta, meta, depth)
+            if reason is None and url in seen:
+                reason = "duplicate_on_page"
+            elif reason is None:
+                seen.add(url)  # type: ignore[arg-type]
+            out.append(LinkDecision(link.raw, link.resolved, url, link.nofollow or meta, reason is None, reason))
+        return out

@@ -1,0 +1,124 @@
+"""Checkpoints of a shard's caches and the resume of its queue.
+
+The durable store (crawler.frontier.store) holds every URL a shard accepted; this module keeps
+the rest of a shard's memory next to it, so a restarted or resumed shard continues as
+if it had not stopped:
+
+* robots rules (no refetch of every robots.txt after a restart),
+* per-host budgets and novelty (trap cuts stay cut),
+* politeness state that protects hosts: operator overrides (pause, max_rps), adaptive
+  backoff, Retry-After and novelty penalties,
+* counters and dropped-link counts (stats continue across runs).
+
+A checkpoint is one JSON value in the store's ``meta`` table, written on the injected
+clock every ``interval_s`` and at once when an operator changes a host's policy (then
+journaled too: with a remote output it reaches OUT before the call returns). With a
+remote output a snapshot of the whole store is also written to ``OUT/state/<shard>/``
+every ``ship_interval_s`` and at the end (crawler.recovery.statelog), so a shard resumes on
+another machine.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Awaitable, Callable, Mapping
+
+from crawler.clock import Clock
+from crawler.frontier.frontier import Frontier
+from crawler.frontier.store import FrontierStore
+
+log = logging.getLogger(__name__)
+
+#: A named piece of state: ``(snapshot() -> json value, restore(json value) -> None)``.
+Part = tuple[Callable[[], Any], Callable[[Any], Any]]
+
+
+def resume_queue(store: FrontierStore, frontier: Frontier) -> int:
+    """Put a shard's durable queue back under its frontier; returns the URLs queued.
+
+    1. URLs claimed (in flight) when the shard stopped return to the queue flagged
+       ``replay`` (their links bypass the seen filter when they are fetched again);
+    2. every host's queued URLs are registered as spilled (loaded lazily, in order).
+    """
+    store.recover()
+    queued = 0
+    for host, n in store.pending_hosts():
+        frontier.restore_spilled(host, n)
+        queued += n
+    return queued
+
+
+class Checkpointer:
+    """Saves and restores named parts of a shard's state in its durable store.
+
+    Args:
+        store: the shard's durable store (the checkpoint lives in its ``meta`` table).
+        parts: name -> (snapshot, restore) of each piece of state.
+        clock: when checkpoints are due.
+        interval_s: seconds between periodic checkpoints.
+        ship: writes a snapshot of the store to a remote output, or None.
+        ship_interval_s: seconds between snapshots.
+    """
+
+    def __init__(
+        self,
+        store: FrontierStore,
+        parts: Mapping[str, Part],
+        clock: Clock,
+        *,
+        interval_s: float,
+        ship: Callable[[], Awaitable[None]] | None = None,
+        ship_interval_s: float = 60.0,
+    ) -> None:
+        self.store = store
+        self.parts = dict(parts)
+        self._clock = clock
+        self._interval_s = interval_s
+        self._ship = ship
+        self._ship_interval_s = ship_interval_s
+        self._last_save = clock.now()
+        self._last_ship = clock.now()
+        self.saves = 0
+
+    def restore(self) -> bool:
+        """Load the last checkpoint, if any. A part that fails to load costs that part
+        (logged), never the URLs, which live in the store's table. True if one was found."""
+        raw = self.store.get_meta("checkpoint")
+        if not raw:
+            return False
+        try:
+            saved = json.loads(raw)
+        except ValueError as exc:
+            log.warning("%s: ignoring an unreadable checkpoint: %r", self.store.path, exc)
+            return True
+        for name, (_, restore) in self.parts.items():
+            if name not in saved:
+                continue
+            try:
+                restore(saved[name])
+            except Exception as exc:  # noqa: BLE001 - a bad part costs a cache, not the crawl
+                log.warning("%s: ignoring checkpoint part %r: %r", self.store.path, name, exc)
+        return True
+
+    def save(self, *, journal: bool = False) -> None:
+        """Write every part now (one committed value); ``journal``: also to the store's
+        journal (an operator's setting: crawler.frontier.store)."""
+        value = json.dumps({name: snap() for name, (snap, _) in self.parts.items()})
+        self.store.set_meta("checkpoint", value, journal=journal)
+        self._last_save = self._clock.now()
+        self.saves += 1
+
+    async def tick(self, final: bool = False) -> None:
+        """Save if one is due (or ``final``), and snapshot the store to a remote output."""
+        now = self._clock.now()
+        shipping = self._ship is not None and (final or now - self._last_ship >= self._ship_interval_s)
+        if final or shipping or now - self._last_save >= self._interval_s:
+            self.save()
+        if shipping:
+            assert self._ship is not None
+            self._last_ship = now
+            try:
+                await self._ship()
+            except Exception as exc:  # noqa: BLE001 - the local store is intact; try again next time
+                log.warning("%s: copying state to the output failed: %r", self.store.path, exc)

@@ -1,0 +1,216 @@
+"""Where a crawl's state lives: node-local files, and with a remote output, OUT/state.
+
+State (the shards' frontier stores, the seen stores, the content index, the page budget,
+the shards' event logs) lives in SQLite and log files on local disk. With a local output
+they live under ``OUT/state``, beside the rows. With a remote output (``s3://...``)
+each process keeps them on the disk of the node it runs on, under ``RAYCRAWL_LOCAL_DIR``
+(:func:`local_dir`, resolved on that node by :func:`here`), and that disk is a cache,
+never the only copy (docs/invariants.md #11):
+
+* a shard's store is rebuilt from OUT when the shard starts (:func:`open_shard_store`):
+  snapshot plus the log of changes since (crawler.recovery.statelog), then :func:`reconcile_store`
+  marks done every URL whose row reached OUT after the snapshot and flags every queued
+  URL ``replay`` (its page's links bypass the seen filter when it is fetched: they may
+  have been marked seen by a fetch whose links never arrived);
+* the seen sets, the content index and the budget are copied to ``OUT/state/`` now and
+  then (:func:`ship`) and brought back when their actor starts (:func:`fetch`), always
+  replacing what the node's disk holds. A seen set older than the crash re-admits URLs
+  the shards' stores already hold: each costs a duplicate delivery, counted, never a
+  fetch (the owner's store refuses it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pyarrow.dataset as pads
+
+from crawler.recovery import statelog
+from crawler.clock import Clock
+from crawler.config.settings import CrawlConfig
+from crawler.frontier.urlitem import UrlItem
+from crawler.frontier.store import FrontierStore
+from crawler.output import OutcomeRow, open_fs, read_pages
+from crawler.recovery.statelog import RemoteDir, Restored, StateLog, discard
+
+log = logging.getLogger(__name__)
+
+#: Rows this much older than a shard's snapshot are applied too: clocks of two machines
+#: differ, and a row is stamped when its page was fetched, which may be well before its
+#: ack (a slow flush), so the snapshot may hold its URL as not yet done.
+CLOCK_SLACK_S = 60.0
+
+
+def is_remote(path: str) -> bool:
+    """True for fsspec URLs other than local files (s3://, gs://, ...)."""
+    return "://" in path and not path.startswith("file://")
+
+
+#: The environment variable naming a node's folder for local files (default ~/.cache/raycrawl).
+LOCAL_DIR_ENV = "RAYCRAWL_LOCAL_DIR"
+#: How a state folder on "whichever node this runs on" is spelled between processes.
+NODE_LOCAL = "$" + LOCAL_DIR_ENV
+
+
+def local_dir() -> str:
+    """This node's folder for a crawl's local files: ``$RAYCRAWL_LOCAL_DIR``, else
+    ``$XDG_CACHE_HOME/raycrawl``, else ``~/.cache/raycrawl``. Read where it is used (inside
+    an actor, on its node), never computed by the driver and handed over."""
+    configured = os.environ.get(LOCAL_DIR_ENV)
+    if configured:
+        return os.path.abspath(os.path.expanduser(configured))
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(cache, "raycrawl")
+
+
+def here(spec: str) -> str:
+    """The folder ``spec`` names on this node: :data:`NODE_LOCAL` becomes :func:`local_dir`,
+    ``~`` this node's home. Every process that opens a state file resolves it with this."""
+    if spec == NODE_LOCAL or spec.startswith(NODE_LOCAL + "/"):
+        spec = local_dir() + spec[len(NODE_LOCAL):]
+    return os.path.abspath(os.path.expanduser(spec))
+
+
+def state_dir(output_path: str, configured: str | None, fingerprint: str) -> str:
+    """Where a crawl keeps its state files, as a spec for :func:`here`.
+
+    A local output keeps them under ``OUT/state`` (the output's own disk: one path for
+    every process). A remote output keeps them on each node's own disk, in the folder
+    ``runtime.state_dir`` names there, else ``$RAYCRAWL_LOCAL_DIR/<fingerprint>``: the spec
+    is resolved by each process on its node (:func:`here`), so a shard on a worker node
+    writes to that node's disk, never to a path that exists only on the driver's.
+    """
+    if not is_remote(output_path):
+        if configured:
+            return os.path.abspath(os.path.expanduser(configured))
+        base = output_path[len("file://") :] if output_path.startswith("file://") else output_path
+        return os.path.join(os.path.abspath(base), "state")
+    return configured or f"{NODE_LOCAL}/{fingerprint}"
+
+
+def remote_path(out: str, name: str) -> str:
+    """``OUT/state/<name>``."""
+    return f"{out.rstrip('/')}/state/{name}"
+
+
+def ship(copy_to: Callable[[str], None], out: str, name: str, wall: float, options: dict | None = None) -> None:
+    """Copy one piece of state to ``OUT/state/<name>`` (one PUT) and note when.
+
+    ``copy_to(path)`` writes a consistent copy of the piece to a local temp file.
+    """
+    fs, _ = open_fs(out, options)
+    target = remote_path(out, name)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = os.path.join(tmp, "copy")
+        copy_to(local)
+        fs.put_file(local, target)
+    fs.pipe_file(target + ".json", json.dumps({"shipped_at": wall}).encode())
+
+
+def fetch(out: str, name: str, local_path: str, options: dict | None = None) -> bool:
+    """Replace ``local_path`` by ``OUT/state/<name>``; True if OUT had a copy.
+
+    Whatever is at ``local_path`` is discarded first, copy or not: a node's disk is a
+    cache (docs/invariants.md #11), and a file left there by an earlier incarnation or run
+    may be older than what OUT holds, so it never wins."""
+    discard(local_path)
+    fs, _ = open_fs(out, options)
+    source = remote_path(out, name)
+    if not fs.exists(source):
+        return False
+    os.makedirs(os.path.dirname(os.path.abspath(local_path)) or ".", exist_ok=True)
+    fs.get_file(source, local_path + ".part")
+    os.replace(local_path + ".part", local_path)
+    return True
+
+
+def seen_name(index: int, exact: bool) -> str:
+    """File name of seen shard ``index`` (a Bloom-only set persists only its filter)."""
+    return f"seen-{index:03d}.sqlite" + ("" if exact else ".bloom")
+
+
+def fetch_local(out: str, options: dict | None, name: str, local_path: str) -> bool:
+    """:func:`fetch` when OUT is remote; False (nothing to do) for a local output."""
+    return is_remote(out) and fetch(out, name, local_path, options)
+
+
+def ship_file(out: str, options: dict | None, name: str, local_path: str, wall: float) -> None:
+    """:func:`ship` of a file that is already a consistent snapshot (content index, budget)."""
+    if os.path.exists(local_path):
+        ship(lambda dest: shutil.copyfile(local_path, dest), out, name, wall, options)
+
+
+@dataclass
+class ShardState:
+    """A shard's store opened on this node, with its log in OUT for a remote output."""
+
+    store: FrontierStore
+    log: StateLog | None = None  # None: a local output (the store is on the output's disk)
+    restored: Restored | None = None  # what OUT held for this shard when it started
+
+
+def open_shard_store(cfg: CrawlConfig, shard_id: str, sdir: str, clock: Clock) -> ShardState:
+    """The shard's store under ``sdir`` (a :func:`state_dir` spec, resolved here).
+
+    With a remote output the store is rebuilt from OUT (crawler.recovery.statelog.restore: newest
+    snapshot plus the changes logged since), whatever the node's disk holds, and every
+    change from now on is journaled to OUT."""
+    out, options = cfg.output.path, dict(cfg.output.storage_options) or None
+    local = os.path.join(here(sdir), f"{shard_id}.sqlite")
+    if not is_remote(out):
+        return ShardState(FrontierStore(local))
+    remote = RemoteDir(out, options, shard_id)
+    found = statelog.restore(remote, local)
+    # The events that waited for the sink at the snapshot (a local log may be stale).
+    events = os.path.splitext(local)[0] + ".events.sqlite"
+    discard(events)
+    if found.events is not None:
+        remote.get_file(found.events.path, events)
+    slog = StateLog(remote, found.gen, clock, interval_s=cfg.runtime.state_log_interval_s)
+    store = FrontierStore(local, journal=slog.append)
+    store.replay(found.records)
+    if found.anything:
+        log.info("%s: restored from OUT: generation %d, snapshot %s, %d segments, %d changes, %d bytes",
+                 shard_id, found.gen, found.snapshot.path if found.snapshot else None, found.segments,
+                 len(found.records), found.bytes_read)
+    return ShardState(store, slog, found)
+
+
+def rows_since(shard_id: str, out: str, options: dict | None, since: float | None) -> list[dict[str, Any]]:
+    """The rows ``shard_id`` wrote to OUT since ``since`` (wall time; None: all of them)."""
+    where = pads.field("shard") == shard_id
+    if since is not None:
+        cutoff = dt.datetime.fromtimestamp(since - CLOCK_SLACK_S, dt.timezone.utc)
+        where = where & (pads.field("fetched_at") >= cutoff)
+    return read_pages(out, options, dedupe=False, where=where, columns=list(ROW_COLUMNS)).to_pylist()
+
+
+#: The columns :func:`rows_since` reads: what the reconcile and the events need.
+ROW_COLUMNS = ("url", "depth", "outcome", "status", "fetched_at", "url_hash", "blob_key", "content_sha256",
+               "simhash", "dup_kind", "changed", "fetch_seq")
+
+
+def event_rows(rows: list[dict[str, Any]]) -> list[OutcomeRow]:
+    """:func:`rows_since` rows as the rows crawler.events.emitter makes ``page.fetched`` events of."""
+    return [OutcomeRow(**{k: r.get(k) for k in ROW_COLUMNS}) for r in rows]
+
+
+def reconcile_store(store: FrontierStore, rows: list[dict[str, Any]]) -> int:
+    """After a rebuild from OUT (before the frontier loads the store): every queued URL
+    flagged ``replay``, and every URL with one of ``rows`` done.
+
+    A URL may have a row and no entry at all: a shard fetches what it accepted before the
+    log segment holding it is written (the sender waits for that, the fetch does not),
+    so a node lost in between leaves the row and not the admission. It is added now
+    (journaled) and marked done, so the sender's retry of the delivery is a duplicate,
+    not a second fetch. Returns the URLs marked done."""
+    store.recover(replay_all=True)
+    store.add([UrlItem(r["url"], r["depth"] or 0) for r in rows])
+    return store.finish_from_output([r["url"] for r in rows])

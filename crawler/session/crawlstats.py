@@ -1,0 +1,176 @@
+"""Crawl-wide statistics: per-shard statuses summed, and ``OUT/stats.json``.
+
+``stats.json`` is the run's account: outcomes, requests, duplicates, what was dropped
+and why, refresh figures, the URL ledger (crawler.session.ledger, added by the session) and the
+config that ran. It is written through fsspec, so a crawl into ``s3://`` has one too.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from crawler.config.settings import CrawlConfig, to_dict
+from crawler.output import OUTCOMES, open_fs
+from crawler.engine.status import ShardStatus
+
+
+def merge_status(statuses: Sequence[ShardStatus]) -> dict[str, Any]:
+    """Sum per-shard statuses into crawl-wide totals (for progress and stats.json): the
+    view that turns the records into JSON."""
+    keys = ("queued", "in_flight", "in_transit", "hosts", "paused_hosts", "paused_urls", "refresh_waiting", "refresh_due")
+    total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}, "events": {}}
+    for s in statuses:
+        for k in keys:
+            total[k] += getattr(s, k)
+        for section, counts in (("counters", s.counters), ("dropped", s.dropped)):
+            for k, v in counts.items():
+                total[section][k] = total[section].get(k, 0) + v
+        for k, v in (s.events or {}).items():  # page.fetched events (crawler.events.emitter)
+            if isinstance(v, bool):
+                total["events"][k] = total["events"].get(k, False) or v
+            else:
+                total["events"][k] = total["events"].get(k, 0) + v
+    total["news"] = merge_news([s.news for s in statuses if s.news])
+    total["shards"] = len(statuses)
+    return total
+
+
+def render_summary(c: dict[str, int]) -> dict[str, Any]:
+    """The ``render`` part of stats.json from the shards' ``render_*`` counters
+    (crawler.render): decisions by reason, renders, fallbacks by reason, what the gate
+    refused by reason, the browser's requests and bytes, script cache hits."""
+
+    def group(prefix: str) -> dict[str, int]:
+        return {k[len(prefix):]: v for k, v in sorted(c.items()) if k.startswith(prefix)}
+
+    return {
+        "decisions": group("render_decision_"),
+        "started": c.get("render_started", 0),
+        "rendered": c.get("rendered", 0),
+        "gained": c.get("render_gained", 0),
+        "fallbacks": group("render_fallback_"),
+        "retried_after_crash": c.get("render_retried_crash", 0),
+        "requests": c.get("render_requests", 0),
+        "bytes": c.get("render_bytes", 0),
+        "refused": group("render_refused_"),
+        "served": c.get("render_served", 0),
+        "script_cache_hits": c.get("render_script_cache_hits", 0),
+        "script_cache_revalidated": c.get("render_script_cache_revalidated", 0),
+        "waits": group("render_wait_"),
+    }
+
+
+NEWS_COUNTS = ("feeds", "hubs", "news_sitemaps", "source_fetches", "new_urls", "delays")
+
+
+def merge_news(shards: Sequence[dict[str, Any]], top: int = 50) -> dict[str, Any]:
+    """Crawl-wide news figures (crawler.freshness.news) from the shards' ``NewsPolicy.stats()``:
+    counts summed, publication-to-fetch median and p95 weighted by how many delays each
+    shard saw, and the ``top`` hosts by new URLs (a host is one shard's: docs/invariants.md #1)."""
+    out: dict[str, Any] = {k: sum(s.get(k, 0) for s in shards) for k in NEWS_COUNTS}
+    out["new_per_fetch"] = round(out["new_urls"] / out["source_fetches"], 3) if out["source_fetches"] else None
+    timed = [s for s in shards if s.get("delays") and s.get("delay_median_s") is not None]
+    n = sum(s["delays"] for s in timed)
+    for key in ("delay_median_s", "delay_p95_s"):
+        out[key] = round(sum(s[key] * s["delays"] for s in timed) / n, 3) if n else None
+    hosts = [kv for s in shards for kv in (s.get("hosts") or {}).items()]
+    out["hosts"] = dict(sorted(hosts, key=lambda kv: -kv[1]["new_urls"])[:top])
+    return out
+
+
+def write_stats(cfg: CrawlConfig, stats: dict[str, Any]) -> str:
+    """Write ``OUT/stats.json`` (through fsspec, so s3:// works); returns its path."""
+    fs, root = open_fs(cfg.output.path, dict(cfg.output.storage_options) or None)
+    path = f"{root.rstrip('/')}/stats.json"
+    fs.makedirs(root, exist_ok=True)
+    with fs.open(path, "w") as f:
+        json.dump(stats, f, indent=2, sort_keys=True, default=str)
+    return path
+
+
+def read_stats(cfg: CrawlConfig) -> dict[str, Any]:
+    """``OUT/stats.json`` (local or remote), or an empty dict."""
+    fs, root = open_fs(cfg.output.path, dict(cfg.output.storage_options) or None)
+    try:
+        with fs.open(f"{root.rstrip('/')}/stats.json", "r") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def crawl_stats(
+    cfg: CrawlConfig,
+    finals: Sequence[ShardStatus],
+    services: dict[str, Any],
+    elapsed: float,
+    *,
+    finished: bool,
+    ended: str,
+    seen_shards: int | None,
+    resumed: int,
+    mode: str,
+) -> dict[str, Any]:
+    """The body of ``stats.json`` from the shards' final statuses and the services' stats."""
+    total = merge_status(finals)
+    c = total["counters"]
+    refresh = c.get("refresh_fetches", 0)
+    return {
+        "finished": finished,
+        "ended": "finished" if finished else ended,
+        "elapsed_s": round(elapsed, 3),
+        "pages_per_s": round(c.get("fetched", 0) / elapsed, 2) if elapsed > 0 else None,
+        "outcomes": {k: c.get(k, 0) for k in OUTCOMES},
+        "requests": c.get("requests", 0),
+        "robots_requests": c.get("robots_requests", 0),
+        "retries": c.get("retries", 0),
+        # a bug that cost one URL (logged with its traceback): should stay 0
+        "internal_errors": c.get("internal_errors", 0),
+        "bytes": c.get("bytes", 0),
+        "duplicates": {"exact": c.get("dup_exact", 0), "near": c.get("dup_near", 0)},
+        "events": total["events"],
+        "dropped": total["dropped"],
+        "queued_unfetched": total["queued"],
+        "paused": {"hosts": total["paused_hosts"], "urls": total["paused_urls"]},
+        "refresh": {
+            "fetches": refresh,
+            "not_modified": c.get("not_modified", 0),
+            "not_modified_share": round(c.get("not_modified", 0) / refresh, 4) if refresh else None,
+            "changes_found": c.get("changes_found", 0),
+            "due_now": total["refresh_due"],
+            "waiting": total["refresh_waiting"],
+        },
+        "news": total["news"],
+        "shards": total["shards"],
+        "seen_shards": seen_shards,
+        "seen": services.get("seen", {}),
+        "content": services.get("content", {}),
+        "resumed_urls": resumed,
+        "render": render_summary(c) if cfg.render.mode != "never" else None,
+        "regions": regions_summary(finals) if cfg.runtime.regions else None,
+        "mode": mode,
+        "config_fingerprint": cfg.fingerprint(),
+        "config": to_dict(cfg),
+    }
+
+
+def regions_summary(statuses: Sequence[ShardStatus]) -> dict[str, Any]:
+    """Crawl-wide region figures (crawler.placement.handover): hosts measured, moves, URLs passed on
+    to a host's owner, timing probes, and per region its shards and the hosts moved in."""
+    total: dict[str, int] = {}
+    per_region: dict[str, dict[str, int]] = {}
+    for st in statuses:
+        r = st.regions or {}
+        for key in ("region_measurements", "region_moves_out", "region_forwarded", "region_probes", "region_move_failures"):
+            total[key] = total.get(key, 0) + int(r.get(key, 0))
+        region = per_region.setdefault(str(r.get("region", "")), {"shards": 0, "hosts_moved_in": 0})
+        region["shards"] += 1
+        region["hosts_moved_in"] += int(r.get("region_moves_in", 0))
+    return {
+        "measured": total.get("region_measurements", 0),
+        "moves": total.get("region_moves_out", 0),
+        "move_failures": total.get("region_move_failures", 0),
+        "forwarded": total.get("region_forwarded", 0),
+        "probes": total.get("region_probes", 0),
+        "by_region": per_region,
+    }

@@ -1,0 +1,209 @@
+"""The in-process runtime: every shard and service of a crawl in this event loop, no Ray.
+
+What ``crawl run --local`` uses, and what the tests use to crawl end to end without a
+cluster. The shards are the same :func:`crawler.engine.assembly.build_shard` objects the Ray
+actors hold, and the session is the same :class:`crawler.session.crawlsession.CrawlSession`, so both
+runtimes produce the same rows (tests/integration/test_crawl_ray.py compares them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import TYPE_CHECKING, Any, Callable
+
+from crawler.clock import SYSTEM_CLOCK, Clock
+from crawler.config.settings import CrawlConfig
+from crawler.placement.hashring import HashRing
+from crawler.recovery import statefiles as state
+from crawler.engine.scheduler import Fetcher, ShardScheduler
+from crawler.seen import SeenGroup, SeenSet
+from crawler.session.runtime import Plan
+from crawler.engine.sharedservices import CONTENT_LOG, BudgetPool, ContentIndexService, LeasedBudget, content_log_names
+from crawler.session.crawlsession import CrawlSession
+from crawler.engine.assembly import build_fence, build_shard
+from crawler.session.shardcalls import ShardCalls, ShardEndpoint, merge_seen_stats
+from crawler.engine.status import ShardStatus
+
+if TYPE_CHECKING:  # imported when render.mode is on (it needs a browser)
+    from crawler.render.browser import BrowserPool
+
+
+def seen_capacity_per_shard(cfg: CrawlConfig, seen_shards: int) -> int:
+    """Each seen shard's Bloom capacity: an even share, never below 1000."""
+    return max(1000, cfg.dedup.seen_capacity // max(1, seen_shards))
+
+
+class LocalRuntime(ShardCalls):
+    """Shards, seen sets, the content index and the page budget as plain objects here.
+
+    Args:
+        clock: the clock every shard and service uses.
+        fetcher_factory: makes each shard's fetcher (tests inject resolvers/transports).
+    """
+
+    def __init__(self, *, clock: Clock = SYSTEM_CLOCK, fetcher_factory: Callable[[], Fetcher] | None = None) -> None:
+        self.clock = clock
+        self.fetcher_factory = fetcher_factory
+        self.shards: dict[str, ShardScheduler] = {}
+        self.endpoints: dict[str, ShardEndpoint] = {}
+        self.seen: list[SeenSet] = []
+        self._seen_group: SeenGroup | None = None
+        self.content: ContentIndexService | None = None
+        self.cfg: CrawlConfig | None = None
+        self.sdir: str | None = None
+        self.seen_restored = 0  # seen sets started from a copy in OUT (crawler.session.ledger)
+        self._runners: list[asyncio.Task[None]] = []
+        self.render_pool: BrowserPool | None = None  # when render.mode is on
+
+    def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
+        # One process: one shard and one seen set unless the config says otherwise.
+        n = 1 if cfg.runtime.shards == "auto" else int(cfg.runtime.shards)
+        n_seen = 1 if cfg.runtime.seen_shards == "auto" else int(cfg.runtime.seen_shards)
+        return n, n_seen
+
+    async def start(self, plan: Plan) -> None:
+        cfg = plan.cfg
+        sdir = state.here(plan.state_dir) if plan.state_dir else None
+        self.cfg, self.sdir = cfg, sdir
+        d = cfg.dedup
+        out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
+        if sdir:  # a remote output: this machine's files are a cache, the copies in OUT win
+            for i in range(plan.seen_shards):
+                name = state.seen_name(i, d.seen_exact)
+                self.seen_restored += state.fetch_local(out, opts, name, os.path.join(sdir, name))
+            for name in [*content_log_names(cfg), "budget.json"]:
+                state.fetch_local(out, opts, name, os.path.join(sdir, name))
+        cap = seen_capacity_per_shard(cfg, plan.seen_shards)
+        self.seen = [
+            SeenSet(
+                cap, d.seen_error_rate, exact=d.seen_exact, bloom=d.seen_bloom,
+                **({"path": os.path.join(sdir, f"seen-{i:03d}.sqlite")} if sdir else {}),
+            )
+            for i in range(plan.seen_shards)
+        ]
+        self._seen_group = SeenGroup([self._seen_shard(s) for s in self.seen], [self._seen_forget(s) for s in self.seen])
+        self.content = ContentIndexService(
+            d.simhash_distance,
+            d.simhash_tables,
+            self.clock,
+            path=os.path.join(sdir, CONTENT_LOG) if sdir else None,
+            every_s=cfg.runtime.content_snapshot_interval_s,
+            shards=cfg.runtime.content_shards,
+        )
+        pool = BudgetPool(cfg.limits.max_pages, os.path.join(sdir, "budget.json") if sdir else None)
+
+        async def lease(n: int) -> int:
+            return pool.lease(n)
+
+        async def content(items):
+            assert self.content is not None
+            return await self.content.check_and_add(items)
+
+        ring = HashRing(list(plan.shard_ids))
+        if cfg.render.mode != "never":
+            from crawler.render.build import build_pool
+
+            self.render_pool = build_pool(cfg, self.clock)  # one pool for every shard here
+        for sid in plan.shard_ids:
+            opened = state.open_shard_store(cfg, sid, sdir, self.clock) if sdir else None
+            self.shards[sid] = build_shard(
+                cfg,
+                sid,
+                seeds=plan.seeds,
+                seen=self,
+                content=content,
+                budget=LeasedBudget(lease, cfg.limits.max_pages, len(plan.shard_ids), cfg.runtime.budget_lease_max),
+                deliver=self.deliver,
+                owner_of=ring.node_for,
+                store=opened.store if opened else None,
+                clock=self.clock,
+                fetcher=self.fetcher_factory() if self.fetcher_factory else None,
+                fence=build_fence(cfg, plan.epoch, self.clock),
+                state_log=opened.log if opened else None,
+                restored=opened.restored if opened else None,
+                render_service=self.render_pool,
+            )
+        self.endpoints = {sid: ShardEndpoint(s) for sid, s in self.shards.items()}
+        self._runners = [asyncio.ensure_future(s.run()) for s in self.shards.values()]
+
+    async def heartbeat(self) -> None:
+        """The shards live in the driver's process: they share its fate already."""
+
+    async def ship_state(self) -> None:
+        """Copy the seen sets, the content index and the budget to a remote OUT."""
+        if not self.sdir or self.content is None:
+            return
+        out, opts, wall = self.cfg.output.path, dict(self.cfg.output.storage_options) or None, self.clock.wall()
+        for i, s in enumerate(self.seen):
+            await asyncio.to_thread(state.ship, s.backup, out, state.seen_name(i, s.exact), wall, opts)
+        await self.content.save()
+        for name in [*self.content.log_names(), "budget.json"]:
+            await asyncio.to_thread(state.ship_file, out, opts, name, os.path.join(self.sdir, name), wall)
+
+    async def check_and_add(self, urls: list[str]) -> list[bool]:
+        """The seen service of every shard's router (split by hash over the seen sets)."""
+        return await self.seen_check(urls)
+
+    @staticmethod
+    def _seen_shard(seen: SeenSet):
+        async def call(hashes: list[int]) -> list[bool]:
+            return seen.check_and_add_hashes(hashes)
+
+        return call
+
+    @staticmethod
+    def _seen_forget(seen: SeenSet):
+        async def call(hashes: list[int]) -> int:
+            return seen.forget_hashes(hashes)
+
+        return call
+
+    async def seen_check(self, urls: list[str]) -> list[bool]:
+        assert self._seen_group is not None
+        return await self._seen_group.check_and_add(urls)
+
+    async def seen_forget(self, urls: list[str]) -> int:
+        assert self._seen_group is not None
+        return await self._seen_group.forget(urls)
+
+    def _shard_ids(self) -> list[str]:
+        return list(self.shards)
+
+    async def _call(self, shard_id: str, method: str, *args: Any, patient: bool = False) -> Any:
+        return await getattr(self.endpoints[shard_id], method)(*args)
+
+    async def statuses(self) -> list[ShardStatus] | None:
+        for r in self._runners:
+            if r.done() and r.exception() is not None:
+                raise r.exception()  # type: ignore[misc]
+        return [s.status() for s in self.shards.values()]
+
+    async def stop(self) -> list[ShardStatus]:
+        for s in self.shards.values():
+            s.stop()
+        await asyncio.gather(*self._runners, return_exceptions=True)
+        finals = []
+        for s in self.shards.values():
+            await s.close()
+            finals.append(s.status().but(store_counts=s.store_counts()))
+        if self.render_pool is not None:
+            await self.render_pool.close()
+        return finals
+
+    async def service_stats(self) -> dict[str, Any]:
+        seen = merge_seen_stats([s.stats() for s in self.seen], restored_from_out=self.seen_restored)
+        return {"seen": seen, "content": await self.content.stats() if self.content is not None else {}}
+
+    async def close(self) -> None:
+        if self.content is not None:
+            await self.content.save()
+        for s in self.seen:
+            s.close()
+        self.seen = []
+
+
+def local_session(cfg: CrawlConfig, *, fetcher_factory: Callable[[], Fetcher] | None = None, **kw: Any) -> CrawlSession:
+    """A session whose shards run in this process (``crawl run --local``)."""
+    clock = kw.pop("clock", SYSTEM_CLOCK)
+    return CrawlSession(cfg, LocalRuntime(clock=clock, fetcher_factory=fetcher_factory), clock=clock, **kw)

@@ -1,0 +1,97 @@
+"""The runtime seam: what :class:`crawler.session.crawlsession.CrawlSession` needs from the place the
+crawl's services run.
+
+``crawler.session.inprocess.LocalRuntime`` runs every shard in this process;
+``actors.rayruntime.RayRuntime`` runs them as Ray actors. Everything above the seam
+(seeding, resume, stats, host policy, per-URL status, stop) is written once, in the
+session, and the calls to the shards below it once, in crawler.session.shardcalls (both
+runtimes subclass its ``ShardCalls`` and differ only in how a call reaches a shard), so
+the two runtimes cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from crawler.config.settings import CrawlConfig
+from crawler.frontier.urlitem import UrlItem
+from crawler.control.hostpolicy import HostTarget
+from crawler.engine.status import ShardStatus
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a runtime starts: the shards and seen shards of this crawl, and where state lives."""
+
+    cfg: CrawlConfig
+    shard_ids: tuple[str, ...]
+    seen_shards: int
+    state_dir: str | None
+    seeds: tuple[str, ...]
+    epoch: int | None = None  # the output lease's fencing epoch (None: no durable state)
+
+
+class Runtime(Protocol):
+    """The services a session needs; see crawler.session.inprocess and actors.rayruntime."""
+
+    def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
+        """(shards, seen shards) for a new crawl of ``cfg`` on this runtime."""
+
+    async def start(self, plan: Plan) -> None:
+        """Create the services and the shards; each shard resumes from its store."""
+
+    async def heartbeat(self) -> None:
+        """Tell every shard the driver is alive (shards of a silent driver stop fetching)."""
+
+    async def ship_state(self) -> None:
+        """With a remote output: copy the seen sets, content index and budget to OUT/state
+        (the shards copy their own stores); a crawl can then resume on another machine."""
+
+    async def seen_check(self, urls: list[str]) -> list[bool]:
+        """Mark URLs seen; True for the ones that were new."""
+
+    async def seen_forget(self, urls: list[str]) -> int:
+        """Undo the seen marks of URLs whose delivery failed (nothing is marked seen
+        unless a shard holds it); returns how many marks were undone."""
+
+    async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
+        """Hand a batch to the shard that owns its hosts (queued durably on return)."""
+
+    async def widen_scope(self, urls: list[str]) -> None:
+        """Tell every shard about new seeds (scope ``host``/``domain`` grows with them)."""
+
+    async def statuses(self) -> list[ShardStatus] | None:
+        """Every shard's status, or None when there is no consistent view (a restart)."""
+
+    async def set_host_policy(
+        self, shard_id: str | None, host: str, interval_s: float | None, paused: bool | None,
+        max_pages: int | None, hostname_wide: bool,
+    ) -> None:
+        """Apply an operator policy on shard ``shard_id``, or on every shard (None)."""
+
+    async def place(self, shard_id: str, host: str, region: str | None) -> dict[str, Any]:
+        """An operator's region rule for ``host`` at its home shard (None: measure again);
+        returns the host's placement once any move it caused is done."""
+
+    async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
+        """The per-URL state (crawler.frontier.store.FrontierStore.url_status) on shard
+        ``shard_id``, or the first shard that has it (None)."""
+
+    async def url_for_hash(self, url_hash: str) -> str | None:
+        """The URL with this public id, from whichever shard's store has it."""
+
+    async def host_info(self, shard_id: str | None, target: HostTarget) -> list[dict[str, Any]]:
+        """Each asked shard's view of a host (crawler.control.hostview.host_info)."""
+
+    async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
+        """Why the owning shard would refuse each seed (robots, trap rules), or None."""
+
+    async def stop(self) -> list[ShardStatus]:
+        """Stop every shard (rows flushed and acked); their final statuses, with ``store_counts``."""
+
+    async def service_stats(self) -> dict[str, Any]:
+        """``{"seen": {...}, "content": {...}}`` totals (after :meth:`stop`)."""
+
+    async def close(self) -> None:
+        """Release everything this runtime started."""
