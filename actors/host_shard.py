@@ -27,7 +27,7 @@ from actors.serviceactors import SeenGroupClient, call_service
 from crawler.config.settings import from_dict
 from crawler.frontier.urlitem import UrlItem
 from crawler.placement.handover import HostState, Probe, timed_get
-from crawler.control.hostpolicy import HostTarget
+from crawler.control.hostpolicy import HostTarget, PolicyChange
 from crawler.recovery import statefiles as state
 from crawler.clock import SYSTEM_CLOCK
 from crawler.engine.sharedservices import LeasedBudget
@@ -36,6 +36,7 @@ from crawler.session.shardcalls import ShardEndpoint
 from crawler.placement.topology import Topology
 from crawler.engine.status import ShardStatus
 from crawler.recovery.watchdog import ShardWatchdog
+from crawler.frontier.store import UrlStatus
 
 log = logging.getLogger(__name__)
 
@@ -205,13 +206,10 @@ class HostShard:
     async def add_seeds(self, urls: list[str]) -> None:
         await self.endpoint.add_seeds(urls)
 
-    async def set_host_policy(
-        self, host: str, interval_s: float | None, paused: bool | None, max_pages: int | None = None,
-        hostname_wide: bool = False,
-    ) -> None:
-        await self.endpoint.set_host_policy(host, interval_s, paused, max_pages, hostname_wide)
+    async def set_host_policy(self, change: PolicyChange) -> None:
+        await self.endpoint.set_host_policy(change)
 
-    async def url_status(self, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
+    async def url_status(self, url: str | None, url_hash: str | None = None) -> UrlStatus | None:
         return await self.endpoint.url_status(url, url_hash)
 
     async def url_for_hash(self, url_hash: str) -> str | None:

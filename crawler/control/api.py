@@ -46,6 +46,7 @@ from crawler.config.settings import ApiConfig
 from crawler.errors import ConfigError, CrawlError
 from crawler.frontier.urlitem import check_priority
 from crawler.control.hostpolicy import check_max_rps, parse_host
+from crawler.frontier.store import UrlStatus
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def check_binding(cfg: ApiConfig, token: str | None) -> None:
         )
 
 
-def url_view(status: dict[str, Any]) -> dict[str, Any]:
+def url_view(status: UrlStatus) -> dict[str, Any]:
     """A shard's per-URL state as the API answers it: every field of :data:`URL_FIELDS`
     (null when the state does not know it), plus depth and referrer when known."""
     out = {name: status.get(name) for name in URL_FIELDS}

@@ -50,6 +50,31 @@ class HostTarget:
         return self.key if self.port_given else self.name
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyChange:
+    """An operator's host policy on its way from the session to the shards, declared once
+    for every layer it crosses (runtime seam, actor, shard): what it names and what it
+    sets; None leaves a field as it is.
+
+    ``host`` is a politeness key (``host`` or ``host:port``), or with ``hostname_wide``
+    a hostname whose every key (any port, keys seen later too) the policy covers.
+    ``interval_s`` is the floor between two requests (1/max_rps), ``paused`` stops
+    requests, ``max_pages`` bounds the pages the key may be admitted in all.
+    """
+
+    host: str
+    interval_s: float | None = None
+    paused: bool | None = None
+    max_pages: int | None = None
+    hostname_wide: bool = False
+
+    @classmethod
+    def of(cls, target: HostTarget, policy: "HostPolicy") -> "PolicyChange":
+        """The change a validated :class:`HostPolicy` makes to ``target``."""
+        return cls(target.name if target.hostname_wide else target.key, policy.interval_s, policy.paused,
+                   policy.max_pages, target.hostname_wide)
+
+
 # A DNS label as hosts spell it: letters, digits, inner hyphens (RFC 1123 2.1; an IDN is
 # already xn-- here), and "_", which real names carry though RFC 952 forbids it.
 _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?").fullmatch

@@ -183,6 +183,89 @@ def _resume(
     return on_start, resumed
 
 
+def build_politeness(cfg: CrawlConfig, clock: Clock) -> Politeness:
+    """The shard's per-host pacing, as ``politeness`` configures it."""
+    pol = cfg.politeness
+    return Politeness(
+        pol.interval_s, pol.max_interval_s, clock=clock, backoff_factor=pol.backoff_factor,
+        recovery_factor=pol.recovery_factor, retry_after_cap_s=pol.retry_after_cap_s,
+    )
+
+
+def build_frontier(cfg: CrawlConfig, politeness: Politeness, clock: Clock, rng: random.Random,
+                   store: FrontierStore | None) -> Frontier:
+    """The shard's frontier, spilling to ``store`` beyond ``runtime.frontier_window`` per host."""
+    return Frontier(
+        politeness, clock, rng, backoff_s=cfg.fetch.backoff_s, max_backoff_s=cfg.fetch.max_backoff_s,
+        window=cfg.runtime.frontier_window if store is not None else None, spill=store,
+        refresh_share=cfg.recrawl.refresh_share,
+    )
+
+
+def build_recrawl(cfg: CrawlConfig) -> RecrawlPolicy:
+    """When to fetch a page again, as ``recrawl`` configures it."""
+    rc = cfg.recrawl
+    return RecrawlPolicy(
+        min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s, initial_interval_s=rc.initial_interval_s,
+        grow_factor=rc.grow_factor, shrink_factor=rc.shrink_factor, fingerprint_distance=cfg.dedup.simhash_distance,
+    )
+
+
+def build_news(cfg: CrawlConfig, clock: Clock) -> NewsPolicy:
+    """Feeds, hubs and news sitemaps, as ``news`` and ``recrawl`` configure them."""
+    rc, nc = cfg.recrawl, cfg.news
+    return NewsPolicy(
+        min_interval_s=rc.min_interval_s, initial_interval_s=rc.initial_interval_s, max_interval_s=rc.max_interval_s,
+        probe_interval_s=nc.probe_interval_s if nc.probe_interval_s is not None else 2 * rc.min_interval_s,
+        target_new_per_fetch=nc.target_new_per_fetch, hub_min_new=nc.hub_min_new, max_sources=nc.max_sources,
+        clock=clock, schedule=rc.enabled, hubs=nc.hubs, feeds=nc.feeds, news_sitemaps=nc.news_sitemaps,
+    )
+
+
+def build_placement(cfg: CrawlConfig, clock: Clock, rng: random.Random) -> RegionPlacement:
+    """The region policy, as ``runtime.regions`` and ``placement`` configure it."""
+    rt, pc = cfg.runtime, cfg.placement
+    assert rt.regions
+    return RegionPlacement(
+        rt.regions, pc.default_region or rt.regions[0], dict(pc.rules), remeasure_s=pc.remeasure_s,
+        move_gain=pc.move_gain, move_min_s=pc.move_min_s, clock=clock, rng=rng,
+    )
+
+
+def build_sitemaps(cfg: CrawlConfig, links: LinkPolicy, pipeline: PagePipeline, recrawl: RecrawlPolicy,
+                   news: NewsPolicy, store: FrontierStore | None, clock: Clock) -> SitemapReader:
+    """The shard's sitemap reader; a sitemap's ``<lastmod>`` brings a known URL's refresh
+    forward (crawler.freshness.recrawl.RecrawlPolicy.nudge)."""
+    sm = cfg.sitemaps
+
+    def nudge(url: str, lastmod: float) -> None:
+        known = store.schedule_of(url) if store is not None else None
+        if known is not None:
+            earlier = recrawl.nudge(*known, lastmod, clock.wall())
+            if earlier < known[2]:
+                store.bring_forward(url, earlier)
+
+    return SitemapReader(
+        max_files=sm.max_files_per_host, max_urls=sm.max_urls_per_file, max_bytes=sm.max_bytes_per_file,
+        links=links, counters=pipeline.counters, dropped=pipeline.dropped, nudge=nudge, news=news,
+    )
+
+
+def build_regions(shard_id: str, topology: Topology, book: RegionBook, parts: HostParts, peers: Peers, clock: Clock,
+                  fetcher: FetchClient, checkpointer: Checkpointer, state_log: StateLog | None) -> Regions:
+    """The shard's side of regions (crawler.placement.handover): its own region's probes
+    go through the bare fetcher, and every change to placement, tombstones and moves is
+    saved journaled and, with a remote output, in OUT before the call that made it returns."""
+    synced = state_log.synced if state_log is not None else None
+
+    async def save_now() -> None:
+        checkpointer.save(journal=True)
+        if synced is not None:
+            await synced()
+
+    return Regions(shard_id, topology, book, parts, peers, clock, fetch=lambda url: fetcher.fetch(url), save=save_now)
+
+
 def build_shard(
     cfg: CrawlConfig,
     shard_id: str,
@@ -221,40 +304,14 @@ def build_shard(
 
     Every part is built with its collaborators passed in, in dependency order, and the
     scheduler last: no part is wired after construction (tests/unit/test_assembly.py)."""
-    pol, rt = cfg.politeness, cfg.runtime
+    pol, rt, rc = cfg.politeness, cfg.runtime, cfg.recrawl
     rng = rng or random.Random(zlib.crc32(shard_id.encode()))  # the same in every process (str hash is salted)
-    politeness = Politeness(
-        pol.interval_s,
-        pol.max_interval_s,
-        clock=clock,
-        backoff_factor=pol.backoff_factor,
-        recovery_factor=pol.recovery_factor,
-        retry_after_cap_s=pol.retry_after_cap_s,
-    )
+    politeness = build_politeness(cfg, clock)
     robots_cache = RobotsCache(cfg.user_agent, ttl_s=pol.robots_ttl_s, error_ttl_s=pol.robots_error_ttl_s, clock=clock)
-    frontier = Frontier(
-        politeness,
-        clock,
-        rng,
-        backoff_s=cfg.fetch.backoff_s,
-        max_backoff_s=cfg.fetch.max_backoff_s,
-        window=rt.frontier_window if store is not None else None,
-        spill=store,
-        refresh_share=cfg.recrawl.refresh_share,
-    )
-    rc = cfg.recrawl
-    recrawl = RecrawlPolicy(
-        min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s, initial_interval_s=rc.initial_interval_s,
-        grow_factor=rc.grow_factor, shrink_factor=rc.shrink_factor, fingerprint_distance=cfg.dedup.simhash_distance,
-    )
+    frontier = build_frontier(cfg, politeness, clock, rng, store)
+    recrawl = build_recrawl(cfg)
     links = build_link_policy(cfg, seeds)
-    nc = cfg.news
-    news = NewsPolicy(
-        min_interval_s=rc.min_interval_s, initial_interval_s=rc.initial_interval_s, max_interval_s=rc.max_interval_s,
-        probe_interval_s=nc.probe_interval_s if nc.probe_interval_s is not None else 2 * rc.min_interval_s,
-        target_new_per_fetch=nc.target_new_per_fetch, hub_min_new=nc.hub_min_new, max_sources=nc.max_sources,
-        clock=clock, schedule=rc.enabled, hubs=nc.hubs, feeds=nc.feeds, news_sitemaps=nc.news_sitemaps,
-    )
+    news = build_news(cfg, clock)
     robots = RobotsClient(
         robots_cache, classify=classify, normalize=links.normalizer, join=join_url, host_of=host_key, pacer=politeness, clock=clock
     )
@@ -295,14 +352,7 @@ def build_shard(
     if rt.regions:
         if store is None or topology is None or peers is None:
             raise ConfigError("runtime.regions: needs the Ray runtime and a crawl with durable state (not --local)")
-        pc = cfg.placement
-        book = RegionBook(
-            RegionPlacement(
-                rt.regions, pc.default_region or rt.regions[0], dict(pc.rules), remeasure_s=pc.remeasure_s,
-                move_gain=pc.move_gain, move_min_s=pc.move_min_s, clock=clock, rng=random.Random(rng.random()),
-            ),
-            frontier,
-        )
+        book = RegionBook(build_placement(cfg, clock, random.Random(rng.random())), frontier)
     if store is not None:
 
         async def ship() -> None:
@@ -345,41 +395,13 @@ def build_shard(
     )
     regions = None
     if book is not None:
-        assert store is not None and topology is not None and peers is not None  # checked above
-        synced = state_log.synced if state_log is not None else None
-
-        async def save_now() -> None:
-            assert checkpointer is not None
-            checkpointer.save(journal=True)
-            if synced is not None:
-                await synced()
-
-        async def flush_rows() -> None:
-            await outbox.flush(final=True)
-
-        regions = Regions(
-            shard_id, topology, book,
-            HostParts(
-                store, frontier, politeness, robots_cache, host_budget, flush=flush_rows, busy=frontier.busy,
-                adopted=feed.adopted if feed is not None else (lambda host: 0),
-            ),
-            peers, clock, fetch=lambda url: fetcher.fetch(url), save=save_now,
+        assert store is not None and topology is not None and peers is not None and checkpointer is not None
+        parts = HostParts(
+            store, frontier, politeness, robots_cache, host_budget, flush=lambda: outbox.flush(final=True),
+            busy=frontier.busy, adopted=feed.adopted if feed is not None else (lambda host: 0),
         )
-    sitemaps = None
-    if cfg.sitemaps.enabled:
-        sm = cfg.sitemaps
-
-        def nudge(url: str, lastmod: float) -> None:
-            known = store.schedule_of(url) if store is not None else None
-            if known is not None:
-                earlier = recrawl.nudge(*known, lastmod, clock.wall())
-                if earlier < known[2]:
-                    store.bring_forward(url, earlier)
-
-        sitemaps = SitemapReader(
-            max_files=sm.max_files_per_host, max_urls=sm.max_urls_per_file, max_bytes=sm.max_bytes_per_file,
-            links=links, counters=pipeline.counters, dropped=pipeline.dropped, nudge=nudge, news=news,
-        )
+        regions = build_regions(shard_id, topology, book, parts, peers, clock, fetcher, checkpointer, state_log)
+    sitemaps = build_sitemaps(cfg, links, pipeline, recrawl, news, store, clock) if cfg.sitemaps.enabled else None
     router = LinkRouter(
         seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s, clock=clock,
         before_flush=claims.commit,  # claims are durable before links are marked seen

@@ -34,7 +34,7 @@ from crawler.fetch.fetcher import FetchResult, classify
 from crawler.placement.handover import HostState, Regions
 from crawler.frontier.frontier import Frontier
 from crawler.frontier.urlitem import UrlItem
-from crawler.control.hostpolicy import name_of
+from crawler.control.hostpolicy import PolicyChange, name_of
 from crawler.frontier.store import FrontierStore
 from crawler.freshness.news import NewsPolicy
 from crawler.engine.outbox import Outbox
@@ -234,15 +234,13 @@ class ShardScheduler:
         if self.state_log is not None:
             await self.state_log.synced()
 
-    def set_host_policy(
-        self, host: str, interval_s: float | None, paused: bool | None, max_pages: int | None = None,
-        *, hostname_wide: bool = False,
-    ) -> None:
-        """Operator policy (crawler.control.hostpolicy) of one politeness key, or with
-        ``hostname_wide`` of every key of hostname ``host`` that this shard owns now or
+    def set_host_policy(self, change: PolicyChange) -> None:
+        """Operator policy (crawler.control.hostpolicy.PolicyChange) of one politeness key,
+        or with ``hostname_wide`` of every key of a hostname that this shard owns now or
         later; saved at once so it survives restarts. ``max_pages`` cuts the queue of a
         host past its new limit (counted as ``host_limit``, no rows)."""
-        if hostname_wide:
+        host, interval_s, paused, max_pages = change.host, change.interval_s, change.paused, change.max_pages
+        if change.hostname_wide:
             keys = set(self.politeness.set_name_override(host, interval_s=interval_s, paused=paused))
             keys.update(k for k in self.frontier.keys() if name_of(k) == host)
             drops = self.host_budget.set_name_limit(host, max_pages, self.frontier.queued_for) if max_pages is not None else {}

@@ -50,7 +50,7 @@ import datetime as dt
 import os
 import sqlite3
 import threading
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypedDict
 
 from crawler.errors import StorageError
 from crawler.frontier.urlitem import UrlItem
@@ -114,6 +114,32 @@ _PORTABLE_COLS = (
 )
 _PORTABLE = ", ".join(_PORTABLE_COLS)
 _STATE_AT, _REPLAY_AT = _PORTABLE_COLS.index("state"), _PORTABLE_COLS.index("replay")
+
+
+class UrlStatus(TypedDict):
+    """What a shard knows of one URL (``GET /urls/{url}``, ``crawl ctl url``), declared once
+    for every layer it crosses: store, shard, runtime seam, session, API. Times are wall
+    clock; a field the store does not know is None."""
+
+    url: str
+    url_hash: str
+    host: str
+    depth: int
+    referrer: str | None
+    status: str  # pending, fetched, not_modified, failed, blocked, dropped
+    in_flight: bool
+    last_crawled_at: float | None
+    next_crawl_at: float | None
+    interval_s: float | None
+    etag: str | None
+    last_modified: str | None
+    content_hash: str | None
+    fingerprint: int | None
+    fetches: int
+    changes: int
+    change_rate: float | None
+    last_outcome: str | None
+    last_status: int | None
 
 
 def _uh(url_hash_hex: str) -> int:
@@ -435,7 +461,7 @@ class FrontierStore:
             self._t.end()
         return changed
 
-    def url_status(self, url: str | None = None, *, url_hash: str | None = None) -> dict[str, object] | None:
+    def url_status(self, url: str | None = None, *, url_hash: str | None = None) -> UrlStatus | None:
         """What the store knows of a URL, by URL or by its public ``url_hash`` (None if it
         was never accepted): status (pending, fetched, not_modified, failed, blocked,
         dropped), last/next crawl times (wall), interval, validators, content hash,
@@ -458,13 +484,13 @@ class FrontierStore:
             label = "dropped"
         else:
             label = _STATUS_BY_OUTCOME.get(outcome or "", "fetched")
-        return {
-            "url": found, "url_hash": _url_hash(found), "host": host, "depth": depth, "referrer": referrer,
-            "status": label, "in_flight": state == CLAIMED, "last_crawled_at": last, "next_crawl_at": nxt,
-            "interval_s": interval, "etag": etag, "last_modified": lm, "content_hash": sha, "fingerprint": fp,
-            "fetches": fetches, "changes": changes, "change_rate": (changes / (fetches - 1)) if fetches > 1 else None,
-            "last_outcome": outcome, "last_status": status,
-        }
+        return UrlStatus(
+            url=found, url_hash=_url_hash(found), host=host, depth=depth, referrer=referrer,
+            status=label, in_flight=state == CLAIMED, last_crawled_at=last, next_crawl_at=nxt,
+            interval_s=interval, etag=etag, last_modified=lm, content_hash=sha, fingerprint=fp,
+            fetches=fetches, changes=changes, change_rate=(changes / (fetches - 1)) if fetches > 1 else None,
+            last_outcome=outcome, last_status=status,
+        )
 
     def url_for_hash(self, url_hash_hex: str) -> str | None:
         """The URL whose :func:`crawler.urls.url_hash` is ``url_hash_hex``, if this store has it."""

@@ -46,6 +46,7 @@ from crawler.events.sinks import sink_factory
 from crawler.recovery.statefiles import is_remote
 from crawler.session.steering import Steering
 from crawler.session.termination import TerminationDetector
+from crawler.frontier.store import UrlStatus
 
 log = logging.getLogger(__name__)
 
@@ -310,11 +311,11 @@ class CrawlSession:
         """A host as the shards see it (GET /hosts/{host})."""
         return await self.steering.host_info(host)
 
-    async def url_status(self, url: str) -> dict[str, Any] | None:
+    async def url_status(self, url: str) -> UrlStatus | None:
         """The per-URL state of a URL or of its ``url_hash`` (:meth:`crawler.session.steering.Steering.url_status`)."""
         return await self.steering.url_status(url)
 
-    async def url_status_by_hash(self, url_hash_hex: str) -> dict[str, Any] | None:
+    async def url_status_by_hash(self, url_hash_hex: str) -> UrlStatus | None:
         """:meth:`url_status` of the URL whose public id (crawler.urls.url_hash) this is."""
         return await self.steering.url_status_by_hash(url_hash_hex)
 

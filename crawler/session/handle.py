@@ -17,6 +17,7 @@ from typing import Any, Callable, Coroutine, Sequence, TypeVar
 from crawler import eventloop
 from crawler.control.api import ControlApi
 from crawler.session.crawlsession import CrawlSession
+from crawler.frontier.store import UrlStatus
 
 T = TypeVar("T")
 
@@ -95,7 +96,7 @@ class CrawlHandle:
         """A host's policy, queue, next allowed time, robots rules and backoff, per key."""
         return self._call(self.session.host_info(host))
 
-    def url_status(self, url: str) -> dict[str, Any] | None:
+    def url_status(self, url: str) -> UrlStatus | None:
         """What the crawl knows of one URL or ``url_hash`` (None if it was never admitted)."""
         return self._call(self.session.url_status(url))
 

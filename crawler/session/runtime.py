@@ -16,8 +16,9 @@ from typing import Any, Protocol
 
 from crawler.config.settings import CrawlConfig
 from crawler.frontier.urlitem import UrlItem
-from crawler.control.hostpolicy import HostTarget
+from crawler.control.hostpolicy import HostTarget, PolicyChange
 from crawler.engine.status import ShardStatus
+from crawler.frontier.store import UrlStatus
 
 
 @dataclass(frozen=True)
@@ -64,17 +65,14 @@ class Runtime(Protocol):
     async def statuses(self) -> list[ShardStatus] | None:
         """Every shard's status, or None when there is no consistent view (a restart)."""
 
-    async def set_host_policy(
-        self, shard_id: str | None, host: str, interval_s: float | None, paused: bool | None,
-        max_pages: int | None, hostname_wide: bool,
-    ) -> None:
+    async def set_host_policy(self, shard_id: str | None, change: PolicyChange) -> None:
         """Apply an operator policy on shard ``shard_id``, or on every shard (None)."""
 
     async def place(self, shard_id: str, host: str, region: str | None) -> dict[str, Any]:
         """An operator's region rule for ``host`` at its home shard (None: measure again);
         returns the host's placement once any move it caused is done."""
 
-    async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
+    async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> UrlStatus | None:
         """The per-URL state (crawler.frontier.store.FrontierStore.url_status) on shard
         ``shard_id``, or the first shard that has it (None)."""
 

@@ -22,10 +22,11 @@ from typing import Any, Awaitable, Mapping, Protocol, Sequence
 
 from crawler.errors import ConfigError
 from crawler.frontier.urlitem import UrlItem
-from crawler.control.hostpolicy import HostTarget
+from crawler.control.hostpolicy import HostTarget, PolicyChange
 from crawler.control.hostview import host_info
 from crawler.engine.scheduler import ShardScheduler
 from crawler.urls import host_key
+from crawler.frontier.store import UrlStatus
 
 
 class Forward(Protocol):
@@ -58,17 +59,14 @@ class ShardEndpoint:
         """Seeds added while the crawl runs (scope ``host``/``domain`` grows with them)."""
         self.shard.widen_scope(urls)
 
-    async def set_host_policy(
-        self, host: str, interval_s: float | None, paused: bool | None, max_pages: int | None = None,
-        hostname_wide: bool = False,
-    ) -> None:
+    async def set_host_policy(self, change: PolicyChange) -> None:
         """Operator policy (crawler.control.hostpolicy), durable (in OUT too) before this returns."""
-        if not hostname_wide and (owner := self._elsewhere(host)) is not None:
-            return await self._forward(owner, "set_host_policy", host, interval_s, paused, max_pages, False)
-        self.shard.set_host_policy(host, interval_s, paused, max_pages, hostname_wide=hostname_wide)
+        if not change.hostname_wide and (owner := self._elsewhere(change.host)) is not None:
+            return await self._forward(owner, "set_host_policy", change)
+        self.shard.set_host_policy(change)
         await self.shard.synced()
 
-    async def url_status(self, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
+    async def url_status(self, url: str | None, url_hash: str | None = None) -> UrlStatus | None:
         """The store's state of one URL (crawler.frontier.store.FrontierStore.url_status)."""
         if url is not None and (owner := self._elsewhere(host_key(url))) is not None:
             return await self._forward(owner, "url_status", url, url_hash)
@@ -123,16 +121,13 @@ class ShardCalls(ABC):
     async def widen_scope(self, urls: list[str]) -> None:
         await self._each(None, "add_seeds", urls)
 
-    async def set_host_policy(
-        self, shard_id: str | None, host: str, interval_s: float | None, paused: bool | None,
-        max_pages: int | None, hostname_wide: bool,
-    ) -> None:
-        await self._each(shard_id, "set_host_policy", host, interval_s, paused, max_pages, hostname_wide)
+    async def set_host_policy(self, shard_id: str | None, change: PolicyChange) -> None:
+        await self._each(shard_id, "set_host_policy", change)
 
     async def place(self, shard_id: str, host: str, region: str | None) -> dict[str, Any]:
         return await self._call(shard_id, "place", host, region)
 
-    async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> dict[str, Any] | None:
+    async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> UrlStatus | None:
         return next((f for f in await self._each(shard_id, "url_status", url, url_hash) if f is not None), None)
 
     async def url_for_hash(self, url_hash: str) -> str | None:

@@ -15,10 +15,11 @@ from crawler.frontier.urlitem import check_priority
 from crawler.config.settings import CrawlConfig
 from crawler.errors import ConfigError, SeedError
 from crawler.frontier.urlitem import UrlItem
-from crawler.control.hostpolicy import HostPolicy, parse_host
+from crawler.control.hostpolicy import HostPolicy, PolicyChange, parse_host
 from crawler.session.runtime import Runtime
 from crawler.session.termination import TerminationDetector
 from crawler.urls import host_key, normalize, url_hash, validate_seed
+from crawler.frontier.store import UrlStatus
 
 log = logging.getLogger(__name__)
 
@@ -115,10 +116,7 @@ class Steering:
                 raise ConfigError(f"region: {region!r} is not one of runtime.regions ({', '.join(regions)}) or auto")
         owner = None if target.hostname_wide else self._owner_of(target.key)
         if not policy.is_empty():
-            await self.runtime.set_host_policy(
-                owner, target.name if target.hostname_wide else target.key, policy.interval_s, paused, max_pages,
-                target.hostname_wide,
-            )
+            await self.runtime.set_host_policy(owner, PolicyChange.of(target, policy))
         if region is not None:
             await self.runtime.place(self._owner_of(target.key), target.key, None if region == "auto" else region)
         return target.spec()
@@ -131,7 +129,7 @@ class Steering:
         hostname_policy = infos[0]["hostname_policy"] if infos else {"max_rps": None, "paused": False, "max_pages": None}
         return {"host": target.spec(), "hostname_wide": target.hostname_wide, "hostname_policy": hostname_policy, "keys": keys}
 
-    async def url_status(self, url: str) -> dict[str, Any] | None:
+    async def url_status(self, url: str) -> UrlStatus | None:
         """The per-URL state (crawler.frontier.store) of a URL, or of a 16-hex-digit ``url_hash``
         (None if never admitted): status, last and next crawl, interval, validators,
         content hash, fetches and changes. A URL is normalized first, like a seed."""
@@ -142,7 +140,7 @@ class Steering:
             return None
         return await self.runtime.url_status(self._owner_of(host_key(clean)), clean)
 
-    async def url_status_by_hash(self, url_hash_hex: str) -> dict[str, Any] | None:
+    async def url_status_by_hash(self, url_hash_hex: str) -> UrlStatus | None:
         """:meth:`url_status` of the URL whose public id (crawler.urls.url_hash) this is."""
         url = await self.runtime.url_for_hash(url_hash_hex.lower())
         return None if url is None else await self.url_status(url)

@@ -10,6 +10,7 @@ import random
 import pytest
 
 from crawler.config import settings as config
+from crawler.control.hostpolicy import PolicyChange
 from crawler.clock import MockClock
 from crawler.fetch.fetcher import FetchResult
 from crawler.frontier.urlitem import UrlItem
@@ -178,8 +179,8 @@ def test_host_policy_and_backoff_survive_a_restart_of_the_shard(tmp_path):
     async def scenario():
         clock = MockClock()
         first = shard(clock)
-        first.set_host_policy("paused.test", None, True)  # saved at once
-        first.set_host_policy("slow.test", 5.0, None)
+        first.set_host_policy(PolicyChange("paused.test", paused=True))  # saved at once
+        first.set_host_policy(PolicyChange("slow.test", interval_s=5.0))
         for _ in range(3):  # a struggling host: 503s widen its interval
             first.politeness.on_start("busy.test")
             first.politeness.on_finish("busy.test", 503)
