@@ -18,6 +18,7 @@ from crawler.clock import MockClock
 from crawler.fetch.fetcher import Fetcher
 from crawler.testing.fakes import FakeResolver
 from crawler.fetch.transport import Request
+from tests.unit.http_kit import loopback_site
 
 UA = "raycrawl-test/1.0 (+https://example.invalid/bot)"
 RESOLVE = {"site.test": "127.0.0.1"}
@@ -28,14 +29,8 @@ async def tiny_site():
     async def tiny(_: web.Request) -> web.Response:
         return web.Response(body=b"ok")
 
-    app = web.Application()
-    app.router.add_get("/tiny", tiny)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield site._server.sockets[0].getsockname()[1]
-    await runner.cleanup()
+    async with loopback_site({"/tiny": tiny}) as port:
+        yield port
 
 
 async def test_aiohttp_still_keeps_the_protocol_of_a_released_response(tiny_site):

@@ -17,6 +17,7 @@ from crawler.errors import ConfigError
 from crawler.fetch.fetcher import SOURCE_ADDRESS_ENV, source_address
 from crawler.engine.assembly import build_fetcher
 from crawler.testing.fakes import FakeResolver
+from tests.unit.http_kit import loopback_site
 
 
 def _cfg(addr: str | None = None, **fetch: object):
@@ -52,14 +53,8 @@ async def peer_site():
     async def who(request: web.Request) -> web.Response:
         return web.Response(text=request.remote or "")
 
-    app = web.Application()
-    app.router.add_get("/who", who)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield site._server.sockets[0].getsockname()[1]
-    await runner.cleanup()
+    async with loopback_site({"/who": who}) as port:
+        yield port
 
 
 async def _peer_seen(cfg, port: int) -> str:
