@@ -45,6 +45,7 @@ COUNTERS: Mapping[str, str] = MappingProxyType({
     "region_forwarded": "URLs passed on to the shard that owns their host now (as its home, or by a tombstone)",
     "region_measurements": "hosts timed from every region (first contact, or re-measurement)",
     "region_probes": "robots.txt requests that timed a host from one region",
+    "region_probe_failures": "timings another region could not answer (that region is not chosen)",
     "region_moves_out": "hosts this shard handed to another shard",
     "region_moves_in": "hosts this shard took over from another shard",
     "region_move_failures": "moves that failed (the host stayed and was fetched here)",

@@ -212,16 +212,24 @@ class Regions:
     # -- routing ------------------------------------------------------------------
 
     def owner_elsewhere(self, host: str) -> str | None:
-        """The shard a call about ``host`` should go to, when it is not this one."""
-        return self._owner(host)
+        """The shard a call about ``host`` should go to, when it is not this one (a host
+        on its way out is still answered for here until it arrived)."""
+        return None if host in self.moving else self._owner(host)
 
     def _owner(self, host: str) -> str | None:
         """Where a URL of ``host`` arriving here belongs; None: here.
 
-        The home decides by the host's region (the newest it heard of); another shard
-        follows its tombstone, or owns the host (the home or a tombstone sent it here)."""
+        The home decides by where the host is (the newest region it heard of), else by a
+        rule, else the default region: never by a measurement alone, which the host
+        follows only once its move succeeded. Another shard follows its tombstone, or
+        owns the host (the home or a tombstone sent it here)."""
         if self.topology.home_of(host) == self.shard_id:
-            region = self.located.get(host) or self.placement.region_of(host)
+            region = self.located.get(host)
+            if region is None and (self.parts.frontier.queued_for(host) or self.parts.frontier.busy(host)):
+                return None  # it has work here (a rule added since): it moves with all of it
+            if region is None:
+                placed = self.placement.placement(host)
+                region = placed.region if placed.how == "rule" else self.placement.default_region
             owner = self.topology.owner_in(region, host)
             return None if owner == self.shard_id else owner
         return self.moved.get(host)
@@ -291,13 +299,13 @@ class Regions:
             figures[region] = probe.seconds
         self.counters["region_measurements"] += 1
         placed = self.placement.measured(host, figures)
-        if self.topology.home_of(host) == self.shard_id:
-            self.located[host] = placed.region
         target = self.topology.owner_in(placed.region, host)
         if target == self.shard_id:
+            if self.topology.home_of(host) == self.shard_id:
+                self.located[host] = placed.region
             await self.save()
             return False
-        self.start_move(host, target)
+        self.start_move(host, target)  # the home learns the region once the host arrived
         return True
 
     async def _polite_probe(self, host: str, region: str, url: str) -> Probe:
@@ -317,11 +325,15 @@ class Regions:
             await pol.request(host, own)
             return box[0]
 
-
         async def remote() -> FetchResult:
             # The remote shard's clock is not ours: the request counts as having ended
             # here when its answer arrived (no headers time), which can only widen the gap.
-            probe = await self.peers.probe(region, host, url)
+            try:
+                probe = await self.peers.probe(region, host, url)
+            except Exception as exc:  # noqa: BLE001 - a region that cannot answer is not chosen
+                log.warning("%s: timing %s from %s failed: %r", self.shard_id, host, region, exc)
+                self.counters["region_probe_failures"] += 1
+                probe = Probe(None, None)
             box.append(probe)
             now = self.clock.now()
             return FetchResult(url, probe.status, {}, b"", False, None, None, probe.status is None, now, None, now, None)
@@ -392,6 +404,8 @@ class Regions:
             log.error("%s: moving %s to %s failed: %r (it stays here)", self.shard_id, host, target, exc)
             self.counters["region_move_failures"] += 1
             if self.moving.pop(host, None) is not None:
+                if self.topology.home_of(host) == self.shard_id:
+                    self.located[host] = self.region  # routed here, where it stayed
                 p.frontier.unhold(host)
                 await self.save()
             fut.set_result(self.shard_id)
@@ -427,21 +441,19 @@ class Regions:
             await asyncio.shield(self.start_move(host, self.moving[host]))
         owner = self._owner(host)  # where it lives before the rule
         placed = self.placement.set_rule(host, region)
-        home = self.topology.home_of(host) == self.shard_id
         if owner is not None:
             # The host lives elsewhere (we are its home, or hold its tombstone): its owner
-            # applies the rule, and moves it if it must.
-            answer = await self.peers.place(owner, host, region)
-            if home:
-                self.located[host] = str(answer.get("region") or placed.region)
+            # applies the rule, moves it if it must, and then tells the home.
             await self.save()
-            return answer
-        if home:
-            self.located[host] = placed.region
+            return await self.peers.place(owner, host, region)
         target = self.topology.owner_in(placed.region, host)
         if target != self.shard_id:
-            await self.start_move(host, target)  # the rule goes with the host's record
+            # The home learns the new region once the host arrived (a failed move leaves
+            # the host here, and the home routing to it); the rule goes with the record.
+            await self.start_move(host, target)
         else:
+            if self.topology.home_of(host) == self.shard_id:
+                self.located[host] = placed.region
             await self.save()
         return self.describe(host)
 
@@ -464,16 +476,18 @@ class Regions:
     # -- views and persistence ----------------------------------------------------------
 
     def describe(self, host: str) -> dict[str, Any]:
-        """The host's region, how it was chosen (rule or measurement, with the figures),
-        and its moves (GET /hosts/{host})."""
+        """Where the host is fetched from (the region of the shard that holds it, which a
+        failed move leaves where it was), how its placement was chosen (rule or
+        measurement, with the figures), and its moves (GET /hosts/{host})."""
         placed = self.placement.placement(host)
+        shard = self.moved.get(host, self.shard_id)
         return {
-            "region": self.located.get(host, placed.region) if host not in self.moved else placed.region,
+            "region": self.topology.region_of_shard(shard),
             "how": placed.how,
             "figures": dict(placed.figures),
             "decided_at": placed.decided_at,
             "moves": placed.moves,
-            "shard": self.shard_id if host not in self.moved else self.moved[host],
+            "shard": shard,
             "moving_to": self.moving.get(host),
         }
 

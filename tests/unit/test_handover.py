@@ -238,3 +238,27 @@ def test_a_rule_added_between_runs_moves_a_host_that_already_has_work(tmp_path):
     regions = {region for _, region, _, _ in again.requests_by_host()[host]}
     assert regions == {"far"}, f"{host} was fetched from {regions}"
     assert again.shards[home_id].status().regions["region_moves_out"] >= 1
+
+
+def test_a_move_that_fails_leaves_the_host_where_it_was_and_routed_there(tmp_path):
+    """The far shard cannot take the host (its adoption fails): the host stays near, its
+    home keeps routing to it, and it is fetched from there only, each page once."""
+    crawl = Crawl(tmp_path)
+    refused = []
+
+    async def failing_adopt(shard, state):
+        refused.append(state.host)
+        raise OSError("the far shard's disk is full")
+
+    crawl.peers.adopt = failing_adopt
+    asyncio.run(crawl.run())
+    assert_polite_and_exact(crawl)
+    assert sorted(refused) == sorted(f"{h}:{PORT}" for h in crawl.web.hosts_in("far"))
+    for host in crawl.web.hosts_in("far"):
+        key = f"{host}:{PORT}"
+        pages = {region for path, region, _, _ in crawl.requests_by_host()[host] if path != "/robots.txt"}
+        assert pages == {"near"}, f"{host}: pages fetched from {pages} after a failed move"
+        home = crawl.shards[crawl.topology.home_of(key)]
+        assert home.regions.owner_elsewhere(key) is None
+        assert home.regions.describe(key)["region"] == "near"
+    assert crawl.shards["shard-near-000"].status().regions["region_move_failures"] == len(refused)
