@@ -97,6 +97,8 @@ async def test_requests_without_the_token_are_refused(api):
         ("PUT", "/hosts/a.test/policy", {"max_rps": -1}, "max_rps"),
         ("PUT", "/hosts/a.test/policy", {"max_pages": 1.5}, "max_pages"),
         ("PUT", "/hosts/a.test/policy", {}, "body"),
+        ("PUT", "/hosts/a.test/policy", {"region": 5}, "region"),
+        ("PUT", "/hosts/a.test/policy", {"region": ""}, "region"),
         ("PUT", "/hosts/a.test:99999/policy", {"paused": True}, "host"),
         ("GET", "/urls/xyz", None, "url_hash"),
         ("GET", "/urls", None, "url"),

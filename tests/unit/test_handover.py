@@ -262,3 +262,37 @@ def test_a_move_that_fails_leaves_the_host_where_it_was_and_routed_there(tmp_pat
         assert home.regions.owner_elsewhere(key) is None
         assert home.regions.describe(key)["region"] == "near"
     assert crawl.shards["shard-near-000"].status().regions["region_move_failures"] == len(refused)
+
+
+class RecordingRuntime:
+    """Records what reaches the runtime seam (nothing should, for a refused region)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    async def set_host_policy(self, shard_id, change):
+        self.calls.append(("policy", shard_id, change))
+
+    async def place(self, shard_id, host, region):
+        self.calls.append(("place", shard_id, host, region))
+        return {}
+
+
+@pytest.mark.parametrize("regions, region, message", [
+    (None, "eu-west", "region: this crawl has one region (runtime.regions is null)"),
+    (["eu-west", "us-east"], "mars", "region: 'mars' is not one of runtime.regions (eu-west, us-east) or auto"),
+])
+def test_a_region_the_crawl_does_not_have_is_refused_before_anything_changes(regions, region, message):
+    from crawler.errors import ConfigError
+    from crawler.session.steering import Steering
+    from crawler.session.termination import TerminationDetector
+
+    cfg = config.from_dict({"seeds": ["http://a.test/"], "runtime": {"regions": regions}})
+    runtime = RecordingRuntime()
+    steering = Steering(cfg, runtime, lambda host: "shard-000", TerminationDetector())
+    with pytest.raises(ConfigError) as exc:
+        asyncio.run(steering.set_host_policy("a.test", paused=True, region=region))
+    assert str(exc.value) == message
+    assert runtime.calls == []
+    asyncio.run(steering.set_host_policy("a.test", paused=True, region="auto" if regions else None))
+    assert [c[0] for c in runtime.calls] == (["policy", "place"] if regions else ["policy"])
