@@ -107,6 +107,20 @@ def _ceiling(phases: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``["runtime.batch_size=4000", ...]`` -> ``{"runtime": {"batch_size": 4000}}`` (values as YAML)."""
+    import yaml
+
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not (eq and dot and section and name):
+            raise SystemExit(f"--set {item!r}: write SECTION.KEY=VALUE, e.g. runtime.batch_size=4000")
+        out.setdefault(section, {})[name] = yaml.safe_load(value)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="full-pipeline throughput vs the bare loop")
     p.add_argument("--pages", type=int, default=100_000)
@@ -119,16 +133,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="per phase, seconds")
     p.add_argument("--nginx-workers", type=int, default=2,
                    help="nginx worker processes (one worker caps the 2-process ceiling on a busy machine)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a crawl setting for the crawler phases (VALUE is YAML), e.g. "
+                   "runtime.link_flush_interval_s=0.25; repeatable; recorded in the result")
     p.add_argument("--json", default=None, help="also save the result here")
     a = p.parse_args(argv)
     common.exit_on_sigterm()
+    overrides = parse_overrides(a.set)
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     web = generate(default_dir(a.hosts, a.port), hosts=a.hosts, port=a.port)
     if web["pages"] < a.pages:
         print(f"warning: the web has {web['pages']} pages < --pages {a.pages}; use more --hosts", file=sys.stderr)
     out: dict[str, Any] = {"benchmark": "throughput", "pages_target": a.pages, "interval_s": a.interval,
                            "hosts": a.hosts, "web_pages": web["pages"], "mean_page_bytes": web["mean_page_bytes"],
-                           "nginx_workers": a.nginx_workers,
+                           "nginx_workers": a.nginx_workers, "overrides": overrides,
                            "machine": common.machine_info(), "git": common.git_state(), "phases": {}}
     t0 = time.monotonic()
     for mode in modes:
@@ -144,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 shards: int | str = int(a.shards) if a.shards.isdigit() else a.shards
                 cfg = crawl_config(hosts=a.hosts, port=a.port, pages=a.pages, interval=a.interval, out="unused",
-                                   shards=shards)
+                                   shards=shards, extra=overrides)
                 r = run_crawler(mode, cfg, timeout_s=a.timeout)
             ngx.stop()
             r.update(server_view(ngx.access_log))
