@@ -33,22 +33,25 @@ takes ~26 ms); tests use it to show both group the same near-duplicates.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import threading
 from collections import Counter
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
 from crawler.errors import ConfigError
 
 __all__ = [
+    "BACKEND",
     "MIN_TOKENS",
     "SHINGLE_WORDS",
     "SimHashIndex",
     "content_sha256",
     "hamming",
     "reference_simhash64",
+    "set_backend",
     "simhash64",
     "text_fingerprint",
     "to_int64",
@@ -90,6 +93,16 @@ _ID_MASK = (1 << _ID_BITS) - 1
 
 _table_lock = threading.Lock()
 _word_table: np.ndarray | None = None
+
+# The C core (crawler/content/_simhash.c), when it was built at install time; otherwise,
+# or with RAYCRAWL_SIMHASH=numpy in the environment, the numpy reference below.
+_native: Any
+_native_error = ""
+try:
+    from crawler.content import _simhash as _native
+except ImportError as exc:  # not built (no compiler at install), or built for another Python
+    _native, _native_error = None, str(exc)
+_native_ready = False
 
 
 def content_sha256(body: bytes) -> str:
@@ -144,7 +157,7 @@ def _table() -> np.ndarray:
     return _word_table
 
 
-def _word_hashes(text: str) -> np.ndarray:
+def _numpy_word_hashes(text: str) -> np.ndarray:
     """64-bit hashes of the ``\\w+`` words of ``text.lower()``, in order (uint64 array)."""
     if not text:
         return np.empty(0, dtype=np.uint64)
@@ -175,7 +188,7 @@ def _word_hashes(text: str) -> np.ndarray:
     return _mix(h)
 
 
-def _features(words: np.ndarray, shingle: int) -> np.ndarray:
+def _numpy_features(words: np.ndarray, shingle: int) -> np.ndarray:
     """Hashes of the ``shingle``-word windows over the word hashes (one per window).
 
     A text shorter than one window yields a single feature of all its words, so a
@@ -191,7 +204,7 @@ def _features(words: np.ndarray, shingle: int) -> np.ndarray:
     return _mix(acc)
 
 
-def _votes_to_fingerprint(features: np.ndarray) -> int:
+def _numpy_votes_to_fingerprint(features: np.ndarray) -> int:
     """SimHash of a uint64 feature array: bit j is set iff more than half the features have it."""
     bits = np.unpackbits(features.astype("<u8", copy=False).view(np.uint8), bitorder="little")
     # SWAR sum: view each feature's 64 unpacked bits as 8 uint64 lanes of 8 one-byte
@@ -205,6 +218,49 @@ def _votes_to_fingerprint(features: np.ndarray) -> int:
     return int(np.packbits(on, bitorder="little").view("<u8")[0])
 
 
+def _numpy_scan(text: str, shingle: int) -> tuple[int, int]:
+    """(word count, SimHash) of ``text`` by the numpy reference; SimHash 0 for no words."""
+    words = _numpy_word_hashes(text)
+    if words.size == 0:
+        return 0, 0
+    return int(words.size), _numpy_votes_to_fingerprint(_numpy_features(words, shingle))
+
+
+def _native_scan(text: str, shingle: int) -> tuple[int, int]:
+    """(word count, SimHash) of ``text`` by the C core: the same values as :func:`_numpy_scan`."""
+    global _native_ready
+    if not _native_ready:
+        table = _table()  # takes _table_lock itself (not reentrant): before the lock below
+        with _table_lock:
+            if not _native_ready:
+                _native.init(
+                    table,
+                    _POS_MUL,
+                    int(_LEN_MUL),
+                    int(_SHINGLE_MUL),
+                    int(_SHINGLE_SALT[1]),
+                    int(_SHINGLE_SALT[2]),
+                    int(_SM1),
+                    int(_SM2),
+                )
+                _native_ready = True
+    return _native.fingerprint(text.lower(), shingle)
+
+
+def set_backend(name: str) -> None:
+    """Compute fingerprints with ``"native"`` (the C core; ValueError when it is not built)
+    or ``"numpy"`` (the reference). Both give the same values; tests and benchmarks switch."""
+    global BACKEND, _scan
+    if name == "native":
+        if _native is None:
+            raise ValueError(f"the native SimHash core is not built: {_native_error}")
+        BACKEND, _scan = "native", _native_scan
+    elif name == "numpy":
+        BACKEND, _scan = "numpy", _numpy_scan
+    else:
+        raise ValueError(f"SimHash backend must be 'native' or 'numpy', got {name!r}")
+
+
 def _check_shingle(shingle: int) -> None:
     if not isinstance(shingle, int) or not 1 <= shingle <= 3:
         raise ConfigError(f"shingle: must be 1, 2 or 3 words, got {shingle!r}")
@@ -213,19 +269,15 @@ def _check_shingle(shingle: int) -> None:
 def simhash64(text: str, shingle: int = SHINGLE_WORDS) -> int:
     """Unsigned 64-bit SimHash of ``text`` over ``shingle``-word shingles; 0 for no words.
 
-    Every occurrence of a shingle votes once (term-frequency weights). ~0.25 ms for a
-    20 KB page of text on the project machine (see the module docstring for the method).
+    Every occurrence of a shingle votes once (term-frequency weights).
     """
     _check_shingle(shingle)
-    words = _word_hashes(text)
-    if words.size == 0:
-        return 0
-    return _votes_to_fingerprint(_features(words, shingle))
+    return _scan(text, shingle)[1]
 
 
 def token_count(text: str) -> int:
     """Number of ``\\w+`` words in ``text`` (the tokenization SimHash uses)."""
-    return int(_word_hashes(text).size)
+    return _scan(text, 1)[0]
 
 
 def text_fingerprint(text: str, min_tokens: int = MIN_TOKENS, shingle: int = SHINGLE_WORDS) -> int | None:
@@ -236,10 +288,10 @@ def text_fingerprint(text: str, min_tokens: int = MIN_TOKENS, shingle: int = SHI
     other. Tokenizes once (cheaper than counting words and then calling simhash64).
     """
     _check_shingle(shingle)
-    words = _word_hashes(text)
-    if words.size == 0 or words.size < min_tokens:
+    count, fp = _scan(text, shingle)
+    if count == 0 or count < min_tokens:
         return None
-    return _votes_to_fingerprint(_features(words, shingle))
+    return fp
 
 
 def reference_simhash64(text: str, shingle: int = SHINGLE_WORDS) -> int:
@@ -369,3 +421,24 @@ class SimHashIndex:
             "candidates_checked_total": self._candidates,
             "candidates_checked_mean": self._candidates / self._lookups if self._lookups else 0.0,
         }
+
+
+#: Which SimHash implementation is in use: ``"native"`` (the C core) or ``"numpy"``.
+BACKEND = "numpy"
+_scan = _numpy_scan
+
+
+def _backend_from_env() -> str:
+    """``RAYCRAWL_SIMHASH``: ``auto`` (default: native when built), ``native`` or ``numpy``."""
+    want = os.environ.get("RAYCRAWL_SIMHASH", "").strip().lower() or "auto"
+    if want not in ("auto", "native", "numpy"):
+        raise ConfigError(f"RAYCRAWL_SIMHASH: must be auto, native or numpy, got {want!r}")
+    if want == "auto":
+        return "numpy" if _native is None else "native"
+    if want == "native" and _native is None:
+        raise ConfigError(f"RAYCRAWL_SIMHASH=native but the C core is not built ({_native_error}): "
+                          "reinstall with a C compiler (pip install -e .)")
+    return want
+
+
+set_backend(_backend_from_env())
