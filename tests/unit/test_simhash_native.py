@@ -80,6 +80,9 @@ EDGES = [
     "lone \udcff surrogate\udc80inside \ud800\udfff pair",  # lone surrogates are non-word characters
     "\x00nul\x00 \x7f \x80\xa0nbsp\xa0 \xaa\xb5\xba \xff\xdf",  # the Latin-1 storage kind
     "\u00e9\u4e00 mixed \u6771\u4eac width",  # the two-byte kind
+    "".join(map(chr, range(256))),  # every Latin-1 character: the C core lowers them itself
+    "\u00c0\u00c9\u00ce\u00d5\u00dc \u00de\u00c6 STRASSE Stra\u00dfe M\u00dcNCHEN \u00b5 \u00d7\u00f7 \u00ff",
+    "\u0178VES \u0178ves",  # two-byte text whose lower() is one-byte (U+0178 -> U+00FF)
     "x" * 63 + " " + "y" * 64 + " " + "z" * 65 + " " + "w" * 200,  # positions wrap at 64
 ]
 
@@ -109,6 +112,29 @@ def test_the_public_functions_give_the_reference_values(monkeypatch: pytest.Monk
     monkeypatch.setattr(fp, "_scan", fp._numpy_scan)
     assert native_values == (fp.simhash64(text), fp.text_fingerprint(text), fp.token_count(text), None)
     assert native_values[2] == 42
+
+
+def test_latin1_text_is_lowered_in_c_as_lower_does() -> None:
+    """One-byte strings skip the lower() copy: the table of Python's own lower() is used."""
+    native()
+    table = fp._latin1_lower()
+    assert table is not None and len(table) == 256
+    assert table[ord("A")] == ord("a") and table[0xC0] == 0xE0 and table[0xD7] == 0xD7 and table[0xDF] == 0xDF
+    upper = "ABC \u00c0\u00c9 \u00de123_X"
+    assert fp._native_scan(upper, 3) == fp._native_scan(upper.lower(), 3) == fp._numpy_scan(upper, 3)
+
+
+class Shouting(str):
+    """A str whose lower() is its own: both paths must call it, not str.lower."""
+
+    def lower(self) -> str:
+        return str.upper(self)
+
+
+def test_a_str_subclass_is_lowered_with_its_own_lower() -> None:
+    native()
+    text = Shouting("Mixed Case words, here and THERE and there")
+    assert fp._native_scan(text, 3) == fp._numpy_scan(text, 3) != fp._numpy_scan(str(text), 3)
 
 
 def test_ties_give_zero_bits() -> None:
@@ -144,6 +170,17 @@ def test_repetitive_word_lists_are_equal(text: str) -> None:
     """Few distinct words, many repeats: vote counts past the 255-feature lane flush."""
     native()
     assert_same(text)
+
+
+@pytest.mark.parametrize("repeats", [254, 255, 256, 511, 512, 70_000])
+def test_one_feature_repeated_past_the_counter_width_is_equal(repeats: int) -> None:
+    """Identical features set the same bits every time: the C core counts votes in one-byte
+    lanes flushed every 255 features, so a bit set in all of them is where a lane would
+    overflow."""
+    native()
+    text = "same " * repeats
+    assert_same(text)
+    assert_same(text + "other words end it")
 
 
 def test_a_five_megabyte_text_is_equal() -> None:
