@@ -19,15 +19,32 @@ drift the same way as pages grow (mean distance of unrelated 6000-word pages 20 
 still put pages differing by a few words within distance 3. A wrongly flagged page
 costs more than a missed near-duplicate, so 3 it is.
 
-``simhash64`` is vectorized with numpy: the words are never materialized as Python
-strings. The lowered text is viewed as an array of code points, a 0x110000-entry
-lookup table (built once from the same regex) marks word characters, every word's
-hash is a sum of per-position multiplied code points (``np.add.reduceat``) followed by
-a SplitMix64 finalizer, shingle hashes are mixed from neighbouring word hashes, and the
-per-bit votes are counted on the unpacked bits. ``reference_simhash64`` computes the
-fingerprint of the same features with the ``simhash`` package (MD5 per feature, ~16x
-slower: 4.1 ms vs 0.25 ms per 20 KB page; the package's default character-4-gram mode
-takes ~26 ms); tests use it to show both group the same near-duplicates.
+Two implementations compute the same fingerprints, bit for bit (they are stored in
+Parquet and compared across runs and machines; tests/unit/test_simhash_native.py holds
+them equal on real pages, random Unicode and a 5 MB text):
+
+* **The C core** (``crawler/content/_simhash.c``, built by ``pip install`` when a C
+  compiler is there): one pass over the str's own storage, the word in progress, the
+  last two word hashes and 64 vote counters as its only state. Used whenever it imports.
+* **numpy** (the ``_numpy_*`` functions): the lowered text is viewed as an array of code
+  points, a 0x110000-entry lookup table (built once from the same regex; the C core gets
+  it too) marks word characters, every word's hash is a sum of per-position multiplied
+  code points (``np.add.reduceat``) followed by a SplitMix64 finalizer, shingle hashes
+  are mixed from neighbouring word hashes, and the per-bit votes are counted on the
+  unpacked bits. The reference the tests compare the C core with, and the fallback where
+  it is not built (an install without a compiler, a Ray ``--working-dir`` upload).
+
+Why C: numpy needs ~15 passes over the ~23k code points of a bench page's main text
+(5-40 us each), ~300 us per page against a 120 us budget; the C core takes ~47 us, 6.4x
+fewer instructions (``python -m benchmarks.stages --pages 2000 --only fingerprint
+--callgrind 40``, against the same with ``RAYCRAWL_SIMHASH=numpy``). :data:`BACKEND` says
+which one runs; ``RAYCRAWL_SIMHASH=numpy`` (or ``native``, which then must be built)
+chooses at import, :func:`set_backend` at run time.
+
+``reference_simhash64`` computes the fingerprint of the same features with the
+``simhash`` package (MD5 per feature, ~16x slower than numpy: 4.1 ms vs 0.25 ms per 20 KB
+page; the package's default character-4-gram mode takes ~26 ms); tests use it to show
+both group the same near-duplicates.
 """
 
 from __future__ import annotations

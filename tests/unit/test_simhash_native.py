@@ -270,8 +270,12 @@ def test_the_import_falls_back_in_a_fresh_process() -> None:
     assert int(value) == fp._numpy_scan("one two three four five six seven eight nine ten", 3)[1]
 
 
-@pytest.mark.parametrize(("value", "backend"), [("numpy", "numpy"), ("bogus", None)])
+@pytest.mark.parametrize(
+    ("value", "backend"), [("numpy", "numpy"), ("NumPy ", "numpy"), ("native", "native"), ("", "native"), ("auto", "native"), ("bogus", None)]
+)
 def test_the_environment_variable_picks_the_backend(value: str, backend: str | None) -> None:
+    if backend == "native":
+        native()
     code = "from crawler.content import fingerprints as fp; print(fp.BACKEND)"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAYCRAWL_SIMHASH": value}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
