@@ -353,11 +353,21 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__simhash(void)
 {
+    PyObject *m;
     for (int x = 0; x < 256; x++) {
         uint64_t v = 0;
         for (int i = 0; i < 8; i++)
             v |= (uint64_t)((x >> i) & 1) << (8 * i);
         spread[x] = v;
     }
-    return PyModule_Create(&module);
+    m = PyModule_Create(&module);
+    /* fingerprints.py uses this module only when VERSION is the one it expects: an editable
+     * install does not rebuild the .so when this file changes, and a stale core must fall
+     * back to numpy, not compute other values. Bump it with every change of behaviour or
+     * of init()'s arguments. */
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", 1) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

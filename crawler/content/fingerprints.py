@@ -113,12 +113,20 @@ _word_table: np.ndarray | None = None
 
 # The C core (crawler/content/_simhash.c), when it was built at install time; otherwise,
 # or with RAYCRAWL_SIMHASH=numpy in the environment, the numpy reference below.
+# _NATIVE_VERSION is the VERSION of _simhash.c this module drives: an in-place build left
+# from an older checkout (editable installs do not rebuild it) is not used.
+_NATIVE_VERSION = 1
 _native: Any
 _native_error = ""
 try:
     from crawler.content import _simhash as _native
 except ImportError as exc:  # not built (no compiler at install), or built for another Python
     _native, _native_error = None, str(exc)
+else:
+    if getattr(_native, "VERSION", None) != _NATIVE_VERSION:
+        _native_error = (f"{_native.__file__} is VERSION {getattr(_native, 'VERSION', None)}, this code needs "
+                         f"{_NATIVE_VERSION}: rebuild it with pip install -e .")
+        _native = None
 _native_ready = False
 
 

@@ -270,6 +270,23 @@ def test_the_import_falls_back_in_a_fresh_process() -> None:
     assert int(value) == fp._numpy_scan("one two three four five six seven eight nine ten", 3)[1]
 
 
+def test_a_stale_build_is_not_used(tmp_path: Path) -> None:
+    """An in-place .so from an older checkout (another VERSION) falls back to numpy, saying why."""
+    code = (
+        "import sys, types\n"
+        "stale = types.ModuleType('crawler.content._simhash')\n"
+        "stale.VERSION = 0\n"
+        "stale.__file__ = '/old/_simhash.so'\n"
+        "sys.modules['crawler.content._simhash'] = stale\n"
+        "from crawler.content import fingerprints as fp\n"
+        "print(fp.BACKEND, fp._native_error)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAYCRAWL_SIMHASH", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.startswith("numpy /old/_simhash.so is VERSION 0, this code needs 1: rebuild it")
+
+
 @pytest.mark.parametrize(
     ("value", "backend"), [("numpy", "numpy"), ("NumPy ", "numpy"), ("native", "native"), ("", "native"), ("auto", "native"), ("bogus", None)]
 )
