@@ -19,36 +19,56 @@ drift the same way as pages grow (mean distance of unrelated 6000-word pages 20 
 still put pages differing by a few words within distance 3. A wrongly flagged page
 costs more than a missed near-duplicate, so 3 it is.
 
-``simhash64`` is vectorized with numpy: the words are never materialized as Python
-strings. The lowered text is viewed as an array of code points, a 0x110000-entry
-lookup table (built once from the same regex) marks word characters, every word's
-hash is a sum of per-position multiplied code points (``np.add.reduceat``) followed by
-a SplitMix64 finalizer, shingle hashes are mixed from neighbouring word hashes, and the
-per-bit votes are counted on the unpacked bits. ``reference_simhash64`` computes the
-fingerprint of the same features with the ``simhash`` package (MD5 per feature, ~16x
-slower: 4.1 ms vs 0.25 ms per 20 KB page; the package's default character-4-gram mode
-takes ~26 ms); tests use it to show both group the same near-duplicates.
+Two implementations compute the same fingerprints, bit for bit (they are stored in
+Parquet and compared across runs and machines; tests/unit/test_simhash_native.py holds
+them equal on real pages, random Unicode and a 5 MB text):
+
+* **The C core** (``crawler/content/_simhash.c``, built by ``pip install`` when a C
+  compiler is there): one pass over the str's own storage, the word in progress, the
+  last two word hashes and 64 vote counters as its only state. Used whenever it imports.
+* **numpy** (the ``_numpy_*`` functions): the lowered text is viewed as an array of code
+  points, a 0x110000-entry lookup table (built once from the same regex; the C core gets
+  it too) marks word characters, every word's hash is a sum of per-position multiplied
+  code points (``np.add.reduceat``) followed by a SplitMix64 finalizer, shingle hashes
+  are mixed from neighbouring word hashes, and the per-bit votes are counted on the
+  unpacked bits. The reference the tests compare the C core with, and the fallback where
+  it is not built (an install without a compiler, a Ray ``--working-dir`` upload).
+
+Why C: numpy needs ~15 passes over the ~23k code points of a bench page's main text
+(5-40 us each), ~300 us per page against a 120 us budget; the C core takes ~47 us, 6.4x
+fewer instructions (``python -m benchmarks.stages --pages 2000 --only fingerprint
+--callgrind 40``, against the same with ``RAYCRAWL_SIMHASH=numpy``). :data:`BACKEND` says
+which one runs; ``RAYCRAWL_SIMHASH=numpy`` (or ``native``, which then must be built)
+chooses at import, :func:`set_backend` at run time.
+
+``reference_simhash64`` computes the fingerprint of the same features with the
+``simhash`` package (MD5 per feature, ~16x slower than numpy: 4.1 ms vs 0.25 ms per 20 KB
+page; the package's default character-4-gram mode takes ~26 ms); tests use it to show
+both group the same near-duplicates.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import threading
 from collections import Counter
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
 from crawler.errors import ConfigError
 
 __all__ = [
+    "BACKEND",
     "MIN_TOKENS",
     "SHINGLE_WORDS",
     "SimHashIndex",
     "content_sha256",
     "hamming",
     "reference_simhash64",
+    "set_backend",
     "simhash64",
     "text_fingerprint",
     "to_int64",
@@ -90,6 +110,24 @@ _ID_MASK = (1 << _ID_BITS) - 1
 
 _table_lock = threading.Lock()
 _word_table: np.ndarray | None = None
+
+# The C core (crawler/content/_simhash.c), when it was built at install time; otherwise,
+# or with RAYCRAWL_SIMHASH=numpy in the environment, the numpy reference below.
+# _NATIVE_VERSION is the VERSION of _simhash.c this module drives: an in-place build left
+# from an older checkout (editable installs do not rebuild it) is not used.
+_NATIVE_VERSION = 1
+_native: Any
+_native_error = ""
+try:
+    from crawler.content import _simhash as _native
+except ImportError as exc:  # not built (no compiler at install), or built for another Python
+    _native, _native_error = None, str(exc)
+else:
+    if getattr(_native, "VERSION", None) != _NATIVE_VERSION:
+        _native_error = (f"{_native.__file__} is VERSION {getattr(_native, 'VERSION', None)}, this code needs "
+                         f"{_NATIVE_VERSION}: rebuild it with pip install -e .")
+        _native = None
+_native_ready = False
 
 
 def content_sha256(body: bytes) -> str:
@@ -144,7 +182,7 @@ def _table() -> np.ndarray:
     return _word_table
 
 
-def _word_hashes(text: str) -> np.ndarray:
+def _numpy_word_hashes(text: str) -> np.ndarray:
     """64-bit hashes of the ``\\w+`` words of ``text.lower()``, in order (uint64 array)."""
     if not text:
         return np.empty(0, dtype=np.uint64)
@@ -175,7 +213,7 @@ def _word_hashes(text: str) -> np.ndarray:
     return _mix(h)
 
 
-def _features(words: np.ndarray, shingle: int) -> np.ndarray:
+def _numpy_features(words: np.ndarray, shingle: int) -> np.ndarray:
     """Hashes of the ``shingle``-word windows over the word hashes (one per window).
 
     A text shorter than one window yields a single feature of all its words, so a
@@ -191,7 +229,7 @@ def _features(words: np.ndarray, shingle: int) -> np.ndarray:
     return _mix(acc)
 
 
-def _votes_to_fingerprint(features: np.ndarray) -> int:
+def _numpy_votes_to_fingerprint(features: np.ndarray) -> int:
     """SimHash of a uint64 feature array: bit j is set iff more than half the features have it."""
     bits = np.unpackbits(features.astype("<u8", copy=False).view(np.uint8), bitorder="little")
     # SWAR sum: view each feature's 64 unpacked bits as 8 uint64 lanes of 8 one-byte
@@ -205,6 +243,63 @@ def _votes_to_fingerprint(features: np.ndarray) -> int:
     return int(np.packbits(on, bitorder="little").view("<u8")[0])
 
 
+def _numpy_scan(text: str, shingle: int) -> tuple[int, int]:
+    """(word count, SimHash) of ``text`` by the numpy reference; SimHash 0 for no words."""
+    words = _numpy_word_hashes(text)
+    if words.size == 0:
+        return 0, 0
+    return int(words.size), _numpy_votes_to_fingerprint(_numpy_features(words, shingle))
+
+
+def _latin1_lower() -> bytes | None:
+    """``str.lower()`` of each Latin-1 character, for the C core to lower one-byte strings
+    itself (saves the copy lower() makes: ~7 us of a 22k-character page). None, and the C
+    core calls lower() on every text, unless each lowers to one Latin-1 character, and
+    lowering all 256 at once (in context) gives the same (true of every Unicode version so
+    far: the only context rule, final sigma, is outside Latin-1)."""
+    chars = [chr(b).lower() for b in range(256)]
+    joined = "".join(chars)
+    if not all(len(c) == 1 and ord(c) < 256 for c in chars) or "".join(map(chr, range(256))).lower() != joined:
+        return None
+    return joined.encode("latin-1")
+
+
+def _native_scan(text: str, shingle: int) -> tuple[int, int]:
+    """(word count, SimHash) of ``text`` by the C core: the same values as :func:`_numpy_scan`."""
+    global _native_ready
+    if not _native_ready:
+        table = _table()  # takes _table_lock itself (not reentrant): before the lock below
+        with _table_lock:
+            if not _native_ready:
+                _native.init(
+                    table,
+                    _POS_MUL,
+                    _latin1_lower(),
+                    int(_LEN_MUL),
+                    int(_SHINGLE_MUL),
+                    int(_SHINGLE_SALT[1]),
+                    int(_SHINGLE_SALT[2]),
+                    int(_SM1),
+                    int(_SM2),
+                )
+                _native_ready = True
+    return _native.fingerprint(text, shingle)
+
+
+def set_backend(name: str) -> None:
+    """Compute fingerprints with ``"native"`` (the C core; ValueError when it is not built)
+    or ``"numpy"`` (the reference). Both give the same values; tests and benchmarks switch."""
+    global BACKEND, _scan
+    if name == "native":
+        if _native is None:
+            raise ValueError(f"the native SimHash core is not built: {_native_error}")
+        BACKEND, _scan = "native", _native_scan
+    elif name == "numpy":
+        BACKEND, _scan = "numpy", _numpy_scan
+    else:
+        raise ValueError(f"SimHash backend must be 'native' or 'numpy', got {name!r}")
+
+
 def _check_shingle(shingle: int) -> None:
     if not isinstance(shingle, int) or not 1 <= shingle <= 3:
         raise ConfigError(f"shingle: must be 1, 2 or 3 words, got {shingle!r}")
@@ -213,19 +308,15 @@ def _check_shingle(shingle: int) -> None:
 def simhash64(text: str, shingle: int = SHINGLE_WORDS) -> int:
     """Unsigned 64-bit SimHash of ``text`` over ``shingle``-word shingles; 0 for no words.
 
-    Every occurrence of a shingle votes once (term-frequency weights). ~0.25 ms for a
-    20 KB page of text on the project machine (see the module docstring for the method).
+    Every occurrence of a shingle votes once (term-frequency weights).
     """
     _check_shingle(shingle)
-    words = _word_hashes(text)
-    if words.size == 0:
-        return 0
-    return _votes_to_fingerprint(_features(words, shingle))
+    return _scan(text, shingle)[1]
 
 
 def token_count(text: str) -> int:
     """Number of ``\\w+`` words in ``text`` (the tokenization SimHash uses)."""
-    return int(_word_hashes(text).size)
+    return _scan(text, 1)[0]
 
 
 def text_fingerprint(text: str, min_tokens: int = MIN_TOKENS, shingle: int = SHINGLE_WORDS) -> int | None:
@@ -236,10 +327,10 @@ def text_fingerprint(text: str, min_tokens: int = MIN_TOKENS, shingle: int = SHI
     other. Tokenizes once (cheaper than counting words and then calling simhash64).
     """
     _check_shingle(shingle)
-    words = _word_hashes(text)
-    if words.size == 0 or words.size < min_tokens:
+    count, fp = _scan(text, shingle)
+    if count == 0 or count < min_tokens:
         return None
-    return _votes_to_fingerprint(_features(words, shingle))
+    return fp
 
 
 def reference_simhash64(text: str, shingle: int = SHINGLE_WORDS) -> int:
@@ -369,3 +460,24 @@ class SimHashIndex:
             "candidates_checked_total": self._candidates,
             "candidates_checked_mean": self._candidates / self._lookups if self._lookups else 0.0,
         }
+
+
+#: Which SimHash implementation is in use: ``"native"`` (the C core) or ``"numpy"``.
+BACKEND = "numpy"
+_scan = _numpy_scan
+
+
+def _backend_from_env() -> str:
+    """``RAYCRAWL_SIMHASH``: ``auto`` (default: native when built), ``native`` or ``numpy``."""
+    want = os.environ.get("RAYCRAWL_SIMHASH", "").strip().lower() or "auto"
+    if want not in ("auto", "native", "numpy"):
+        raise ConfigError(f"RAYCRAWL_SIMHASH: must be auto, native or numpy, got {want!r}")
+    if want == "auto":
+        return "numpy" if _native is None else "native"
+    if want == "native" and _native is None:
+        raise ConfigError(f"RAYCRAWL_SIMHASH=native but the C core is not built ({_native_error}): "
+                          "reinstall with a C compiler (pip install -e .)")
+    return want
+
+
+set_backend(_backend_from_env())

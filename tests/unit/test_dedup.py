@@ -17,8 +17,8 @@ from simhash import Simhash
 from crawler.content.fingerprints import (
     SHINGLE_WORDS,
     SimHashIndex,
-    _features,
-    _word_hashes,
+    _numpy_features,
+    _numpy_word_hashes,
     content_sha256,
     hamming,
     reference_simhash64,
@@ -161,7 +161,7 @@ _TEXT = st.text(
 @given(_TEXT)
 def test_vectorized_tokenizer_matches_the_regex(text: str) -> None:
     words = re.findall(r"\w+", text.lower())
-    hashes = _word_hashes(text)
+    hashes = _numpy_word_hashes(text)
     assert token_count(text) == len(words) == hashes.size
     # The same word gets the same hash wherever it stands; different words differ.
     by_word: dict[str, int] = {}
@@ -182,7 +182,7 @@ def test_vectorized_votes_equal_the_simhash_package_given_the_same_feature_hash(
     so the numpy vote counting (weights, tie rule, bit order) is exactly SimHash."""
 
     def feature_hash(feature: bytes) -> int:
-        return int(_features(_word_hashes(feature.decode("utf-8")), shingle)[0])
+        return int(_numpy_features(_numpy_word_hashes(feature.decode("utf-8")), shingle)[0])
 
     words = re.findall(r"\w+", text.lower())
     if not words:
