@@ -74,6 +74,16 @@ class TrapRules:
         max_repeats = self.max_path_repeats
         if max_params is None and max_repeats is None:
             return None
+        if "?" not in url and "#" not in url:
+            # The common case, answered with two C-level scans: no query to count, and
+            # the path (which starts after "//" when there is one) has no more segments
+            # than it has slashes, so it cannot repeat one too often unless there are
+            # more than ``max_repeats`` of them.
+            if max_repeats is None:
+                return None
+            start = url.find("//")
+            if (url.count("/", start + 2) if start >= 0 else url.count("/")) <= max_repeats:
+                return None
         end = url.find("#")
         if end < 0:
             end = len(url)
