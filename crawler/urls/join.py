@@ -11,6 +11,7 @@ once per link of every page; the base is parsed once per page (cached).
 from __future__ import annotations
 
 import functools
+import re
 
 from crawler.urls.query_encoding import encode_query
 from crawler.urls.syntax import (
@@ -133,6 +134,83 @@ def _join(base: object, href: str, encoding: str) -> str | None:
     return _resolve(base_parts, backslashes_to_slashes(href), encoding)
 
 
+# --- the fast path -------------------------------------------------------------------
+# Most hrefs are written in a form the steps above leave as it is: ASCII with no
+# whitespace (clean() keeps it), no backslash, no character the path, query or fragment
+# percent-encode set holds, no dot segment (a "/." or a "%2"). For those the result is a
+# concatenation, which join_url does without the general parser. The character sets are
+# RFC 3986's unreserved, sub-delims and ":@/%" (a subset of what WHATWG leaves unencoded);
+# the query's drops "'", which WHATWG encodes there.
+_UNRESERVED_SUB = "A-Za-z0-9" + re.escape("-._~!$&'()*+,;=")
+_PATH_OK = _UNRESERVED_SUB + re.escape(":@/%")
+_QUERY_OK = _UNRESERVED_SUB.replace("'", "") + re.escape(":@/?%")
+_FRAGMENT_OK = _UNRESERVED_SUB + re.escape(":@/?%")
+_TAIL = rf"(?:\?[{_QUERY_OK}]*)?(?:#[{_FRAGMENT_OK}]*)?"
+# A host and port as written, starting with a host character (so the host is not empty).
+_AUTHORITY = r"[A-Za-z0-9\-._~][A-Za-z0-9\-._~:]*"
+#: ``http://host/path...`` with the scheme in any case.
+_FAST_ABSOLUTE = re.compile(rf"(?i:https?)://{_AUTHORITY}/[{_PATH_OK}]*{_TAIL}").fullmatch
+#: ``//host/path...``: takes the base's scheme.
+_FAST_NETWORK = re.compile(rf"//{_AUTHORITY}/[{_PATH_OK}]*{_TAIL}").fullmatch
+#: ``/path...``: the base's scheme and authority.
+_FAST_ROOTED = re.compile(rf"/(?!/)[{_PATH_OK}]*{_TAIL}").fullmatch
+#: ``path...``: the base's directory. No ":" before the first "/" (else it would be a
+#: scheme), and no leading "." (a dot segment).
+_FAST_RELATIVE = re.compile(
+    rf"[{_PATH_OK.replace(':', '').replace('/', '').replace(re.escape('.'), '')}]"
+    rf"[{_PATH_OK.replace(':', '').replace('/', '')}]*(?:/[{_PATH_OK}]*)?{_TAIL}"
+).fullmatch
+_FAST_BASE_DIR = re.compile(rf"/[{_PATH_OK}]*").fullmatch
+
+
+@functools.lru_cache(maxsize=1024)
+def _base_prefixes(base: str) -> tuple[str, str, str | None] | None:
+    """What the fast path puts before a network-path, absolute-path and relative href
+    of ``base``: ``scheme:``, ``scheme://authority``, ``scheme://authority/dir/`` (None
+    when the base's directory itself would be encoded or has a dot segment)."""
+    parts = _parse_base(base)
+    if parts is None:
+        return None
+    scheme, authority, path, _query = parts
+    directory = path[: path.rfind("/") + 1]
+    origin = scheme + "://" + authority
+    clean_dir = _FAST_BASE_DIR(directory) and "/." not in directory and "%2" not in directory
+    return scheme + ":", origin, origin + directory if clean_dir else None
+
+
+def _fast_join(base: object, href: str) -> str | None:
+    """join_url's result for an href of the common shapes above, else None (then the
+    general parser decides). tests/unit/test_url_fast_paths.py proves both agree."""
+    if "/." in href or "%2" in href:
+        return None
+    first = href[:1]
+    if first == "/":
+        if href[1:2] == "/":
+            if not _FAST_NETWORK(href):
+                return None
+            kind = 0
+        elif _FAST_ROOTED(href):
+            kind = 1
+        else:
+            return None
+    elif _FAST_ABSOLUTE(href):
+        if href.startswith(("http:", "https:")):
+            return href
+        colon = href.find(":")
+        return href[:colon].lower() + href[colon:]
+    elif first and _FAST_RELATIVE(href):
+        kind = 2
+    else:
+        return None
+    if not isinstance(base, str) or len(base) > _MAX_CACHED_BASE:
+        return None
+    prefixes = _base_prefixes(base)
+    if prefixes is None:
+        return None
+    prefix = prefixes[kind]
+    return None if prefix is None else prefix + href
+
+
 def join_url(base: str, href: str, encoding: str = "utf-8") -> str | None:
     """Resolve ``href`` found in a page whose base URL is ``base``, as a browser does.
 
@@ -152,6 +230,15 @@ def join_url(base: str, href: str, encoding: str = "utf-8") -> str | None:
     """
     if not isinstance(href, str):
         return None
+    joined = _fast_join(base, href)
+    if joined is not None:
+        return joined
+    return _general_join(base, href, encoding)
+
+
+def _general_join(base: object, href: str, encoding: str) -> str | None:
+    """join_url without its fast path: every step for any href (and the reference the
+    fast path is tested against)."""
     try:
         return _join(base, href, encoding)
     except (ValueError, UnicodeError, LookupError):
