@@ -84,11 +84,12 @@ _QUERY_IS_CANONICAL = re.compile("[%s]*" % re.escape(_RFC_QUERY_KEEP.replace("%"
 # The shape UrlNormalizer.__call__ takes its fast path on: a lowercase http(s) scheme
 # and "//"; the authority as written (group 1 with the scheme; no userinfo, brackets,
 # backslash, C0, space or lone surrogate); a path (group 2) and a query (group 3) of
-# characters that need no encoding and no "%"; then nothing or a fragment, of anything.
+# characters that need no encoding (escapes are checked later); then nothing or a
+# fragment, of anything.
 _SIMPLE = re.compile(
     r"(https?://[^/?#@\[\]\\\x00-\x20\ud800-\udfff]+)"
-    r"(/[%s]*)?" % re.escape(_RFC_PATH_KEEP.replace("%", ""))
-    + r"(?:\?([%s]*))?" % re.escape(_RFC_QUERY_KEEP.replace("%", ""))
+    r"(/[%s]*)?" % re.escape(_RFC_PATH_KEEP)
+    + r"(?:\?([%s]*))?" % re.escape(_RFC_QUERY_KEEP)
     + r"(?:#.*)?",
     re.DOTALL,
 ).fullmatch
@@ -234,8 +235,8 @@ class UrlNormalizer:
         # userinfo or brackets, a path and query of characters that need no encoding,
         # and no backslash, whitespace or lone surrogate before its fragment, so the
         # cleanup, splitting and encoding steps of :meth:`_full` would leave it as it is.
-        # What is left is done by the same code: the origin (cached), dot segments, the
-        # query's parameters.
+        # What is left is done by the same code: the origin (cached), escapes and dot
+        # segments, the query's parameters.
         written, path, query = match.groups()
         origin = self._origins.get(written, _MISSING)
         if origin is _MISSING:
@@ -244,6 +245,8 @@ class UrlNormalizer:
             return None
         if path is None:
             path = "/"
+        elif "%" in path:
+            path = remove_dot_segments(_pct_normalize(path))
         elif "/." in path:
             path = remove_dot_segments(path)
         if query:
