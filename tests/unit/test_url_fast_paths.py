@@ -151,6 +151,7 @@ _BASES = st.sampled_from([
     "http://example.com/%2e/x", "http://example.com/a/./b/../c", "http://example.com/a%20b/c",
     "https://[::1]:8443/x/y", "http://u@example.com/a/", "mailto:x@y", "not a url", "",
     "http:///a.test/b/", "http://a.test/dir\\sub/x", " http://a.test/\tx/",
+    "http://a.test/d/?q=a b", "http://a.test/d/?q='ж\"", "http://a.test/d/?", "http://a.test/d/?%2e",
 ])
 
 
@@ -185,6 +186,9 @@ def test_the_generated_inputs_reach_every_fast_path() -> None:
     for href in (" /p", "/a b", "/é", "//a@b/c", "//a/./b", "http://a/%2e/b", "http:p", "/a\\b", "p:3/x y"):
         assert _fast_join(base, href) is None, href
         check_join(base, href)
+    for href in ("#f", ""):  # the base's query would be encoded: the general join
+        assert _fast_join("http://a.test/d/?q=ж", href) is None
+        check_join("http://a.test/d/?q=ж", href)
     for url in ("http://a.test/x?y=1#z", "http://A.TEST:80/", "https://a.test", "http://a.test/%41?b=%7e"):
         assert _SIMPLE(url) is not None
     for url in ("http://u@a.test/", "http://[::1]/", "http://a.test/ x", "HTTP://a.test/"):
