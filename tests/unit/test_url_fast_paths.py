@@ -1,10 +1,11 @@
 """The fast paths of the per-link URL code give exactly what the general code gives.
 
 ``join_url`` answers the common href shapes by concatenation (``_fast_join``),
-``UrlNormalizer`` takes URLs of a simple shape through one regex (``__call__``) and
-``TrapRules.check`` answers a URL without query or fragment with two scans. Each keeps
-its general code as the reference (``_general_join``, ``UrlNormalizer._full``,
-``TrapRules._shape``), and these tests run both on every link of the real-page corpus,
+``UrlNormalizer`` takes URLs of a simple shape through one regex (``__call__``),
+``TrapRules.check`` answers a URL without query or fragment with two scans and
+``Scope.allows`` remembers its decision per host and port. Each keeps its general code
+as the reference (``_general_join``, ``UrlNormalizer._full``, ``TrapRules._shape``, the
+hostname rule of :func:`scope_reference`), and these tests run both on every link of the real-page corpus,
 of the browser-parity fixture's pages, of the bench web's pages, and on generated URLs,
 and require the same result. Each test also checks that the fast path was taken on a
 good share of its inputs, so it cannot pass by never exercising it.
@@ -24,7 +25,9 @@ from hypothesis import strategies as st
 from crawler.parse import parse_page
 from crawler.policy.traprules import TrapRules
 from crawler.testing.web import SyntheticWeb
+from crawler.urls import Scope
 from crawler.urls.canonical import _SIMPLE, UrlNormalizer
+from crawler.urls.hosts import hostname, registered_domain
 from crawler.urls.join import _fast_join, _general_join, join_url
 from tests.corpus import require_corpus
 
@@ -35,6 +38,10 @@ NORMALIZERS = (
     UrlNormalizer(sort_query=True),
     UrlNormalizer(("utm_*", "x", "PHPSESSID")),
     UrlNormalizer(("*",)),
+)
+SCOPES = (
+    Scope("host", ["http://h0005.bench.test:18080/", "https://example.com/", "http://[::1]:8080/", "http://127.0.0.1/"]),
+    Scope("domain", ["http://h0005.bench.test:18080/", "https://www.bbc.co.uk/", "http://me.github.io/"]),
 )
 TRAPS = (TrapRules(16, 2048, 12, 3), TrapRules(None, None, 2, 1), TrapRules(None, 60, None, 2), TrapRules(None, None, 1, None))
 ENCODINGS = ("utf-8", "windows-1251", "shift_jis")
@@ -58,16 +65,29 @@ def check_join(base: object, href: str, tally: Tally | None = None) -> None:
 
 def check_url(url: str, tally: Tally | None = None) -> None:
     """Every normalizer equals its general path on ``url``; the trap rules' quick answer
-    equals their general one on what it normalizes to."""
+    equals their general one, and the scope's remembered decision the one it makes from
+    the hostname, on what it normalizes to."""
     for normalizer in NORMALIZERS:
         result = normalizer(url)
         assert result == normalizer._full(url), (url, normalizer)
         if result is not None:
             for traps in TRAPS:
                 assert traps.check(result, 2) == traps._shape(result), (result, traps)
+            for scope in SCOPES:
+                assert scope.allows(result) == scope_reference(scope, result), (result, scope)
     if tally is not None:
         tally.urls += 1
         tally.fast_urls += _SIMPLE(url) is not None
+
+
+def scope_reference(scope: Scope, url: str) -> bool:
+    """Scope.allows as it was written before it remembered decisions by host_key."""
+    if not url:
+        return False
+    if scope.mode == "any":
+        return True
+    host = hostname(url)
+    return host in scope.hosts if scope.mode == "host" else registered_domain(host) in scope.domains
 
 
 def check_page(body: bytes, url: str, charset: str | None, tally: Tally) -> None:
@@ -213,3 +233,12 @@ def test_origins_are_remembered_within_a_bound() -> None:
                      st.lists(st.sampled_from(["/", "a", "b", "?", "&", "#", "x=1", "//"]), max_size=20).map("".join)))
 def test_trap_rules_quick_answer_is_the_general_one(traps: TrapRules, url: str) -> None:
     assert traps.check(url, 0) == traps._shape(url)
+
+
+def test_a_seed_added_while_crawling_widens_the_remembered_scope_at_once() -> None:
+    for mode, outside in (("host", "http://b.test/x"), ("domain", "http://www.b.co.uk/x")):
+        scope = Scope(mode, ["http://a.test/"])
+        assert scope.allows("http://a.test/y") and not scope.allows(outside)
+        scope.add_seeds([outside])
+        assert scope.allows(outside) and scope.allows(outside.replace("/x", "/z"))
+        assert scope.allows("http://a.test/y")
