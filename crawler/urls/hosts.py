@@ -258,13 +258,7 @@ def origin(url: str) -> str:
 
 def hostname(url: str) -> str:
     """Host of a normalized URL without the port (IPv6 keeps its brackets)."""
-    # host_key inlined: Scope.allows calls this per discovered link.
-    i = url.find("//")
-    if i < 0:
-        return ""
-    i += 2
-    j = url.find("/", i)
-    key = url[i:j] if j >= 0 else url[i:]
+    key = host_key(url)
     if key[:1] == "[":
         return key[: key.find("]") + 1]
     i = key.rfind(":")
