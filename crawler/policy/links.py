@@ -59,24 +59,32 @@ class LinkPolicy:
         self.traps = traps
         self.follow_rel_nofollow = follow_rel_nofollow
 
-    def _verdict(self, resolved: str | None, nofollow: bool, meta_nofollow: bool, depth: int) -> tuple[str | None, str | None]:
-        """(normalized url or None, reason it is not followed or None)."""
-        if resolved is None:
-            return None, "unresolvable"
-        url = self.normalizer(resolved)
-        if url is None:
-            scheme = resolved.split(":", 1)[0].lower() if ":" in resolved else ""
-            return None, ("unsupported_scheme" if scheme not in ("http", "https") else "invalid")
-        if meta_nofollow:
-            return url, "meta_nofollow"
-        if nofollow and not self.follow_rel_nofollow:
-            return url, "nofollow"
-        if not self.scope.allows(url):
-            return url, "scope"
-        rule = self.traps.check(url, depth)
-        if rule is not None:
-            return url, rule
-        return url, None
+    def _verdicts(self, meta_nofollow: bool, depth: int) -> Callable[[str | None, bool], tuple[str | None, str | None]]:
+        """The verdict on a link of a page with this robots-meta nofollow and link depth:
+        ``verdict(resolved, nofollow)`` gives (normalized url or None, reason it is not
+        followed or None). One function per page, its collaborators bound once: it runs
+        per link."""
+        normalizer = self.normalizer
+        allows = self.scope.allows
+        check = self.traps.check
+        drop_nofollow = not self.follow_rel_nofollow
+
+        def verdict(resolved: str | None, nofollow: bool) -> tuple[str | None, str | None]:
+            if resolved is None:
+                return None, "unresolvable"
+            url = normalizer(resolved)
+            if url is None:
+                scheme = resolved.split(":", 1)[0].lower() if ":" in resolved else ""
+                return None, ("unsupported_scheme" if scheme not in ("http", "https") else "invalid")
+            if meta_nofollow:
+                return url, "meta_nofollow"
+            if nofollow and drop_nofollow:
+                return url, "nofollow"
+            if not allows(url):
+                return url, "scope"
+            return url, check(url, depth)
+
+        return verdict
 
     def follow(self, page: ParsedPage, depth: int, counts: Counter) -> list[str]:
         """Unique URLs to follow from ``page`` (links are at ``depth``); drops counted by reason.
@@ -91,14 +99,14 @@ class LinkPolicy:
         meta = page.meta_nofollow
         # One dict per nofollow flag: no tuple key to build per link.
         verdicts: tuple[dict, dict] = ({}, {})
-        verdict = self._verdict
+        verdict = self._verdicts(meta, depth)
         for link in page.links:
             resolved = link.resolved
             nofollow = link.nofollow and not meta
             known = verdicts[nofollow]
             found = known.get(resolved)
             if found is None:
-                found = known[resolved] = verdict(resolved, nofollow, meta, depth)
+                found = known[resolved] = verdict(resolved, nofollow)
             url, reason = found
             if reason is not None:
                 counts[reason] += 1
@@ -114,8 +122,9 @@ class LinkPolicy:
         entries) that pass the same rules as a page's links; drops counted by reason."""
         out: list[tuple[str, str]] = []
         seen: set[str] = set()
+        verdict = self._verdicts(False, depth)
         for raw in urls:
-            url, reason = self._verdict(raw, False, False, depth)
+            url, reason = verdict(raw, False)
             if reason is not None:
                 counts[reason] += 1
             elif url in seen:
@@ -130,8 +139,9 @@ class LinkPolicy:
         out: list[LinkDecision] = []
         seen: set[str] = set()
         meta = page.meta_nofollow
+        verdict = self._verdicts(meta, depth)
         for link in page.links:
-            url, reason = self._verdict(link.resolved, link.nofollow and not meta, meta, depth)
+            url, reason = verdict(link.resolved, link.nofollow and not meta)
             if reason is None and url in seen:
                 reason = "duplicate_on_page"
             elif reason is None:

@@ -70,6 +70,24 @@ class TrapRules:
             return "depth"
         if self.max_url_length is not None and len(url) > self.max_url_length:
             return "url_length"
+        if "?" not in url and "#" not in url:
+            # The common case, answered with two C-level scans: no query to count, and
+            # the path (which starts after "//" when there is one) has no more segments
+            # than it has slashes, so it cannot repeat one too often unless there are
+            # more than ``max_path_repeats`` of them. tests/unit/test_url_fast_paths.py
+            # checks this against _shape.
+            max_repeats = self.max_path_repeats
+            if max_repeats is None:
+                return None
+            start = url.find("//")
+            if (url.count("/", start + 2) if start >= 0 else url.count("/")) <= max_repeats:
+                return None
+        return self._shape(url)
+
+    def _shape(self, url: str) -> str | None:
+        """The rules on the URL's shape alone (all but depth), in full."""
+        if self.max_url_length is not None and len(url) > self.max_url_length:
+            return "url_length"
         max_params = self.max_query_params
         max_repeats = self.max_path_repeats
         if max_params is None and max_repeats is None:

@@ -81,6 +81,22 @@ _RFC_PATH_TABLE = _translate_table(_RFC_PATH_KEEP)
 _RFC_QUERY_TABLE = _translate_table(_RFC_QUERY_KEEP)
 _PATH_IS_CANONICAL = re.compile("[%s]*" % re.escape(_RFC_PATH_KEEP.replace("%", ""))).fullmatch
 _QUERY_IS_CANONICAL = re.compile("[%s]*" % re.escape(_RFC_QUERY_KEEP.replace("%", ""))).fullmatch
+# The shape UrlNormalizer.__call__ takes its fast path on: a lowercase http(s) scheme
+# and "//"; the authority as written (group 1 with the scheme; no userinfo, brackets,
+# backslash, C0, space or lone surrogate); a path (group 2) and a query (group 3) of
+# characters that need no encoding (escapes are checked later); then nothing or a
+# fragment, of anything.
+_SIMPLE = re.compile(
+    r"(https?://[^/?#@\[\]\\\x00-\x20\ud800-\udfff]+)"
+    r"(/[%s]*)?" % re.escape(_RFC_PATH_KEEP)
+    + r"(?:\?([%s]*))?" % re.escape(_RFC_QUERY_KEEP)
+    + r"(?:#.*)?",
+    re.DOTALL,
+).fullmatch
+_MISSING = object()
+# Origins remembered per normalizer (cleared when full), and the longest authority kept.
+_MAX_ORIGINS = 16_384
+_MAX_CACHED_ORIGIN = 300
 
 
 def _build_pct_map() -> dict[str, str]:
@@ -163,7 +179,7 @@ class UrlNormalizer:
     usable http(s) URL.
     """
 
-    __slots__ = ("tracking_params", "sort_query", "_exact", "_prefixes", "_query_work")
+    __slots__ = ("tracking_params", "sort_query", "_exact", "_prefixes", "_query_work", "_origins")
 
     def __init__(
         self,
@@ -193,6 +209,8 @@ class UrlNormalizer:
         self.sort_query: bool = bool(sort_query)
         self._exact = frozenset(exact)
         self._prefixes = tuple(prefixes)
+        # Canonical origin by ``scheme://authority`` as written (see _origin_of).
+        self._origins: dict[str, str | None] = {}
         # One regex decides whether a canonical-looking query needs the slow path: it
         # matches an empty parameter or a parameter whose name is a tracking one.
         alternatives = [re.escape(n) + r"(?:[=&]|\Z)" for n in sorted(exact)]
@@ -210,6 +228,81 @@ class UrlNormalizer:
 
     def __call__(self, url: str) -> str | None:
         """Return the canonical form of ``url``, or None if it is not a usable http(s) URL."""
+        match = _SIMPLE(url) if isinstance(url, str) else None
+        if match is None:
+            return self._full(url)
+        # The fast path: ``url`` has a lowercase http(s) scheme, an authority without
+        # userinfo or brackets, a path and query of characters that need no encoding,
+        # and no backslash, whitespace or lone surrogate before its fragment, so the
+        # cleanup, splitting and encoding steps of :meth:`_full` would leave it as it is.
+        # What is left is done by the same code: the origin (cached), escapes and dot
+        # segments, the query's parameters.
+        written, path, query = match.groups()
+        origin = self._origins.get(written, _MISSING)
+        if origin is _MISSING:
+            origin = self._origin_of(written)
+        if origin is None:
+            return None
+        if path is None:
+            path = "/"
+        elif "%" in path:
+            path = remove_dot_segments(_pct_normalize(path))
+        elif "/." in path:
+            path = remove_dot_segments(path)
+        if query:
+            query = self._normalize_query(query)
+            if query:
+                return origin + path + "?" + query
+        return origin + path
+
+    def _origin_of(self, written: str) -> str | None:
+        """Canonical ``scheme://host[:port]`` of ``scheme://authority`` as written (the
+        scheme lowercase http or https, no userinfo), or None; remembered per normalizer,
+        since a crawl's links name the same few authorities over and over."""
+        colon = written.find(":")
+        scheme = written[:colon]
+        authority = written[colon + 3 :]
+        if authority[:1] == "[":
+            i = authority.find("]")
+            host = ipv6_literal(authority[1:i]) if i >= 0 else None
+            if host is None:
+                origin = None
+            else:
+                port = authority[i + 1 :]
+                if port[:1] == ":":
+                    origin = self._with_port(scheme, "[" + host + "]", port[1:])
+                else:
+                    origin = None if port else scheme + "://[" + host + "]"
+        else:
+            i = authority.find(":")
+            if i >= 0:
+                port = authority[i + 1 :]
+                authority = authority[:i]
+            else:
+                port = ""
+            host = normalize_host(authority)
+            origin = None if host is None else self._with_port(scheme, host, port)
+        if len(written) <= _MAX_CACHED_ORIGIN:
+            # Bounded like the host cache: cleared when full; a hostile page's huge
+            # authority is never pinned.
+            if len(self._origins) >= _MAX_ORIGINS:
+                self._origins.clear()
+            self._origins[written] = origin
+        return origin
+
+    @staticmethod
+    def _with_port(scheme: str, host: str, port: str) -> str | None:
+        if port:
+            number = port_number(port)
+            if number is None:
+                return None
+            if number != _DEFAULT_PORTS[scheme]:
+                return scheme + "://" + host + ":" + str(number)
+        return scheme + "://" + host
+
+    def _full(self, url: object) -> str | None:
+        """Every rule, step by step: what :meth:`__call__` does for any URL its fast path
+        does not take (and the reference the fast path is tested against)."""
         if not isinstance(url, str):
             return None
         url = clean(url)
@@ -245,35 +338,12 @@ class UrlNormalizer:
         i = authority.rfind("@")  # WHATWG: the last "@" ends the userinfo
         if i >= 0:
             authority = authority[i + 1 :]
-
-        if authority[:1] == "[":
-            i = authority.find("]")
-            if i < 0:
-                return None
-            host = ipv6_literal(authority[1:i])
-            if host is None:
-                return None
-            host = "[" + host + "]"
-            port = authority[i + 1 :]
-            if port:
-                if port[0] != ":":
-                    return None
-                port = port[1:]
-        else:
-            i = authority.find(":")
-            if i >= 0:
-                port = authority[i + 1 :]
-                authority = authority[:i]
-            else:
-                port = ""
-            host = normalize_host(authority)
-            if host is None:
-                return None
-        if port:
-            number = port_number(port)
-            if number is None:
-                return None
-            port = "" if number == _DEFAULT_PORTS[scheme] else ":" + str(number)
+        written = scheme + "://" + authority
+        origin = self._origins.get(written, _MISSING)
+        if origin is _MISSING:
+            origin = self._origin_of(written)
+        if origin is None:
+            return None
 
         if path != "/" and (not _PATH_IS_CANONICAL(path) or "/." in path):
             path = percent_encode(path, _RFC_PATH_TABLE)
@@ -283,8 +353,8 @@ class UrlNormalizer:
         if query:
             query = self._normalize_query(query)
             if query:
-                return scheme + "://" + host + port + path + "?" + query
-        return scheme + "://" + host + port + path
+                return origin + path + "?" + query
+        return origin + path
 
     def _normalize_query(self, query: str) -> str:
         if _QUERY_IS_CANONICAL(query) and not self.sort_query and not self._query_work(query):

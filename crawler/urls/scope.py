@@ -20,6 +20,9 @@ from crawler.urls.syntax import HTTP_SCHEMES, backslashes_to_slashes, clean, mat
 __all__ = ["Scope", "validate_seed"]
 
 _PORT_LIKE = re.compile(r"[0-9]+(?:[/?#]|\Z)")
+# Scope decisions remembered (cleared when full), and the longest host_key kept.
+_MAX_DECISIONS = 16_384
+_MAX_CACHED_KEY = 300
 
 
 def _quote_seed(seed: str) -> str:
@@ -109,6 +112,8 @@ class Scope:
         self.mode: str = clean_mode
         self._hosts: set[str] = set()
         self._domains: set[str] = set()
+        # allows() by host_key (host[:port]); cleared when full or when seeds are added.
+        self._decisions: dict[str, bool] = {}
         self.add_seeds(seeds)
 
     def add_seeds(self, urls: Iterable[str]) -> list[str]:
@@ -123,6 +128,7 @@ class Scope:
             host = hostname(url)
             self._hosts.add(host)
             self._domains.add(registered_domain(host))
+        self._decisions.clear()  # a host outside the scope may be inside it now
         return normalized
 
     @property
@@ -139,13 +145,30 @@ class Scope:
         """True if the normalized ``url`` is inside the crawl's scope."""
         if not url:
             return False
-        mode = self.mode
-        if mode == "any":
+        if self.mode == "any":
             return True
-        host = hostname(url)
-        if mode == "host":
-            return host in self._hosts
-        return registered_domain(host) in self._domains
+        # The decision depends on the URL's host and port alone (host_key, inlined: this
+        # runs per discovered link), and a page's links name few of them: remembered.
+        i = url.find("//")
+        if i < 0:
+            key = ""
+        else:
+            i += 2
+            j = url.find("/", i)
+            key = url[i:j] if j >= 0 else url[i:]
+        found = self._decisions.get(key)
+        if found is None:
+            found = self._decide(key)
+        return found
+
+    def _decide(self, key: str) -> bool:
+        host = hostname("//" + key)
+        allowed = host in self._hosts if self.mode == "host" else registered_domain(host) in self._domains
+        if len(key) <= _MAX_CACHED_KEY:
+            if len(self._decisions) >= _MAX_DECISIONS:
+                self._decisions.clear()
+            self._decisions[key] = allowed
+        return allowed
 
     def __repr__(self) -> str:
         return f"Scope(mode={self.mode!r}, hosts={len(self._hosts)}, domains={len(self._domains)})"

@@ -43,7 +43,7 @@ ALIASES = {
 # Sites that write a key held in a variable: (file, counter, key expression).
 DYNAMIC = {
     ("crawler/engine/scheduler.py", "counters", "row.outcome"),  # checked: OUTCOMES are declared
-    ("crawler/policy/links.py", "dropped", "reason"),  # checked: LinkPolicy._verdict and TrapRules.check
+    ("crawler/policy/links.py", "dropped", "reason"),  # checked: LinkPolicy._verdicts and TrapRules.check/_shape
     ("crawler/engine/pipeline.py", "dropped", "reason"),  # checked: PagePipeline.redirect and TrapRules.check
 }
 NAMES = {"counters": COUNTERS, "dropped": DROPPED}
@@ -265,7 +265,8 @@ def test_every_name_says_what_it_counts() -> None:
 
 
 def _link_reasons() -> set[str]:
-    reasons = _returned("crawler/policy/links.py", "LinkPolicy._verdict") | _returned("crawler/policy/traprules.py", "TrapRules.check")
+    reasons = _returned("crawler/policy/links.py", "LinkPolicy._verdicts") | _returned("crawler/policy/traprules.py", "TrapRules.check")
+    reasons |= _returned("crawler/policy/traprules.py", "TrapRules._shape")
     redirect = _function("crawler/engine/pipeline.py", "PagePipeline.redirect")
     return reasons | _strings(a.value for a in ast.walk(redirect)
                               if isinstance(a, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "reason" for t in a.targets))
