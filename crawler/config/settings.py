@@ -142,8 +142,10 @@ class RuntimeConfig:
     shards: int | Auto = "auto"
     seen_shards: int | Auto = "auto"
     address: str | None = None
-    batch_size: int = 1000
-    link_flush_interval_s: float = 0.05
+    batch_size: int = 4000
+    link_flush_interval_s: float = 0.25
+    link_flush_early_s: float = 0.05
+    link_flush_small: int = 128
     content_batch_size: int = 256
     content_batch_delay_s: float = 0.05
     budget_lease_max: int = 256
@@ -362,12 +364,12 @@ def _validate(obj: Any, prefix: str) -> None:
             if v != "auto" and v < 1:
                 raise ConfigError(f"{prefix}{n}: must be 'auto' or >= 1, got {v!r}")
         positive(
-            obj, prefix, "batch_size", "link_flush_interval_s", "content_batch_size", "content_batch_delay_s",
+            obj, prefix, "batch_size", "link_flush_interval_s", "link_flush_early_s", "content_batch_size", "content_batch_delay_s",
             "budget_lease_max", "progress_interval_s", "frontier_window", "checkpoint_interval_s",
             "state_ship_interval_s", "state_log_interval_s", "content_snapshot_interval_s", "lease_ttl_s", "driver_timeout_s",
             "content_shards",
         )
-        positive(obj, prefix, "max_restarts", allow_zero=True)
+        positive(obj, prefix, "max_restarts", "link_flush_small", allow_zero=True)
         if obj.regions is not None:
             from crawler.placement.regionpolicy import check_region_names
 

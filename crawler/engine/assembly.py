@@ -403,7 +403,8 @@ def build_shard(
         regions = build_regions(shard_id, topology, book, parts, peers, clock, fetcher, checkpointer, state_log)
     sitemaps = build_sitemaps(cfg, links, pipeline, recrawl, news, store, clock) if cfg.sitemaps.enabled else None
     router = LinkRouter(
-        seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s, clock=clock,
+        seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s,
+        early_flush_s=rt.link_flush_early_s, small_batch=rt.link_flush_small, clock=clock,
         before_flush=claims.commit,  # claims are durable before links are marked seen
     )
     on_start, resumed = [], 0

@@ -46,7 +46,14 @@ class LinkRouter:
         deliver: ``await deliver(owner, items)`` hands a batch to that shard; it must
             not return before the shard has accepted (queued or recorded) the batch.
         batch_size: flush when this many links are buffered.
-        flush_interval_s: flush at least this often while links are buffered.
+        flush_interval_s: flush at least this often while links are buffered (the
+            longest a link waits here).
+        early_flush_s, small_batch: ``early_flush_s`` after the first buffered link, a
+            buffer still holding fewer than ``small_batch`` links is flushed at once:
+            traffic is light, so waiting would add latency and save few calls. Under
+            load the buffer fills past it and waits for ``batch_size`` or
+            ``flush_interval_s``: fewer, larger seen checks, deliveries and commits.
+            ``None`` (the default): no early flush.
         max_attempts: delivery attempts before a batch is reported lost (logged, counted).
     """
 
@@ -58,6 +65,8 @@ class LinkRouter:
         *,
         batch_size: int = 1000,
         flush_interval_s: float = 0.05,
+        early_flush_s: float | None = None,
+        small_batch: int = 0,
         max_attempts: int = 10,
         before_flush: Callable[[], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
@@ -70,6 +79,9 @@ class LinkRouter:
         self._deliver = deliver
         self._batch_size = batch_size
         self._flush_interval_s = flush_interval_s
+        early = early_flush_s is not None and early_flush_s < flush_interval_s and small_batch > 0
+        self._early_flush_s = early_flush_s if early else None
+        self._small_batch = small_batch
         self._max_attempts = max_attempts
         self._buffer: list[UrlItem] = []
         self._force: list[bool] = []  # parallel to _buffer: deliver even if already seen
@@ -109,8 +121,21 @@ class LinkRouter:
         if len(self._buffer) >= self._batch_size:
             self._start_flush()
         elif self._timer is None:
-            self._timer = self._clock.call_later(self._flush_interval_s, self._start_flush)
+            if self._early_flush_s is not None:
+                self._timer = self._clock.call_later(self._early_flush_s, self._early_check)
+            else:
+                self._timer = self._clock.call_later(self._flush_interval_s, self._start_flush)
         return fut
+
+    def _early_check(self) -> None:
+        """``early_flush_s`` after the first buffered link: flush a small buffer now, else
+        wait for a full batch or the rest of ``flush_interval_s``."""
+        self._timer = None
+        if len(self._buffer) < self._small_batch:
+            self._start_flush()
+        else:
+            rest = self._flush_interval_s - (self._early_flush_s or 0.0)
+            self._timer = self._clock.call_later(rest, self._start_flush)
 
     async def flush(self) -> None:
         """Flush now and wait until every submitted link has been delivered."""

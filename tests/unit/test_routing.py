@@ -99,6 +99,48 @@ async def test_a_full_buffer_flushes_at_once_without_waiting_for_the_timer() -> 
     assert owners.accepted == {"shard-a": ["http://a.test/1", "http://a.test/2", "http://a.test/3"]}
 
 
+def links(n: int, host: str = "a.test") -> list[UrlItem]:
+    return items(*(f"http://{host}/{i}" for i in range(n)))
+
+
+async def test_light_traffic_is_flushed_early_and_heavy_traffic_waits_for_a_larger_batch() -> None:
+    """The adaptive window (runtime.link_flush_early_s / link_flush_small): a few links go
+    after the short wait, as many as keep arriving under load wait for the long window,
+    so one flush carries them all (one seen call, one delivery per owner)."""
+    clock = MockClock()
+    seen, owners = Seen(), Owners(clock)
+    r = router(seen, owners, clock, flush_interval_s=0.25, early_flush_s=0.05, small_batch=10, batch_size=1000)
+    light = r.submit(links(3))
+    await clock.run_until(light.done)
+    assert clock.now() == 0.05 and len(seen.calls) == 1  # light: no longer wait than before
+
+    start = clock.now()
+    heavy = [r.submit(links(6, "b.test"))]
+    clock.advance(0.03)
+    heavy.append(r.submit(items(*(f"http://b.test/x{i}" for i in range(6)))))  # 12 buffered >= 10
+    clock.advance(0.03)  # past the early check: not flushed, still filling
+    await clock.settle()
+    assert len(seen.calls) == 1 and r.pending() == 12
+    heavy.append(r.submit(items(*(f"http://a.test/y{i}" for i in range(5)))))
+    await clock.run_until(lambda: all(f.done() for f in heavy))
+    assert round(clock.now() - start, 6) == 0.25  # the whole window, counted from the first link
+    assert len(seen.calls) == 2 and len(seen.calls[1]) == 17  # one seen call for all of them
+    assert r.pending() == 0
+
+
+async def test_a_full_buffer_does_not_wait_for_the_long_window() -> None:
+    clock = MockClock()
+    owners = Owners(clock)
+    r = router(Seen(), owners, clock, flush_interval_s=0.25, early_flush_s=0.05, small_batch=10, batch_size=20)
+    first = r.submit(links(15))
+    clock.advance(0.06)  # over the small batch at the early check: waits
+    await clock.settle()
+    assert not first.done()
+    second = r.submit(links(5, "b.test"))  # the batch is full: flushed now, not at 0.25
+    await clock.settle()
+    assert first.done() and second.done() and clock.now() == 0.06
+
+
 async def test_a_failed_delivery_is_retried_with_backoff_and_accepted_once() -> None:
     clock = MockClock()
     owners = Owners(clock, fail=2)
