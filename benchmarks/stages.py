@@ -15,8 +15,9 @@ Pipeline stages (what ``crawler.engine.pipeline.PagePipeline.page`` does per HTM
   * ``parse.head``    the head selector pass (base, title, robots meta)
   * ``parse.links``   css("a[href], area[href]") + attributes + Link objects, no join
   * ``parse.join``    crawler.urls.join_url of the page's distinct hrefs
-  * ``parse.text``    strip_tags + the body text
-  * ``parse.main``    crawler.content.maincontent.main_text on the stripped tree
+  * ``parse.text``    strip_tags + the body text (text nodes stripped) + collapse_ws
+  * ``parse.main``    crawler.content.maincontent.main_text on the stripped tree, given
+                      the body text parse.text took (as parse_page does)
 * ``fingerprint``   crawler.content.fingerprints.text_fingerprint of the main text (SimHash)
 * ``follow``        LinkPolicy.follow (normalize, scope, traps, on-page duplicates)
 * ``urlitems``      building the UrlItems of the followed links
@@ -232,19 +233,21 @@ def main(argv: list[str] | None = None) -> int:
     def text_only() -> None:
         for t in trees:
             t.strip_tags(parse_html._STRIP_FOR_TEXT)
-            " ".join(t.body.text(separator=" ").split())
+            parse_html.collapse_ws(t.body.text(separator=" ", strip=True, skip_empty=True))
 
     stage("parse.text", text_only, setup=fresh_trees)
     texts = [pp.text for pp in parsed]
+    node_texts: list[str] = []
 
     def stripped_trees() -> None:
         fresh_trees()
         for t in trees:
             t.strip_tags(parse_html._STRIP_FOR_TEXT)
+        node_texts[:] = [t.body.text(separator=" ", strip=True, skip_empty=True) for t in trees]
 
     def main_each() -> None:
-        for t, x in zip(trees, texts):
-            main_text(t, x)
+        for t, x, nx in zip(trees, texts, node_texts):
+            main_text(t, x, nx)
 
     stage("parse.main", main_each, setup=stripped_trees)
     trees.clear()

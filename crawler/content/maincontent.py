@@ -376,14 +376,17 @@ def _role(node: LexborNode) -> str:
     return role.split()[0].lower() if role.strip() else ""
 
 
-def extract_main(tree: LexborHTMLParser, body_text: str | None = None) -> MainText:
+def extract_main(tree: LexborHTMLParser, body_text: str | None = None, body_nodes_text: str | None = None) -> MainText:
     """Find the main-content text of a parsed page (see the module docstring for the rules).
 
     ``body_text``, when the caller already has it, is the page's whole visible text with
     ``script/style/noscript/template/svg`` left out and whitespace collapsed (what
     ``crawler.parse.parse_page`` stores as ``ParsedPage.text``); it saves one text pass.
-    The tree is unchanged afterwards. Never raises on web input: on an unexpected
-    error the whole body text is returned.
+    ``body_nodes_text``, given with it, is the body's text as this module takes a
+    node's text (text nodes stripped and joined by one space) on the tree as passed;
+    when the whole body is the main content and nothing was detached, it is the
+    result, and a second walk over the body is saved. The tree is unchanged afterwards. Never raises on web input: on an
+    unexpected error the whole body text is returned.
     """
     body = tree.body
     if body is None:
@@ -404,7 +407,10 @@ def extract_main(tree: LexborHTMLParser, body_text: str | None = None) -> MainTe
         else:
             dropped = _drop_chrome(body, detach, _JUDGED_ALL)
         root, kind = _choose_root(body)
-        text = _text(root)
+        if body_nodes_text is not None and body_text is not None and kind == "body" and not detached:
+            text = body_nodes_text  # the body as given: the text the caller already took
+        else:
+            text = _text(root)
     except Exception as exc:  # noqa: BLE001 - docs/invariants.md #7: odd markup costs this step, not the page
         log.debug("main-content extraction failed (%r): the whole text stands in", exc)
         # The whole text when it was reached, else nothing (no fingerprint beats a wrong one).
@@ -427,13 +433,14 @@ def _restore(detached: _Detached) -> None:
             parent.insert_child(node, move=True)
 
 
-def main_text(tree: LexborHTMLParser, body_text: str | None = None) -> str:
+def main_text(tree: LexborHTMLParser, body_text: str | None = None, body_nodes_text: str | None = None) -> str:
     """The main-content text of a parsed page (text nodes joined by one space).
 
     Give it the selectolax lexbor tree the crawler already parsed (no second parse);
-    pass ``body_text`` when the page's whole text is at hand (see :func:`extract_main`).
+    pass ``body_text`` (and ``body_nodes_text``) when the page's whole text is at hand
+    (see :func:`extract_main`).
     Feed the result to :func:`crawler.content.fingerprints.text_fingerprint`, so that chrome which
     changes per request (render times, request ids, rotating link lists) does not move
     the near-duplicate fingerprint.
     """
-    return extract_main(tree, body_text).text
+    return extract_main(tree, body_text, body_nodes_text).text

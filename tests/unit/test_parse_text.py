@@ -1,0 +1,149 @@
+"""The page text and main text parse_page takes in one walk are exactly what the plain
+method gives: strip the never-text elements, take the raw body text, split and join it,
+then extract the main content (crawler.content.maincontent) on its own walks.
+
+The plain method is kept here as the reference; the shared corpus of real pages, bench
+pages of the synthetic web and hand-made whitespace cases are compared field by field.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from selectolax.lexbor import LexborHTMLParser
+
+from crawler.content.maincontent import extract_main
+from crawler.parse import html as parse_html
+from crawler.parse import parse_page
+from crawler.parse.html import collapse_ws
+from crawler.testing.web import SyntheticWeb
+from tests.corpus import require_corpus
+
+_WS = [chr(i) for i in range(0x110000) if chr(i).isspace()]
+
+
+def test_collapse_knows_every_whitespace_character() -> None:
+    # collapse_ws checks the characters up to U+3000 only: str.split() knows no others.
+    assert max(_WS) == "\u3000"
+    assert sorted(parse_html._OTHER_WS + " ") == sorted(_WS)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "é", "€", "𝄞", "\x00", "\x01"] + _WS), max_size=30))
+def test_collapse_is_split_and_join(chars: list[str]) -> None:
+    text = "".join(chars)
+    assert collapse_ws(text) == " ".join(text.split())
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", " ", "a", "a b", "a  b", " a", "a ", "a\nb", "a\x0bb", "a\x1cb", "a\xa0b", "a\u3000b", "é b", "é  b", "é\u2028b",
+     "𝄞 x", "𝄞\u205fx", "a\x00b c"],
+)
+def test_collapse_on_edges(text: str) -> None:
+    assert collapse_ws(text) == " ".join(text.split())
+
+
+# --- parse_page against the plain method ----------------------------------------------
+
+
+def _reference(data: bytes, degraded: bool) -> tuple[str, str, bool]:
+    """(text, main_text, main_text_failed) the plain way, from the bytes lexbor was given."""
+    tree = LexborHTMLParser(data)
+    body = tree.body
+    if body is None:
+        return "", "", False
+    tree.strip_tags(["script", "style", "noscript", "template", "svg"])
+    text = " ".join(body.text(separator=" ").split())
+    if degraded:
+        return text, text, False
+    extracted = extract_main(tree, text)
+    return text, extracted.text, extracted.error is not None
+
+
+def _assert_same(monkeypatch: pytest.MonkeyPatch, pages: Iterator[tuple[str, bytes]]) -> int:
+    fed: list[bytes] = []
+
+    def recording_parser(data: bytes) -> LexborHTMLParser:
+        fed.append(data)
+        return LexborHTMLParser(data)
+
+    monkeypatch.setattr(parse_html, "LexborHTMLParser", recording_parser)
+    n = 0
+    for url, body in pages:
+        fed.clear()
+        page = parse_page(body, url, None, user_agent_token="raycrawl")
+        assert page.error is None, url
+        if not page.is_html:
+            continue
+        assert len(fed) == 1, url
+        assert (page.text, page.main_text, page.main_text_failed) == _reference(fed[0], page.degraded), url
+        n += 1
+    return n
+
+
+def _corpus_pages() -> Iterator[tuple[str, bytes]]:
+    corpus = require_corpus()
+    for line in (corpus / "manifest.jsonl").read_text().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            body = (corpus / entry["file"]).read_bytes()
+            yield entry["url"], gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body
+
+
+def test_every_corpus_page_has_the_plain_text_and_main_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _assert_same(monkeypatch, _corpus_pages()) > 100
+
+
+def _bench_pages(n: int) -> Iterator[tuple[str, bytes]]:
+    """Pages of the synthetic web's bench profile (what benchmarks.stages times)."""
+    web = SyntheticWeb(seed=0, profile="bench", hosts=60)
+    web.bind(8080)
+    for k in range(n // 60 + 1):
+        for i in range(60):
+            if k < web.graph.layout(i).pages:
+                path = "/" if k == 0 else f"/p/{k}"
+                body = web.body(web.normal_host(i), path)
+                if body is not None:
+                    yield f"http://{web.normal_host(i)}:8080{path}", body
+
+
+def test_bench_pages_have_the_plain_text_and_main_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _assert_same(monkeypatch, _bench_pages(240)) > 200
+
+
+_PIECES = [
+    "<p>", "</p>", "<div class=nav>", "<div class='article-body'>", "</div>", "<nav>", "</nav>", "<article>",
+    "</article>", "<main>", "</main>", "<header>", "</header>", "<footer>", "</footer>", "<aside>", "</aside>",
+    "<script>var s = 1;</script>", "<style>p{}</style>", "<noscript><a href=/n>n</a></noscript>", "<template>t</template>",
+    "<svg><title>svg</title><a href=/s>s</a></svg>", "<math><style>m</style>mi</math>", "<form>", "</form>",
+    "<a href=/x>link text</a>", "<span>", "</span>", "<br>", "&nbsp;", "\xa0", "\u3000", "\x0b", "\t", "\n", "  ", " ",
+    "word", "other words here", "é", "<pre>  a\n  b </pre>", "<textarea> t </textarea>", "<div role=navigation>",
+    "<div hidden>", "<table><tr><td>cell</td></tr></table>",
+]
+
+
+def _nasty_pages(n: int) -> Iterator[tuple[str, bytes]]:
+    rng = random.Random(20)
+    for k in range(n):
+        parts = [rng.choice(_PIECES) for _ in range(rng.randint(0, 80))]
+        if k % 3 == 0:  # long enough to pass the main-content size rules
+            parts.insert(rng.randint(0, len(parts)), "<p>" + " lorem ipsum dolor" * 40 + "</p>")
+        yield f"http://ex.com/{k}", ("<!doctype html><title>t</title>" + "".join(parts)).encode()
+
+
+def test_made_up_pages_have_the_plain_text_and_main_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _assert_same(monkeypatch, _nasty_pages(600)) == 600
+
+
+def test_a_degraded_page_has_the_plain_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = b"<div>" * 20_000 + b"<p>deep  text\n here</p><script>x()</script>"
+    pages = [("http://ex.com/deep", body)]
+    assert _assert_same(monkeypatch, iter(pages)) == 1
+    assert parse_page(body, "http://ex.com/deep", "text/html").degraded
