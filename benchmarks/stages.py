@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 rel = attrs.get("rel")
                 if rel:
                     rel.lower().split()
-                parse_html.Link(raw or "", raw, False, node.tag or "a")
+                tuple.__new__(parse_html.Link, (raw or "", raw, False, node.tag or "a"))
 
     stage("parse.links", links_only)
     hrefs = [(pp.base_url, list(dict.fromkeys(lk.raw for lk in pp.links))) for pp in parsed]
