@@ -292,9 +292,13 @@ def _verdict(node: LexborNode, tag: str) -> int:
     return 1 if is_chrome_name(f"{klass} {ident}" if ident else klass) else 0
 
 
-def _drop_chrome(body: LexborNode, detach: Callable[[LexborNode], None], judged: frozenset[str]) -> int:
+def _drop_chrome(
+    body: LexborNode, detach: Callable[[LexborNode], None], judged: frozenset[str]
+) -> tuple[int, list[LexborNode]]:
     """Detach the chrome elements under ``body`` (rules 1 and 2), and the never-text ones
-    when ``judged`` lists them; returns how many chrome elements went.
+    when ``judged`` lists them; returns how many chrome elements went, and the
+    ``article`` elements left in the body, in document order (for :func:`_choose_root`,
+    which then needs no walk of its own to find them).
 
     One ``css("*")`` walk lists the elements in document order (cheaper in lexbor than a
     selector list of tag names, which costs a test per tag per element); the tag is
@@ -304,6 +308,7 @@ def _drop_chrome(body: LexborNode, detach: Callable[[LexborNode], None], judged:
     """
     body_size = -1  # measured when a guard first needs it
     dropped = 0
+    articles: list[LexborNode] = []
     nodes = body.css("*")
     count = len(nodes)
     i = 0
@@ -312,6 +317,8 @@ def _drop_chrome(body: LexborNode, detach: Callable[[LexborNode], None], judged:
         i += 1
         tag = node.tag
         if tag not in judged:
+            if tag == "article":  # not inside detached chrome: those are skipped below
+                articles.append(node)
             continue
         never_text = tag in _NEVER_TEXT_TAGS
         verdict = 2 if never_text else _verdict(node, tag)
@@ -333,7 +340,7 @@ def _drop_chrome(body: LexborNode, detach: Callable[[LexborNode], None], judged:
         stop = after.mem_id
         while i < count and nodes[i].mem_id != stop:
             i += 1
-    return dropped
+    return dropped, articles
 
 
 def _following(node: LexborNode, body: LexborNode) -> LexborNode | None:
@@ -350,10 +357,10 @@ def _following(node: LexborNode, body: LexborNode) -> LexborNode | None:
     return None
 
 
-def _choose_root(body: LexborNode) -> tuple[LexborNode, Literal["article", "main", "body"]]:
-    """Rule 3: the dominant article, else the largest main, else the body."""
+def _choose_root(body: LexborNode, articles: list[LexborNode]) -> tuple[LexborNode, Literal["article", "main", "body"]]:
+    """Rule 3: the dominant article, else the largest main, else the body (``articles``:
+    the body's article elements in document order)."""
     floor = -1.0
-    articles = body.css("article")
     if articles:
         nested = {n.mem_id for n in body.css("article article")}
         sizes = [(_size(n), n) for n in articles if n.mem_id not in nested]
@@ -403,10 +410,10 @@ def extract_main(tree: LexborHTMLParser, body_text: str | None = None, body_node
             for node in body.css(_NEVER_TEXT):
                 detach(node)
             full = _text(body)
-            dropped = _drop_chrome(body, detach, _JUDGED_TAGS)
+            dropped, articles = _drop_chrome(body, detach, _JUDGED_TAGS)
         else:
-            dropped = _drop_chrome(body, detach, _JUDGED_ALL)
-        root, kind = _choose_root(body)
+            dropped, articles = _drop_chrome(body, detach, _JUDGED_ALL)
+        root, kind = _choose_root(body, articles)
         if body_nodes_text is not None and body_text is not None and kind == "body" and not detached:
             text = body_nodes_text  # the body as given: the text the caller already took
         else:
