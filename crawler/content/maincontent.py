@@ -75,6 +75,25 @@ _CHROME_TAGS = frozenset({"footer", "nav", "aside", "select", "button", "dialog"
 _JUDGED_TAGS = frozenset(_CONTAINER_TAGS) | _CHROME_TAGS
 # With the never-text elements too, for a tree whose body text was given (one walk).
 _JUDGED_ALL = _JUDGED_TAGS | _NEVER_TEXT_TAGS
+
+
+def _tag_ids(names: frozenset[str]) -> dict[int, str]:
+    """lexbor's tag id of each name (HTML's names have fixed ids, the same in every
+    document; only unknown names get ids per document, and none is asked for here)."""
+    ids: dict[int, str] = {}
+    for name in names:
+        node = LexborHTMLParser(f"<body><{name}></{name}>").body.css_first(name)
+        if node is None or node.tag != name:
+            raise RuntimeError(f"selectolax does not parse <{name}> as {name}")
+        ids[node.tag_id] = name
+    return ids
+
+
+# Reading ``node.tag`` builds a str (~500 instructions); ``node.tag_id`` is an int. The
+# chrome walk reads the id of every element and the name only of judged ones.
+_JUDGED_TAG_IDS = _tag_ids(_JUDGED_TAGS)
+_JUDGED_ALL_IDS = _tag_ids(_JUDGED_ALL)
+_ARTICLE_ID = next(iter(_tag_ids(frozenset({"article"}))))
 # ARIA roles of page chrome (WAI-ARIA 1.2 landmark and widget roles).
 _CHROME_ROLES = frozenset(
     {
@@ -293,10 +312,10 @@ def _verdict(node: LexborNode, tag: str) -> int:
 
 
 def _drop_chrome(
-    body: LexborNode, detach: Callable[[LexborNode], None], judged: frozenset[str]
+    body: LexborNode, detach: Callable[[LexborNode], None], judged: dict[int, str]
 ) -> tuple[int, list[LexborNode]]:
     """Detach the chrome elements under ``body`` (rules 1 and 2), and the never-text ones
-    when ``judged`` lists them; returns how many chrome elements went, and the
+    when ``judged`` (tag id -> tag name) lists them; returns how many chrome elements went, and the
     ``article`` elements left in the body, in document order (for :func:`_choose_root`,
     which then needs no walk of its own to find them).
 
@@ -315,9 +334,10 @@ def _drop_chrome(
     while i < count:
         node = nodes[i]
         i += 1
-        tag = node.tag
-        if tag not in judged:
-            if tag == "article":  # not inside detached chrome: those are skipped below
+        tag_id = node.tag_id
+        tag = judged.get(tag_id)
+        if tag is None:
+            if tag_id == _ARTICLE_ID:  # not inside detached chrome: those are skipped below
                 articles.append(node)
             continue
         never_text = tag in _NEVER_TEXT_TAGS
@@ -410,9 +430,9 @@ def extract_main(tree: LexborHTMLParser, body_text: str | None = None, body_node
             for node in body.css(_NEVER_TEXT):
                 detach(node)
             full = _text(body)
-            dropped, articles = _drop_chrome(body, detach, _JUDGED_TAGS)
+            dropped, articles = _drop_chrome(body, detach, _JUDGED_TAG_IDS)
         else:
-            dropped, articles = _drop_chrome(body, detach, _JUDGED_ALL)
+            dropped, articles = _drop_chrome(body, detach, _JUDGED_ALL_IDS)
         root, kind = _choose_root(body, articles)
         if body_nodes_text is not None and body_text is not None and kind == "body" and not detached:
             text = body_nodes_text  # the body as given: the text the caller already took

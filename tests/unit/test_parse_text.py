@@ -125,7 +125,10 @@ _PIECES = [
     "<svg><title>svg</title><a href=/s>s</a></svg>", "<math><style>m</style>mi</math>", "<form>", "</form>",
     "<a href=/x>link text</a>", "<span>", "</span>", "<br>", "&nbsp;", "\xa0", "\u3000", "\x0b", "\t", "\n", "  ", " ",
     "word", "other words here", "é", "<pre>  a\n  b </pre>", "<textarea> t </textarea>", "<div role=navigation>",
-    "<div hidden>", "<table><tr><td>cell</td></tr></table>",
+    "<div hidden>", "<table><tr><td>cell</td></tr></table>", "<div role=main>", "<section role='navigation main'>",
+    "<main role=navigation>", "<math><nav>math nav</nav></math>", "<x-nav class=nav>custom</x-nav>", "<svg><header>h</header></svg>",
+    "<ul class=menu><li><a href=/m>menu</a></li></ul>", "<div class=sidebar><p>side text here</p></div>", "<dialog>d</dialog>",
+    "<button>b</button>", "<select><option>o</option></select>", "<div aria-hidden=true>", "<p id=footer>",
 ]
 
 
