@@ -12,7 +12,7 @@ Pipeline stages (what ``crawler.engine.pipeline.PagePipeline.page`` does per HTM
 * ``sha256``        crawler.content.fingerprints.content_sha256 of the body
 * ``parse``         crawler.parse.parse_page, all of it; its parts, each alone:
   * ``parse.tree``    LexborHTMLParser(body) (lexbor builds the tree)
-  * ``parse.head``    the head selector pass (base, title, robots meta)
+  * ``parse.head``    the head pass (base, title, robots meta, feeds: one tag walk each)
   * ``parse.links``   css("a[href], area[href]") + attributes + Link objects, no join
   * ``parse.join``    crawler.urls.join_url of the page's distinct hrefs
   * ``parse.text``    strip_tags + the body text (text nodes stripped) + collapse_ws
@@ -208,8 +208,18 @@ def main(argv: list[str] | None = None) -> int:
 
     stage("parse.tree", each(LexborHTMLParser, bodies))
     fresh_trees()
-    head_sel = f'{parse_html._HEAD_SELECTOR}, meta[name="raycrawl" i]'
-    stage("parse.head", each(lambda t: [nd.tag for nd in t.css(head_sel)], trees))
+    def head_only() -> None:
+        for t in trees:
+            for nd in t.tags("base"):
+                nd.attributes
+            for nd in t.tags("title")[:1]:
+                nd.text()
+            for nd in t.tags("meta"):
+                nd.attributes
+            for nd in t.tags("link"):
+                nd.attributes
+
+    stage("parse.head", head_only)
 
     def links_only() -> None:
         for t in trees:

@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 from selectolax.lexbor import LexborHTMLParser
 
 from crawler.content.maincontent import extract_main
+from crawler.freshness.feeds import FEED_TYPES
 from crawler.parse import html as parse_html
 from crawler.parse import parse_page
 from crawler.parse.html import collapse_ws
 from crawler.testing.web import SyntheticWeb
+from crawler.urls import join_url
 from tests.corpus import require_corpus
 
 _WS = [chr(i) for i in range(0x110000) if chr(i).isspace()]
@@ -150,3 +152,82 @@ def test_a_degraded_page_has_the_plain_text(monkeypatch: pytest.MonkeyPatch) -> 
     pages = [("http://ex.com/deep", body)]
     assert _assert_same(monkeypatch, iter(pages)) == 1
     assert parse_page(body, "http://ex.com/deep", "text/html").degraded
+
+
+# --- the head pass against one selector list ---------------------------------------------
+
+
+def _head_reference(data: bytes, url: str, agent: str | None) -> tuple[object, ...]:
+    """(title, noindex, nofollow, base_url, feeds) from one css() selector list, the way
+    parse_page took them before it walked per tag name (UTF-8 pages, no headers)."""
+    tree = LexborHTMLParser(data)
+    head = 'base[href], title, meta[name="robots" i], link[rel][type][href]'
+    token = agent.lower() if agent else None
+    if token is None:
+        selector = head
+    elif parse_html._PRODUCT_TOKEN.match(token):
+        selector = f'{head}, meta[name="{token}" i]'
+    else:
+        selector = "base[href], title, meta[name], link[rel][type][href]"
+    base_href = title = None
+    seen_title = noindex = nofollow = False
+    feed_hrefs = []
+    for node in tree.css(selector):
+        attrs = node.attributes
+        if node.tag == "link":
+            rel = (attrs.get("rel") or "").lower().split()
+            if "alternate" in rel and (attrs.get("type") or "").split(";")[0].strip().lower() in FEED_TYPES:
+                feed_hrefs.append(attrs.get("href") or "")
+        elif node.tag == "meta":
+            name = (attrs.get("name") or "").strip(" \t\n\x0c\r").lower()
+            if name == "robots" or name == token:
+                ni, nf = parse_html._robots_tokens(attrs.get("content") or "")
+                noindex |= ni
+                nofollow |= nf
+        elif node.tag == "base":
+            if base_href is None and not parse_html._in_foreign_content(node):
+                base_href = attrs.get("href") or ""
+        elif not seen_title:
+            seen_title = True
+            title = " ".join(node.text().split()) or None
+    base_url = url
+    if base_href is not None:
+        joined = join_url(url, base_href, "utf-8")
+        if joined is not None and not joined.startswith(("data:", "javascript:")):
+            base_url = joined
+    feeds = [u for u in (join_url(base_url, h, "utf-8") for h in feed_hrefs if h) if u]
+    return title, noindex, nofollow, base_url, feeds
+
+
+_HEAD_PIECES = [
+    "<base href=/b/>", "<base>", "<base href>", "<svg><base href=/svgbase/></svg>", "<math><mi><base href=/mi/></mi></math>",
+    "<base href='javascript:x'>", "<title> T  1 </title>", "<title></title>", "<svg><title>svg title</title></svg>",
+    "<meta name=robots content=noindex>", "<meta name=ROBOTS content=nofollow>", "<meta name=' robots' content=noindex>",
+    "<meta name=raycrawl content=none>", "<meta name=RayCrawl content=nofollow>", "<meta name content=noindex>",
+    "<meta name=\u212a content=noindex>", "<meta name='bad token' content=nofollow>", "<meta name=k content=nofollow>",
+    "<meta property=og:title content=x>", "<link rel=alternate type=application/rss+xml href=/feed>",
+    "<link rel='Alternate stylesheet' type='application/atom+xml; charset=utf-8' href=/atom>",
+    "<link rel=alternate type=application/rss+xml href>", "<link rel=alternate href=/nofeed>",
+    "<svg><link rel=alternate type=application/rss+xml xlink:href=/x></svg>", "<link rel type=application/rss+xml href=/e>",
+    "<template><meta name=robots content=noindex><title>tt</title><base href=/t/></template>",
+    "<noscript><meta name=robots content=nofollow></noscript>", "<p>text", "<div>", "</div>", "<head>", "<body>",
+]
+
+
+@pytest.mark.parametrize("agent", [None, "RayCrawl", "k", "bad token"])
+def test_made_up_heads_read_as_one_selector_list_reads_them(monkeypatch: pytest.MonkeyPatch, agent: str | None) -> None:
+    fed: list[bytes] = []
+
+    def recording_parser(data: bytes) -> LexborHTMLParser:
+        fed.append(data)
+        return LexborHTMLParser(data)
+
+    monkeypatch.setattr(parse_html, "LexborHTMLParser", recording_parser)
+    rng = random.Random(21)
+    for k in range(500):
+        body = "".join(rng.choice(_HEAD_PIECES) for _ in range(rng.randint(0, 12))).encode()
+        url = f"http://ex.com/d/{k}"
+        fed.clear()
+        page = parse_page(body, url, "text/html", user_agent_token=agent)
+        got = (page.title, page.meta_noindex, page.meta_nofollow, page.base_url, page.feeds)
+        assert got == _head_reference(fed[0], url, agent), body
