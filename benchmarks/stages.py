@@ -13,7 +13,8 @@ Pipeline stages (what ``crawler.engine.pipeline.PagePipeline.page`` does per HTM
 * ``parse``         crawler.parse.parse_page, all of it; its parts, each alone:
   * ``parse.tree``    LexborHTMLParser(body) (lexbor builds the tree)
   * ``parse.head``    the head pass (base, title, robots meta, feeds: one tag walk each)
-  * ``parse.links``   css("a[href], area[href]") + attributes + Link objects, no join
+  * ``parse.links``   the link elements (a tag walk; css("a[href], area[href]") on pages
+                      with <area>) + attributes + Link objects, no join
   * ``parse.join``    crawler.urls.join_url of the page's distinct hrefs
   * ``parse.text``    strip_tags + the body text (text nodes stripped) + collapse_ws
   * ``parse.main``    crawler.content.maincontent.main_text on the stripped tree, given
@@ -223,13 +224,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def links_only() -> None:
         for t in trees:
-            for node in t.css(parse_html._LINKS):
-                attrs = node.attributes
+            for attrs, tag in parse_html._link_elements(t, 5000)[0]:
                 raw = attrs.get("href")
                 rel = attrs.get("rel")
                 if rel:
                     rel.lower().split()
-                tuple.__new__(parse_html.Link, (raw or "", raw, False, node.tag or "a"))
+                tuple.__new__(parse_html.Link, (raw or "", raw, False, tag))
 
     stage("parse.links", links_only)
     hrefs = [(pp.base_url, list(dict.fromkeys(lk.raw for lk in pp.links))) for pp in parsed]

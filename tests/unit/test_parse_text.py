@@ -231,3 +231,53 @@ def test_made_up_heads_read_as_one_selector_list_reads_them(monkeypatch: pytest.
         page = parse_page(body, url, "text/html", user_agent_token=agent)
         got = (page.title, page.meta_noindex, page.meta_nofollow, page.base_url, page.feeds)
         assert got == _head_reference(fed[0], url, agent), body
+
+
+# --- the link pass against the selector ----------------------------------------------------
+
+
+def _links_reference(data: bytes, base_url: str, nofollow: bool, max_links: int) -> tuple[list[tuple], int]:
+    """(raw, resolved, nofollow, tag) of the elements css("a[href], area[href]") selects."""
+    nodes = LexborHTMLParser(data).css("a[href], area[href]")
+    links = []
+    for node in nodes[:max_links]:
+        attrs = node.attributes
+        raw = attrs.get("href")
+        if raw is None:
+            if "href" not in attrs:
+                continue
+            raw = ""
+        rel = attrs.get("rel")
+        link_nofollow = nofollow or bool(rel and "nofollow" in rel.lower().split())
+        links.append((raw, join_url(base_url, raw, "utf-8"), link_nofollow, node.tag or "a"))
+    return links, max(0, len(nodes) - max_links)
+
+
+_LINK_PIECES = [
+    "<a href=/a>a</a>", "<a href>empty</a>", "<a name=x>no href</a>", "<a href=/n rel='NoFollow noopener'>n</a>",
+    "<map><area href=/area alt=''></map>", "<area>", "<svg><a xlink:href=/svg>s</a></svg>", "<svg><a href=/svg2>s</a></svg>",
+    "<a xlink:href=/html-xlink>h</a>", "<template><a href=/t>t</a></template>", "<noscript><a href=/ns>n</a></noscript>",
+    "<math><mi><a xlink:href=/mi>m</a></mi></math>", "<svg><foreignObject><a xlink:href=/fo href=/fo2>f</a></foreignObject></svg>",
+    "<a href='/q?x=1'>q</a>", "<A HREF=/upper>u</A>", "<p>text</p>", "<base href=/b/>", "<meta name=robots content=nofollow>",
+]
+
+
+@pytest.mark.parametrize("max_links", [0, 3, 5000])
+def test_made_up_links_are_the_ones_the_selector_finds(monkeypatch: pytest.MonkeyPatch, max_links: int) -> None:
+    fed: list[bytes] = []
+
+    def recording_parser(data: bytes) -> LexborHTMLParser:
+        fed.append(data)
+        return LexborHTMLParser(data)
+
+    monkeypatch.setattr(parse_html, "LexborHTMLParser", recording_parser)
+    rng = random.Random(22)
+    kinds = set()
+    for k in range(600):
+        body = "".join(rng.choice(_LINK_PIECES) for _ in range(rng.randint(0, 10))).encode()
+        fed.clear()
+        page = parse_page(body, f"http://ex.com/d/{k}", "text/html", max_links=max_links)
+        got = ([tuple(link) for link in page.links], page.links_dropped)
+        assert got == _links_reference(fed[0], page.base_url, page.meta_nofollow, max_links), body
+        kinds.add((b"<area" in body, b"xlink:href" in body))
+    assert len(kinds) == 4  # pages with and without area, with and without xlink:href
