@@ -12,11 +12,13 @@ Pipeline stages (what ``crawler.engine.pipeline.PagePipeline.page`` does per HTM
 * ``sha256``        crawler.content.fingerprints.content_sha256 of the body
 * ``parse``         crawler.parse.parse_page, all of it; its parts, each alone:
   * ``parse.tree``    LexborHTMLParser(body) (lexbor builds the tree)
-  * ``parse.head``    the head selector pass (base, title, robots meta)
-  * ``parse.links``   css("a[href], area[href]") + attributes + Link objects, no join
+  * ``parse.head``    the head pass (base, title, robots meta, feeds: one tag walk each)
+  * ``parse.links``   the link elements (a tag walk; css("a[href], area[href]") on pages
+                      with <area>) + attributes + Link objects, no join
   * ``parse.join``    crawler.urls.join_url of the page's distinct hrefs
-  * ``parse.text``    strip_tags + the body text
-  * ``parse.main``    crawler.content.maincontent.main_text on the stripped tree
+  * ``parse.text``    strip_tags + the body text (text nodes stripped) + collapse_ws
+  * ``parse.main``    crawler.content.maincontent.main_text on the stripped tree, given
+                      the body text parse.text took (as parse_page does)
 * ``fingerprint``   crawler.content.fingerprints.text_fingerprint of the main text (SimHash)
 * ``follow``        LinkPolicy.follow (normalize, scope, traps, on-page duplicates)
 * ``urlitems``      building the UrlItems of the followed links
@@ -207,18 +209,27 @@ def main(argv: list[str] | None = None) -> int:
 
     stage("parse.tree", each(LexborHTMLParser, bodies))
     fresh_trees()
-    head_sel = f'{parse_html._HEAD_SELECTOR}, meta[name="raycrawl" i]'
-    stage("parse.head", each(lambda t: [nd.tag for nd in t.css(head_sel)], trees))
+    def head_only() -> None:
+        for t in trees:
+            for nd in t.tags("base"):
+                nd.attributes
+            for nd in t.tags("title")[:1]:
+                nd.text()
+            for nd in t.tags("meta"):
+                nd.attributes
+            for nd in t.tags("link"):
+                nd.attributes
+
+    stage("parse.head", head_only)
 
     def links_only() -> None:
         for t in trees:
-            for node in t.css(parse_html._LINKS):
-                attrs = node.attributes
+            for attrs, tag in parse_html._link_elements(t, 5000)[0]:
                 raw = attrs.get("href")
                 rel = attrs.get("rel")
                 if rel:
                     rel.lower().split()
-                parse_html.Link(raw or "", raw, False, node.tag or "a")
+                tuple.__new__(parse_html.Link, (raw or "", raw, False, tag))
 
     stage("parse.links", links_only)
     hrefs = [(pp.base_url, list(dict.fromkeys(lk.raw for lk in pp.links))) for pp in parsed]
@@ -232,19 +243,21 @@ def main(argv: list[str] | None = None) -> int:
     def text_only() -> None:
         for t in trees:
             t.strip_tags(parse_html._STRIP_FOR_TEXT)
-            " ".join(t.body.text(separator=" ").split())
+            parse_html.collapse_ws(t.body.text(separator=" ", strip=True, skip_empty=True))
 
     stage("parse.text", text_only, setup=fresh_trees)
     texts = [pp.text for pp in parsed]
+    node_texts: list[str] = []
 
     def stripped_trees() -> None:
         fresh_trees()
         for t in trees:
             t.strip_tags(parse_html._STRIP_FOR_TEXT)
+        node_texts[:] = [t.body.text(separator=" ", strip=True, skip_empty=True) for t in trees]
 
     def main_each() -> None:
-        for t, x in zip(trees, texts):
-            main_text(t, x)
+        for t, x, nx in zip(trees, texts, node_texts):
+            main_text(t, x, nx)
 
     stage("parse.main", main_each, setup=stripped_trees)
     trees.clear()

@@ -75,6 +75,25 @@ _CHROME_TAGS = frozenset({"footer", "nav", "aside", "select", "button", "dialog"
 _JUDGED_TAGS = frozenset(_CONTAINER_TAGS) | _CHROME_TAGS
 # With the never-text elements too, for a tree whose body text was given (one walk).
 _JUDGED_ALL = _JUDGED_TAGS | _NEVER_TEXT_TAGS
+
+
+def _tag_ids(names: frozenset[str]) -> dict[int, str]:
+    """lexbor's tag id of each name (HTML's names have fixed ids, the same in every
+    document; only unknown names get ids per document, and none is asked for here)."""
+    ids: dict[int, str] = {}
+    for name in names:
+        node = LexborHTMLParser(f"<body><{name}></{name}>").body.css_first(name)
+        if node is None or node.tag != name:
+            raise RuntimeError(f"selectolax does not parse <{name}> as {name}")
+        ids[node.tag_id] = name
+    return ids
+
+
+# Reading ``node.tag`` builds a str (~500 instructions); ``node.tag_id`` is an int. The
+# chrome walk reads the id of every element and the name only of judged ones.
+_JUDGED_TAG_IDS = _tag_ids(_JUDGED_TAGS)
+_JUDGED_ALL_IDS = _tag_ids(_JUDGED_ALL)
+_ARTICLE_ID = next(iter(_tag_ids(frozenset({"article"}))))
 # ARIA roles of page chrome (WAI-ARIA 1.2 landmark and widget roles).
 _CHROME_ROLES = frozenset(
     {
@@ -292,9 +311,13 @@ def _verdict(node: LexborNode, tag: str) -> int:
     return 1 if is_chrome_name(f"{klass} {ident}" if ident else klass) else 0
 
 
-def _drop_chrome(body: LexborNode, detach: Callable[[LexborNode], None], judged: frozenset[str]) -> int:
+def _drop_chrome(
+    body: LexborNode, detach: Callable[[LexborNode], None], judged: dict[int, str]
+) -> tuple[int, list[LexborNode]]:
     """Detach the chrome elements under ``body`` (rules 1 and 2), and the never-text ones
-    when ``judged`` lists them; returns how many chrome elements went.
+    when ``judged`` (tag id -> tag name) lists them; returns how many chrome elements went, and the
+    ``article`` elements left in the body, in document order (for :func:`_choose_root`,
+    which then needs no walk of its own to find them).
 
     One ``css("*")`` walk lists the elements in document order (cheaper in lexbor than a
     selector list of tag names, which costs a test per tag per element); the tag is
@@ -304,14 +327,18 @@ def _drop_chrome(body: LexborNode, detach: Callable[[LexborNode], None], judged:
     """
     body_size = -1  # measured when a guard first needs it
     dropped = 0
+    articles: list[LexborNode] = []
     nodes = body.css("*")
     count = len(nodes)
     i = 0
     while i < count:
         node = nodes[i]
         i += 1
-        tag = node.tag
-        if tag not in judged:
+        tag_id = node.tag_id
+        tag = judged.get(tag_id)
+        if tag is None:
+            if tag_id == _ARTICLE_ID:  # not inside detached chrome: those are skipped below
+                articles.append(node)
             continue
         never_text = tag in _NEVER_TEXT_TAGS
         verdict = 2 if never_text else _verdict(node, tag)
@@ -333,7 +360,7 @@ def _drop_chrome(body: LexborNode, detach: Callable[[LexborNode], None], judged:
         stop = after.mem_id
         while i < count and nodes[i].mem_id != stop:
             i += 1
-    return dropped
+    return dropped, articles
 
 
 def _following(node: LexborNode, body: LexborNode) -> LexborNode | None:
@@ -350,10 +377,10 @@ def _following(node: LexborNode, body: LexborNode) -> LexborNode | None:
     return None
 
 
-def _choose_root(body: LexborNode) -> tuple[LexborNode, Literal["article", "main", "body"]]:
-    """Rule 3: the dominant article, else the largest main, else the body."""
+def _choose_root(body: LexborNode, articles: list[LexborNode]) -> tuple[LexborNode, Literal["article", "main", "body"]]:
+    """Rule 3: the dominant article, else the largest main, else the body (``articles``:
+    the body's article elements in document order)."""
     floor = -1.0
-    articles = body.css("article")
     if articles:
         nested = {n.mem_id for n in body.css("article article")}
         sizes = [(_size(n), n) for n in articles if n.mem_id not in nested]
@@ -376,14 +403,17 @@ def _role(node: LexborNode) -> str:
     return role.split()[0].lower() if role.strip() else ""
 
 
-def extract_main(tree: LexborHTMLParser, body_text: str | None = None) -> MainText:
+def extract_main(tree: LexborHTMLParser, body_text: str | None = None, body_nodes_text: str | None = None) -> MainText:
     """Find the main-content text of a parsed page (see the module docstring for the rules).
 
     ``body_text``, when the caller already has it, is the page's whole visible text with
     ``script/style/noscript/template/svg`` left out and whitespace collapsed (what
     ``crawler.parse.parse_page`` stores as ``ParsedPage.text``); it saves one text pass.
-    The tree is unchanged afterwards. Never raises on web input: on an unexpected
-    error the whole body text is returned.
+    ``body_nodes_text``, given with it, is the body's text as this module takes a
+    node's text (text nodes stripped and joined by one space) on the tree as passed;
+    when the whole body is the main content and nothing was detached, it is the
+    result, and a second walk over the body is saved. The tree is unchanged afterwards. Never raises on web input: on an
+    unexpected error the whole body text is returned.
     """
     body = tree.body
     if body is None:
@@ -400,11 +430,14 @@ def extract_main(tree: LexborHTMLParser, body_text: str | None = None) -> MainTe
             for node in body.css(_NEVER_TEXT):
                 detach(node)
             full = _text(body)
-            dropped = _drop_chrome(body, detach, _JUDGED_TAGS)
+            dropped, articles = _drop_chrome(body, detach, _JUDGED_TAG_IDS)
         else:
-            dropped = _drop_chrome(body, detach, _JUDGED_ALL)
-        root, kind = _choose_root(body)
-        text = _text(root)
+            dropped, articles = _drop_chrome(body, detach, _JUDGED_ALL_IDS)
+        root, kind = _choose_root(body, articles)
+        if body_nodes_text is not None and body_text is not None and kind == "body" and not detached:
+            text = body_nodes_text  # the body as given: the text the caller already took
+        else:
+            text = _text(root)
     except Exception as exc:  # noqa: BLE001 - docs/invariants.md #7: odd markup costs this step, not the page
         log.debug("main-content extraction failed (%r): the whole text stands in", exc)
         # The whole text when it was reached, else nothing (no fingerprint beats a wrong one).
@@ -427,13 +460,14 @@ def _restore(detached: _Detached) -> None:
             parent.insert_child(node, move=True)
 
 
-def main_text(tree: LexborHTMLParser, body_text: str | None = None) -> str:
+def main_text(tree: LexborHTMLParser, body_text: str | None = None, body_nodes_text: str | None = None) -> str:
     """The main-content text of a parsed page (text nodes joined by one space).
 
     Give it the selectolax lexbor tree the crawler already parsed (no second parse);
-    pass ``body_text`` when the page's whole text is at hand (see :func:`extract_main`).
+    pass ``body_text`` (and ``body_nodes_text``) when the page's whole text is at hand
+    (see :func:`extract_main`).
     Feed the result to :func:`crawler.content.fingerprints.text_fingerprint`, so that chrome which
     changes per request (render times, request ids, rotating link lists) does not move
     the near-duplicate fingerprint.
     """
-    return extract_main(tree, body_text).text
+    return extract_main(tree, body_text, body_nodes_text).text

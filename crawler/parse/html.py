@@ -17,6 +17,7 @@ import logging
 import re
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from selectolax.lexbor import LexborHTMLParser
@@ -30,12 +31,16 @@ from crawler.urls import join_url
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Link", "ParsedPage", "parse_page", "is_html"]
+__all__ = ["Link", "ParsedPage", "collapse_ws", "parse_page", "is_html"]
 
 
-@dataclass(frozen=True, slots=True)
-class Link:
-    """One followable link of a page (an ``<a href>`` or ``<area href>``), in document order."""
+class Link(NamedTuple):
+    """One followable link of a page (an ``<a href>`` or ``<area href>``), in document order.
+
+    Immutable. A named tuple, not a frozen dataclass: a page has ~50 links, and a frozen
+    dataclass's ``__init__`` (one ``object.__setattr__`` per field) cost 0.5 us per link,
+    a fifth of the link pass; ``parse_page`` builds these with ``tuple.__new__`` (0.1 us).
+    """
 
     raw: str
     """The href attribute as written (character references decoded by the parser)."""
@@ -297,8 +302,64 @@ def _in_foreign_content(node: object) -> bool:
     return False
 
 
-_HEAD_SELECTOR = 'base[href], title, meta[name="robots" i], link[rel][type][href]'
 _STRIP_FOR_TEXT = ["script", "style", "noscript", "template", "svg"]
+
+
+# Every character str.split() splits on except " " (Py_UNICODE_ISSPACE: none is above
+# U+3000; tests/unit/test_parse_text.py checks the whole code space).
+_OTHER_WS = "".join(c for c in map(chr, range(0x3001)) if c.isspace() and c != " ")
+_ASCII_OTHER_WS = "".join(c for c in _OTHER_WS if c < "\x80")
+
+
+def collapse_ws(text: str) -> str:
+    """``" ".join(text.split())``, without building the word list when ``text`` is
+    collapsed already (no leading, trailing or double space, no other whitespace).
+
+    Splitting and joining a page's text costs ~5 ns per character (a str per word); the
+    checks cost a few C scans, and text taken with ``strip=True`` passes them on pages
+    whose text nodes hold no line breaks. Anything else takes the split path, so the
+    result is always exactly ``" ".join(text.split())``.
+    """
+    if not text or text[0] == " " or text[-1] == " ":
+        return " ".join(text.split())
+    if text.isascii():
+        for c in _ASCII_OTHER_WS:
+            if c in text:
+                return " ".join(text.split())
+        # "  " in text scans at ~1.4 ns per character (spaces are frequent, each one a
+        # candidate match); numpy finds adjacent spaces ~6x faster.
+        spaces = np.frombuffer(text.encode("ascii"), dtype=np.uint8) == 0x20
+        if (spaces[1:] & spaces[:-1]).any():
+            return " ".join(text.split())
+        return text
+    for c in _OTHER_WS:
+        if c in text:
+            return " ".join(text.split())
+    return " ".join(text.split()) if "  " in text else text
+
+
+def _link_elements(tree: LexborHTMLParser, max_links: int) -> tuple[list[tuple[dict[str, str | None], str]], int]:
+    """(attributes, tag) of the first ``max_links`` elements ``a[href], area[href]``
+    selects, in document order, and how many more there are.
+
+    A page without ``<area>`` (nearly all) has its links found by lexbor's C walk for
+    one tag name, ~half the instructions of the selector engine, and the attributes read
+    here are the ones the link pass reads anyway. An ``<a>`` with an ``xlink:href`` but
+    no ``href`` leaves it to the selector: ``[href]`` matches that attribute in SVG
+    (where the parser puts it in the XLink namespace) but not in HTML.
+    """
+    if not tree.tags("area"):
+        found: list[dict[str, str | None]] = []
+        for node in tree.tags("a"):
+            attrs = node.attributes
+            if "href" in attrs:
+                found.append(attrs)
+            elif "xlink:href" in attrs:
+                break
+        else:
+            return [(attrs, "a") for attrs in found[:max_links]], max(0, len(found) - max_links)
+    nodes = tree.css(_LINKS)
+    return [(node.attributes, node.tag or "a") for node in nodes[:max_links]], max(0, len(nodes) - max_links)
 
 
 def _empty(url: str, html: bool, charset: str, **kw: object) -> ParsedPage:
@@ -375,40 +436,42 @@ def _parse_html(
         data = _FLATTEN.sub(b" ", data)
     tree = LexborHTMLParser(data)
 
-    # One selector pass for the head-ish elements (each css() call walks the whole tree).
-    # Robots meta: name="robots" for everyone, name=TOKEN for us (ASCII case-insensitive).
-    token = user_agent_token.lower() if user_agent_token else None
-    if token is None:
-        selector = _HEAD_SELECTOR
-    elif _PRODUCT_TOKEN.match(token):
-        selector = f'{_HEAD_SELECTOR}, meta[name="{token}" i]'
-    else:  # not safe to put in a selector string: filter every named meta in Python
-        selector = "base[href], title, meta[name], link[rel][type][href]"
+    # One C walk per element name (lexbor's elements-by-tag-name) rather than one css()
+    # selector list: the selector engine tests every element against each selector of
+    # the list (3x the instructions on the bench pages). The attribute tests the
+    # selectors made ("base[href]", "link[rel][type][href]") are made here.
     base_href: str | None = None
-    title: str | None = None
-    seen_title = False
+    for node in tree.tags("base"):
+        attrs = node.attributes
+        # The frozen base URL: the first HTML base element with an href.
+        if "href" in attrs and not _in_foreign_content(node):
+            base_href = attrs["href"] or ""
+            break
+    titles = tree.tags("title")  # document.title: the first <title> in tree order
+    title = (" ".join(titles[0].text().split()) or None) if titles else None
+    # Robots meta: name="robots" for everyone, name=TOKEN for us. A product token is
+    # compared as [name="TOKEN" i] would: the whole value, ASCII case-insensitively; any
+    # other token (never a product token) with the value stripped and lowercased.
+    token = user_agent_token.lower() if user_agent_token else None
+    exact = token is None or _PRODUCT_TOKEN.match(token) is not None
+    for node in tree.tags("meta"):
+        attrs = node.attributes
+        name = attrs.get("name")
+        if not name:
+            continue
+        name = (name.lower() if name.isascii() else "") if exact else name.strip(ASCII_WS).lower()
+        if name == "robots" or name == token:
+            ni, nf = _robots_tokens(attrs.get("content") or "")
+            noindex |= ni
+            nofollow |= nf
     feed_hrefs: list[str] = []
-    for node in tree.css(selector):
-        tag = node.tag
-        if tag == "link":
-            # <link rel="alternate" type="application/rss+xml" href>: the page's feeds.
-            attrs = node.attributes
-            rel = (attrs.get("rel") or "").lower().split()
-            if "alternate" in rel and (attrs.get("type") or "").split(";")[0].strip().lower() in FEED_TYPES:
-                feed_hrefs.append(attrs.get("href") or "")
-        elif tag == "meta":
-            attrs = node.attributes
-            name = (attrs.get("name") or "").strip(ASCII_WS).lower()
-            if name == "robots" or name == token:
-                ni, nf = _robots_tokens(attrs.get("content") or "")
-                noindex |= ni
-                nofollow |= nf
-        elif tag == "base":
-            if base_href is None and not _in_foreign_content(node):
-                base_href = node.attributes.get("href") or ""
-        elif not seen_title:  # document.title: the first <title> in tree order
-            seen_title = True
-            title = " ".join(node.text().split()) or None
+    for node in tree.tags("link"):
+        # <link rel="alternate" type="application/rss+xml" href>: the page's feeds.
+        attrs = node.attributes
+        if "rel" in attrs and "type" in attrs and "href" in attrs:
+            rel = (attrs["rel"] or "").lower().split()
+            if "alternate" in rel and (attrs["type"] or "").split(";")[0].strip().lower() in FEED_TYPES:
+                feed_hrefs.append(attrs["href"] or "")
 
     # HTML spec "frozen base URL": the first base element with an href, resolved against
     # the document URL with the document's encoding; unresolvable -> the document URL.
@@ -422,15 +485,12 @@ def _parse_html(
 
     feeds = [u for u in (join_url(base_url, h, url_encoding) for h in feed_hrefs if h) if u]
 
-    nodes = tree.css(_LINKS)
-    dropped = max(0, len(nodes) - max_links)
-    if dropped:
-        nodes = nodes[:max_links]
+    elements, dropped = _link_elements(tree, max_links)
     links: list[Link] = []
     append = links.append
+    new_link = tuple.__new__  # Link(...) without the generated __new__'s Python frame
     cache: dict[str, str | None] = {}  # pages repeat hrefs (nav, pagination)
-    for node in nodes:
-        attrs = node.attributes
+    for attrs, tag in elements:
         raw = attrs.get("href")
         if raw is None:
             if "href" not in attrs:
@@ -445,8 +505,8 @@ def _parse_html(
             rel = attrs.get("rel")
             if rel and "nofollow" in rel.lower().split():
                 link_nofollow = True
-        append(Link(raw, resolved, link_nofollow, node.tag or "a"))
-    del nodes
+        append(new_link(Link, (raw, resolved, link_nofollow, tag)))
+    del elements
 
     text = main = ""
     main_failed = False
@@ -454,11 +514,15 @@ def _parse_html(
     if bodyn is not None:
         # After link extraction: stripping removes <noscript>/<svg> links too.
         tree.strip_tags(_STRIP_FOR_TEXT)
-        text = " ".join(bodyn.text(separator=" ").split())
+        # Text nodes stripped and joined by one space: the same words as the raw text, and
+        # usually collapsed already; the main-content pass reuses it when the whole body is
+        # the main content (no second walk).
+        node_text = bodyn.text(separator=" ", strip=True, skip_empty=True)
+        text = collapse_ws(node_text)
         if degraded:
             main = text
         else:
-            extracted = extract_main(tree, text)
+            extracted = extract_main(tree, text, node_text)
             main, main_failed = extracted.text, extracted.error is not None
 
     return ParsedPage(

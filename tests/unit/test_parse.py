@@ -101,6 +101,10 @@ def test_only_a_and_area_with_href_in_document_order() -> None:
         ("a", "/one"),  # duplicates kept: the caller dedups after normalization
     ]
     assert all(isinstance(link, Link) for link in page.links)
+    first = page.links[0]
+    assert (first.raw, first.resolved, first.nofollow, first.tag) == ("/map1", "http://ex.com/map1", False, "area")
+    with pytest.raises(AttributeError):  # a page's links cannot be edited in place
+        first.raw = "/elsewhere"  # type: ignore[misc]
 
 
 def test_links_in_script_template_or_comments_are_not_links_but_noscript_ones_are() -> None:
