@@ -238,9 +238,7 @@ class UrlNormalizer:
         # What is left is done by the same code: the origin (cached), escapes and dot
         # segments, the query's parameters.
         written, path, query = match.groups()
-        origin = self._origins.get(written, _MISSING)
-        if origin is _MISSING:
-            origin = self._origin_of(written)
+        origin = self._origin(written)
         if origin is None:
             return None
         if path is None:
@@ -249,11 +247,20 @@ class UrlNormalizer:
             path = remove_dot_segments(_pct_normalize(path))
         elif "/." in path:
             path = remove_dot_segments(path)
+        return self._with_query(origin + path, query)
+
+    def _origin(self, written: str) -> str | None:
+        """:meth:`_origin_of`, remembered."""
+        origin = self._origins.get(written, _MISSING)
+        return self._origin_of(written) if origin is _MISSING else origin  # type: ignore[return-value]
+
+    def _with_query(self, origin_path: str, query: str | None) -> str:
+        """``origin_path`` and the normalized query, if anything of it is left."""
         if query:
             query = self._normalize_query(query)
             if query:
-                return origin + path + "?" + query
-        return origin + path
+                return origin_path + "?" + query
+        return origin_path
 
     def _origin_of(self, written: str) -> str | None:
         """Canonical ``scheme://host[:port]`` of ``scheme://authority`` as written (the
@@ -274,12 +281,7 @@ class UrlNormalizer:
                 else:
                     origin = None if port else scheme + "://[" + host + "]"
         else:
-            i = authority.find(":")
-            if i >= 0:
-                port = authority[i + 1 :]
-                authority = authority[:i]
-            else:
-                port = ""
+            authority, _, port = authority.partition(":")
             host = normalize_host(authority)
             origin = None if host is None else self._with_port(scheme, host, port)
         if len(written) <= _MAX_CACHED_ORIGIN:
@@ -319,15 +321,8 @@ class UrlNormalizer:
             rest = backslashes_to_slashes(rest)
         # WHATWG "special authority ignore slashes": any number of slashes, even none.
         rest = rest.lstrip("/")
-        i = rest.find("#")
-        if i >= 0:
-            rest = rest[:i]
-        i = rest.find("?")
-        if i >= 0:
-            query = rest[i + 1 :]
-            rest = rest[:i]
-        else:
-            query = ""
+        rest = rest.partition("#")[0]
+        rest, _, query = rest.partition("?")
         i = rest.find("/")
         if i >= 0:
             authority = rest[:i]
@@ -338,10 +333,7 @@ class UrlNormalizer:
         i = authority.rfind("@")  # WHATWG: the last "@" ends the userinfo
         if i >= 0:
             authority = authority[i + 1 :]
-        written = scheme + "://" + authority
-        origin = self._origins.get(written, _MISSING)
-        if origin is _MISSING:
-            origin = self._origin_of(written)
+        origin = self._origin(scheme + "://" + authority)
         if origin is None:
             return None
 
@@ -350,11 +342,7 @@ class UrlNormalizer:
             if "%" in path:
                 path = _pct_normalize(path)
             path = remove_dot_segments(path)
-        if query:
-            query = self._normalize_query(query)
-            if query:
-                return origin + path + "?" + query
-        return origin + path
+        return self._with_query(origin + path, query)
 
     def _normalize_query(self, query: str) -> str:
         if _QUERY_IS_CANONICAL(query) and not self.sort_query and not self._query_work(query):

@@ -69,7 +69,8 @@ def _reference(data: bytes, degraded: bool) -> tuple[str, str, bool]:
     return text, extracted.text, extracted.error is not None
 
 
-def _assert_same(monkeypatch: pytest.MonkeyPatch, pages: Iterator[tuple[str, bytes]]) -> int:
+def _record_parsed_bytes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The bytes parse_page hands to lexbor, call by call (what the reference must read)."""
     fed: list[bytes] = []
 
     def recording_parser(data: bytes) -> LexborHTMLParser:
@@ -77,6 +78,11 @@ def _assert_same(monkeypatch: pytest.MonkeyPatch, pages: Iterator[tuple[str, byt
         return LexborHTMLParser(data)
 
     monkeypatch.setattr(parse_html, "LexborHTMLParser", recording_parser)
+    return fed
+
+
+def _assert_same(monkeypatch: pytest.MonkeyPatch, pages: Iterator[tuple[str, bytes]]) -> int:
+    fed = _record_parsed_bytes(monkeypatch)
     n = 0
     for url, body in pages:
         fed.clear()
@@ -216,13 +222,7 @@ _HEAD_PIECES = [
 
 @pytest.mark.parametrize("agent", [None, "RayCrawl", "k", "bad token"])
 def test_made_up_heads_read_as_one_selector_list_reads_them(monkeypatch: pytest.MonkeyPatch, agent: str | None) -> None:
-    fed: list[bytes] = []
-
-    def recording_parser(data: bytes) -> LexborHTMLParser:
-        fed.append(data)
-        return LexborHTMLParser(data)
-
-    monkeypatch.setattr(parse_html, "LexborHTMLParser", recording_parser)
+    fed = _record_parsed_bytes(monkeypatch)
     rng = random.Random(21)
     for k in range(500):
         body = "".join(rng.choice(_HEAD_PIECES) for _ in range(rng.randint(0, 12))).encode()
@@ -264,13 +264,7 @@ _LINK_PIECES = [
 
 @pytest.mark.parametrize("max_links", [0, 3, 5000])
 def test_made_up_links_are_the_ones_the_selector_finds(monkeypatch: pytest.MonkeyPatch, max_links: int) -> None:
-    fed: list[bytes] = []
-
-    def recording_parser(data: bytes) -> LexborHTMLParser:
-        fed.append(data)
-        return LexborHTMLParser(data)
-
-    monkeypatch.setattr(parse_html, "LexborHTMLParser", recording_parser)
+    fed = _record_parsed_bytes(monkeypatch)
     rng = random.Random(22)
     kinds = set()
     for k in range(600):

@@ -250,6 +250,14 @@ def test_without_the_native_core_the_numpy_path_is_used(monkeypatch: pytest.Monk
         fp.set_backend("native")
 
 
+def _run_fresh(code: str) -> str:
+    """stdout of ``code`` run by a new interpreter on this checkout (RAYCRAWL_SIMHASH unset)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAYCRAWL_SIMHASH", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120)
+    return out.stdout
+
+
 def test_the_import_falls_back_in_a_fresh_process() -> None:
     """With the extension made unimportable, the module still loads and picks numpy."""
     code = (
@@ -262,10 +270,7 @@ def test_the_import_falls_back_in_a_fresh_process() -> None:
         "from crawler.content import fingerprints as fp\n"
         "print(fp.BACKEND, fp.text_fingerprint('one two three four five six seven eight nine ten'))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("RAYCRAWL_SIMHASH", None)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120)
-    backend, value = out.stdout.split()
+    backend, value = _run_fresh(code).split()
     assert backend == "numpy"
     assert int(value) == fp._numpy_scan("one two three four five six seven eight nine ten", 3)[1]
 
@@ -281,10 +286,7 @@ def test_a_stale_build_is_not_used(tmp_path: Path) -> None:
         "from crawler.content import fingerprints as fp\n"
         "print(fp.BACKEND, fp._native_error)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("RAYCRAWL_SIMHASH", None)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120)
-    assert out.stdout.startswith("numpy /old/_simhash.so is VERSION 0, this code needs 1: rebuild it")
+    assert _run_fresh(code).startswith("numpy /old/_simhash.so is VERSION 0, this code needs 1: rebuild it")
 
 
 @pytest.mark.parametrize(
