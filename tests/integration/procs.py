@@ -10,9 +10,11 @@ import time
 from collections import Counter
 
 # A page fetched again after a crash must have been "in flight": requested, or answered
-# but its row not yet durable. Rows are flushed every output.row_flush_interval_s (0.2 s
-# here) by an output loop that ticks every 0.25 s; allow that plus scheduling slack.
-UNACKED_WINDOW_S = 0.2 + 0.25 + 0.5
+# but not yet acked. Its links wait up to runtime.link_flush_interval_s (0.25 s by
+# default) in the router and are delivered before its row counts; rows are flushed every
+# output.row_flush_interval_s (0.2 s here) by an output loop that ticks every 0.25 s;
+# allow all that plus scheduling slack.
+UNACKED_WINDOW_S = 0.25 + 0.2 + 0.25 + 0.5
 
 
 def _refetched_outside_window(server, kill_times, after_s=0.5):
