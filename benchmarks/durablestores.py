@@ -95,10 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="100,400,1600,6400")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
+    try:
+        batches = [int(x) for x in a.batches.split(",")]
+    except ValueError:
+        p.error(f"--batches {a.batches!r}: write batch sizes as integers, e.g. 100,400,1600")
+    if a.urls < 1 or any(b < 1 for b in batches):
+        p.error("--urls and every --batches size must be >= 1")
     rng = random.Random(1)
     urls = [f"http://h{rng.randrange(4000):04d}.bench.test:18080/p/{i}" for i in range(a.urls)]
     frontier = []
-    for b in (int(x) for x in a.batches.split(",")):
+    for b in batches:
         frontier.append(frontier_cost(urls, b))
         print(f"[durablestores] frontier batch {b}: {frontier[-1]}", file=sys.stderr, flush=True)
     seen = seen_cost(a.urls)

@@ -116,7 +116,7 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
         key, eq, value = item.partition("=")
         section, dot, name = key.partition(".")
         if not (eq and dot and section and name):
-            raise SystemExit(f"--set {item!r}: write SECTION.KEY=VALUE, e.g. runtime.batch_size=4000")
+            raise ValueError(f"--set {item!r}: write SECTION.KEY=VALUE, e.g. runtime.batch_size=4000")
         out.setdefault(section, {})[name] = yaml.safe_load(value)
     return out
 
@@ -139,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="also save the result here")
     a = p.parse_args(argv)
     common.exit_on_sigterm()
-    overrides = parse_overrides(a.set)
+    try:
+        overrides = parse_overrides(a.set)
+    except ValueError as exc:
+        p.error(str(exc))
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     web = generate(default_dir(a.hosts, a.port), hosts=a.hosts, port=a.port)
     if web["pages"] < a.pages:

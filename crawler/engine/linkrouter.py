@@ -82,6 +82,8 @@ class LinkRouter:
         early = early_flush_s is not None and early_flush_s < flush_interval_s and small_batch > 0
         self._early_flush_s = early_flush_s if early else None
         self._small_batch = small_batch
+        # After the early check, a buffer that stays waits out the rest of the interval.
+        self._late_s = flush_interval_s - early_flush_s if early and early_flush_s is not None else 0.0
         self._max_attempts = max_attempts
         self._buffer: list[UrlItem] = []
         self._force: list[bool] = []  # parallel to _buffer: deliver even if already seen
@@ -134,8 +136,7 @@ class LinkRouter:
         if len(self._buffer) < self._small_batch:
             self._start_flush()
         else:
-            rest = self._flush_interval_s - (self._early_flush_s or 0.0)
-            self._timer = self._clock.call_later(rest, self._start_flush)
+            self._timer = self._clock.call_later(self._late_s, self._start_flush)
 
     async def flush(self) -> None:
         """Flush now and wait until every submitted link has been delivered."""
