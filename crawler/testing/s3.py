@@ -20,13 +20,21 @@ S3_ENV = {
 def start_loopback_s3(bucket: str) -> tuple[Any, str]:
     """Start moto's S3 server on 127.0.0.1 (any free port) with ``bucket`` created.
     Returns (server, endpoint URL); the caller stops it with ``server.stop()``."""
-    import boto3
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket=bucket)
+    create_bucket(endpoint, bucket)
     return server, endpoint
+
+
+def create_bucket(endpoint: str, bucket: str) -> None:
+    """Create ``bucket`` on the loopback S3 at ``endpoint`` (through s3fs, a dependency of
+    the crawler: the tests need no boto3 of their own)."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint,
+                                                                          "region_name": "us-east-1"})
+    fs.mkdir(bucket)

@@ -13,12 +13,13 @@ import uuid
 
 import pytest
 
+from crawler.testing.s3 import create_bucket
+
 
 @pytest.fixture(scope="module")
 def s3_endpoint():
     """A real S3 API on 127.0.0.1; every socket connect outside loopback fails the test."""
     moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
     with pytest.MonkeyPatch.context() as mp:
         for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                      "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1",
@@ -50,8 +51,7 @@ def s3_endpoint():
             host, port = server.get_host_and_port()
             endpoint = f"http://{host}:{port}"
             mp.setenv("AWS_ENDPOINT_URL", endpoint)  # belt and braces for any stray client
-            boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(
-                Bucket="crawl-test")
+            create_bucket(endpoint, "crawl-test")
             yield endpoint
         finally:
             server.stop()
