@@ -1,0 +1,231 @@
+"""One shard as a server: what a HostShard actor does, as a plain class.
+
+A shard runs in a process of its own (a Ray actor, or a node of the fault simulator,
+crawler.testing.sim). Around the shard itself (crawler.engine.assembly.build_shard) that
+process does a few things of its own, written once here so that the simulator runs the
+same code Ray does (model: Ray Serve's replica wrapper around a plain callable):
+
+* it watches its driver and the output's lease (crawler.recovery.watchdog): the shard
+  fetches and accepts work only while the driver is heard from and the lease is its
+  run's (docs/invariants.md #9), and a replaced run's shard closes without writing;
+* it starts the shard's loop on the first call it receives (the driver polls at once);
+* it answers the driver and its peers through one :class:`ShardEndpoint`.
+
+``actors/host_shard.py`` is the Ray shell: it builds a :class:`ShardServer` with Ray
+clients for the crawl-wide services and passes every call on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Sequence
+
+from crawler.clock import SYSTEM_CLOCK, Clock
+from crawler.config.settings import CrawlConfig
+from crawler.control.hostpolicy import HostTarget, PolicyChange
+from crawler.engine.assembly import ContentCall, build_fence, build_shard
+from crawler.engine.linkrouter import SeenService
+from crawler.engine.scheduler import Fetcher as FetchClient
+from crawler.engine.sharedservices import LeasedBudget
+from crawler.engine.status import ShardStatus
+from crawler.frontier.store import UrlStatus
+from crawler.frontier.urlitem import UrlItem
+from crawler.placement.handover import HostState, Peers
+from crawler.placement.topology import Topology
+from crawler.recovery import statefiles as state
+from crawler.recovery.watchdog import ShardWatchdog
+from crawler.render.renderer import RenderService
+from crawler.session.shardcalls import Forward, ShardEndpoint
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShardServices:
+    """How a shard reaches what lies outside its process.
+
+    ``seen``, ``content`` and ``lease_pages`` are the crawl-wide services (seen group,
+    content index, page budget); ``deliver`` hands a batch of URLs to another shard's
+    :meth:`ShardServer.accept` and returns once that shard made it durable (it waits
+    for a shard that is restarting); ``forward`` passes an operator call on to the
+    shard that owns a host now (regions).
+    """
+
+    seen: SeenService
+    content: ContentCall
+    lease_pages: Callable[[int], Awaitable[int]]
+    deliver: Callable[[str, list[UrlItem]], Awaitable[Any]]
+    forward: Forward | None = None
+    render: RenderService | None = None
+    peers: Peers | None = None
+
+
+class ShardServer:
+    """One shard in its own process (see the module docstring).
+
+    Args:
+        cfg: the crawl's config.
+        shard_id, shard_ids: this shard and every shard of the crawl.
+        services: the shard's ways out of its process.
+        seeds: the crawl's seeds (scope).
+        state_dir: where its store lives (a statefiles spec, resolved here), or None.
+        epoch: the output lease's epoch of the run this shard belongs to.
+        incarnation: an id that differs between restarts of this shard (termination).
+        clock: this process's clock.
+        fetcher: the shard's HTTP fetcher (default: the real one).
+        wrap_fetcher: wraps the fetcher pages are fetched through (metrics).
+        on_tick: called once per watchdog interval (metrics).
+        on_exit: called once the lease is lost and the shard closed (the actor exits).
+    """
+
+    def __init__(
+        self,
+        cfg: CrawlConfig,
+        shard_id: str,
+        shard_ids: Sequence[str],
+        *,
+        services: ShardServices,
+        seeds: Sequence[str],
+        state_dir: str | None,
+        epoch: int | None,
+        incarnation: str,
+        clock: Clock = SYSTEM_CLOCK,
+        fetcher: FetchClient | None = None,
+        wrap_fetcher: Callable[[FetchClient], FetchClient] | None = None,
+        on_tick: Callable[[], None] | None = None,
+        on_exit: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.shard_id = shard_id
+        self.incarnation = incarnation
+        self.clock = clock
+        self._on_tick = on_tick
+        self._on_exit = on_exit
+        # state_dir is resolved here, on this process's node (statefiles.here): with a
+        # remote output the store lives on this node's disk and is rebuilt from OUT.
+        opened = state.open_shard_store(cfg, shard_id, state_dir, clock) if state_dir else None
+        self.fence = build_fence(cfg, epoch, clock)
+        self.watchdog = ShardWatchdog(clock, cfg.runtime.driver_timeout_s, self.fence, self, name=shard_id)
+        self.topology = Topology.of(shard_ids, cfg.runtime.regions, cfg.placement.default_region)
+        self.shard = build_shard(
+            cfg,
+            shard_id,
+            seeds=seeds,
+            seen=services.seen,
+            content=services.content,
+            budget=LeasedBudget(services.lease_pages, cfg.limits.max_pages, len(shard_ids), cfg.runtime.budget_lease_max),
+            deliver=self._deliver,
+            owner_of=self.topology.home_of,
+            store=opened.store if opened else None,
+            clock=clock,
+            fetcher=fetcher,
+            fence=self.fence,
+            state_log=opened.log if opened else None,
+            restored=opened.restored if opened else None,
+            render_service=services.render,
+            topology=self.topology,
+            peers=services.peers,
+            gate=self.watchdog.may_work,
+            wrap_fetcher=wrap_fetcher,
+        )
+        self._services = services
+        self.endpoint = ShardEndpoint(self.shard, services.forward) if services.forward else ShardEndpoint(self.shard)
+        self._run_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._final: ShardStatus | None = None
+
+    # -- the watchdog's hooks (crawler.recovery.watchdog.WatchdogHooks) ----------------
+
+    async def on_driver_silent(self) -> None:
+        await self.shard.outbox.flush(final=True)
+
+    def on_tick(self) -> None:
+        if self._on_tick is not None:
+            self._on_tick()
+
+    async def on_lease_lost(self, reason: str | None) -> None:
+        await self.stop()
+        if self._on_exit is not None:
+            await self._on_exit()
+
+    # -- calls ----------------------------------------------------------------------
+
+    def ensure_running(self) -> None:
+        """Start the shard's loop and the watchdog (on the first call received)."""
+        if self._run_task is None and not self._stopped:
+            self._run_task = asyncio.ensure_future(self.shard.run())
+            self._watch_task = asyncio.ensure_future(self.watchdog.run())
+
+    async def _deliver(self, owner: str, items: list[UrlItem]) -> None:
+        if owner == self.shard_id:
+            await self.shard.accept_durably(items)
+        else:
+            await self._services.deliver(owner, items)
+
+    async def heartbeat(self) -> None:
+        """The driver is alive."""
+        self.watchdog.contact()
+
+    async def start(self) -> None:
+        self.watchdog.contact()
+        self.ensure_running()
+
+    async def accept(self, items: list[UrlItem]) -> int:
+        """A batch of novel URLs owned by this shard, durable (in OUT for a remote output)
+        before this returns."""
+        self.ensure_running()
+        return await self.endpoint.accept(items)
+
+    async def adopt(self, host_state: HostState) -> int:
+        """A host handed over by another shard (crawler.placement.handover), durable on return."""
+        self.ensure_running()
+        return await self.shard.adopt(host_state)
+
+    async def place(self, host: str, region: str | None) -> dict[str, Any]:
+        self.ensure_running()
+        return await self.endpoint.place(host, region)
+
+    async def located(self, host: str, region: str) -> None:
+        await self.endpoint.located(host, region)
+
+    async def add_seeds(self, urls: list[str]) -> None:
+        await self.endpoint.add_seeds(urls)
+
+    async def set_host_policy(self, change: PolicyChange) -> None:
+        await self.endpoint.set_host_policy(change)
+
+    async def url_status(self, url: str | None, url_hash: str | None = None) -> UrlStatus | None:
+        return await self.endpoint.url_status(url, url_hash)
+
+    async def url_for_hash(self, url_hash: str) -> str | None:
+        return await self.endpoint.url_for_hash(url_hash)
+
+    async def host_info(self, target: HostTarget) -> dict[str, Any]:
+        return await self.endpoint.host_info(target)
+
+    async def vet_seeds(self, urls: list[str]) -> list[str | None]:
+        return await self.endpoint.vet_seeds(urls)
+
+    async def status(self) -> ShardStatus:
+        self.watchdog.contact()
+        self.ensure_running()
+        error = None
+        if self._run_task is not None and self._run_task.done() and not self._run_task.cancelled() \
+                and self._run_task.exception() is not None:
+            error = repr(self._run_task.exception())
+        return self.shard.status().but(incarnation=self.incarnation, error=error)
+
+    async def stop(self) -> ShardStatus | None:
+        """Stop fetching, flush and ack rows, close; the final status with store counts."""
+        if self._stopped:
+            return self._final
+        self._stopped = True
+        self.watchdog.stop()
+        self.shard.stop()
+        if self._run_task is not None:
+            await asyncio.gather(self._run_task, return_exceptions=True)
+        await self.shard.close()
+        self._final = self.shard.status().but(store_counts=self.shard.store_counts())
+        return self._final
