@@ -78,6 +78,8 @@ class ShardServer:
         wrap_fetcher: wraps the fetcher pages are fetched through (metrics).
         on_tick: called once per watchdog interval (metrics).
         on_exit: called once the lease is lost and the shard closed (the actor exits).
+        run_blocking: runs the shard's blocking I/O (output and state writes); default a
+            worker thread.
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class ShardServer:
         wrap_fetcher: Callable[[FetchClient], FetchClient] | None = None,
         on_tick: Callable[[], None] | None = None,
         on_exit: Callable[[], Awaitable[None]] | None = None,
+        run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
     ) -> None:
         self.shard_id = shard_id
         self.incarnation = incarnation
@@ -104,7 +107,7 @@ class ShardServer:
         self._on_exit = on_exit
         # state_dir is resolved here, on this process's node (statefiles.here): with a
         # remote output the store lives on this node's disk and is rebuilt from OUT.
-        opened = state.open_shard_store(cfg, shard_id, state_dir, clock) if state_dir else None
+        opened = state.open_shard_store(cfg, shard_id, state_dir, clock, run_blocking) if state_dir else None
         self.fence = build_fence(cfg, epoch, clock)
         self.watchdog = ShardWatchdog(clock, cfg.runtime.driver_timeout_s, self.fence, self, name=shard_id)
         self.topology = Topology.of(shard_ids, cfg.runtime.regions, cfg.placement.default_region)
@@ -128,6 +131,7 @@ class ShardServer:
             peers=services.peers,
             gate=self.watchdog.may_work,
             wrap_fetcher=wrap_fetcher,
+            run_blocking=run_blocking,
         )
         self._services = services
         self.endpoint = ShardEndpoint(self.shard, services.forward) if services.forward else ShardEndpoint(self.shard)

@@ -21,6 +21,7 @@ never the only copy (docs/invariants.md #11):
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import logging
@@ -28,7 +29,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import pyarrow.dataset as pads
 
@@ -156,12 +157,13 @@ class ShardState:
     restored: Restored | None = None  # what OUT held for this shard when it started
 
 
-def open_shard_store(cfg: CrawlConfig, shard_id: str, sdir: str, clock: Clock) -> ShardState:
+def open_shard_store(cfg: CrawlConfig, shard_id: str, sdir: str, clock: Clock,
+                     run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread) -> ShardState:
     """The shard's store under ``sdir`` (a :func:`state_dir` spec, resolved here).
 
     With a remote output the store is rebuilt from OUT (crawler.recovery.statelog.restore: newest
     snapshot plus the changes logged since), whatever the node's disk holds, and every
-    change from now on is journaled to OUT."""
+    change from now on is journaled to OUT (its object-store calls through ``run_blocking``)."""
     out, options = cfg.output.path, dict(cfg.output.storage_options) or None
     local = os.path.join(here(sdir), f"{shard_id}.sqlite")
     if not is_remote(out):
@@ -173,7 +175,7 @@ def open_shard_store(cfg: CrawlConfig, shard_id: str, sdir: str, clock: Clock) -
     discard(events)
     if found.events is not None:
         remote.get_file(found.events.path, events)
-    slog = StateLog(remote, found.gen, clock, interval_s=cfg.runtime.state_log_interval_s)
+    slog = StateLog(remote, found.gen, clock, interval_s=cfg.runtime.state_log_interval_s, run_blocking=run_blocking)
     store = FrontierStore(local, journal=slog.append)
     store.replay(found.records)
     if found.anything:

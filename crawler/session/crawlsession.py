@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from crawler.session import ledger
 from crawler.clock import SYSTEM_CLOCK, Clock
@@ -69,6 +69,8 @@ class CrawlSession:
         clock: the poll timer's clock.
         on_progress: called with crawl-wide totals after every poll.
         on_start: called once the mode is known and the shards run (CLI messages).
+        run_blocking: runs the lease's blocking I/O (default: a worker thread; the fault
+            simulator passes its driver process's, crawler.testing.sim).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class CrawlSession:
         poll_interval_s: float = 0.05,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
         on_start: Callable[["CrawlSession"], None] | None = None,
+        run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
     ) -> None:
         self.cfg = cfg
         self.runtime = runtime
@@ -97,6 +100,7 @@ class CrawlSession:
         self.poll_interval_s = poll_interval_s
         self.on_progress = on_progress
         self.on_start = on_start
+        self._run_blocking = run_blocking
         self.mode = "new"
         self.record: CrawlRecord | None = None
         self.topology: Topology | None = None
@@ -124,8 +128,9 @@ class CrawlSession:
         sdir = None
         epoch = None
         if self._durable:
-            self.lease = Lease(LeaseStore(self.cfg.output.path, self._options()), self.cfg.runtime.lease_ttl_s)
-            epoch = await asyncio.to_thread(self.lease.acquire)
+            self.lease = Lease(LeaseStore(self.cfg.output.path, self._options()), self.cfg.runtime.lease_ttl_s,
+                               wall=self.clock.wall)
+            epoch = await self._run_blocking(self.lease.acquire)
             # Renewed (and the shards told the driver lives) from now on: starting the
             # runtime can take longer than runtime.lease_ttl_s on a busy or cold cluster,
             # and shards that find the lease expired fence themselves off for good.
@@ -284,7 +289,7 @@ class CrawlSession:
                     log.warning("copying state to the output failed: %r", exc)
             if self.lease is not None and self.clock.now() - renewed >= renew_every:
                 renewed = self.clock.now()
-                if not await asyncio.to_thread(self.lease.renew):
+                if not await self._run_blocking(self.lease.renew):
                     self.fenced = "another run took the output's lease"
                     log.error("%s: stopping this run", self.fenced)
                     self.request_stop()

@@ -35,6 +35,7 @@ def create_bucket(endpoint: str, bucket: str) -> None:
     the crawler: the tests need no boto3 of their own)."""
     import s3fs
 
-    fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint,
-                                                                          "region_name": "us-east-1"})
+    # No region: us-east-1 takes no LocationConstraint (S3 refuses one naming it).
+    fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint},
+                           skip_instance_cache=True)
     fs.mkdir(bucket)

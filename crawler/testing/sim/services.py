@@ -1,0 +1,283 @@
+"""The crawl's processes in the simulated cluster: shards, the services, and the driver's runtime.
+
+:class:`SimRuntime` is the driver's side of the runtime seam (crawler.session.runtime),
+as ``actors.rayruntime.RayRuntime`` is on Ray: it starts each shard as a
+:class:`~crawler.engine.shardserver.ShardServer` and each crawl-wide service as an actor
+of the simulated cluster, and calls them the way RayRuntime calls actors (statuses with
+a timeout, heartbeats that wait at most 0.2 s, deliveries that wait for a restarting
+shard). The services are the crawler's own plain classes, started the way their actors
+start them (actors/serviceactors.py): from their copies in OUT when the output is remote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from crawler.config.settings import CrawlConfig
+from crawler.engine.sharedservices import BudgetPool, ContentIndexService, shard_log
+from crawler.engine.shardserver import ShardServer, ShardServices
+from crawler.engine.status import ShardStatus
+from crawler.errors import ServiceUnavailableError
+from crawler.engine.assembly import build_fetcher
+from crawler.frontier.urlitem import UrlItem
+from crawler.recovery import statefiles as state
+from crawler.seen import SeenGroup, SeenSet
+from crawler.session.inprocess import seen_capacity_per_shard
+from crawler.session.runtime import Plan
+from crawler.session.shardcalls import ShardCalls, merge_seen_stats
+from crawler.testing.sim.cluster import ActorUnavailable, Cluster, SimActor
+from crawler.testing.sim.nodes import Machine, Process
+
+if TYPE_CHECKING:
+    from crawler.testing.sim.web import SimWeb
+
+log = logging.getLogger(__name__)
+
+#: What RayRuntime waits for a status round and for the final stop (actors/rayruntime.py).
+STATUS_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 120.0
+HEARTBEAT_WAIT_S = 0.2
+
+
+class SeenReplica:
+    """One seen shard, as actors/serviceactors.SeenFilter runs it."""
+
+    def __init__(self, cfg: CrawlConfig, index: int, capacity: int, folder: str, restarted: bool) -> None:
+        d = cfg.dedup
+        out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
+        self.name = state.seen_name(index, d.seen_exact)
+        self.remote = (out, opts) if state.is_remote(out) else None
+        path = os.path.join(folder, f"seen-{index:03d}.sqlite")
+        self.restored = 0
+        if self.remote is not None:
+            fetched = state.fetch_local(out, opts, self.name, os.path.join(folder, self.name))
+            self.restored = int(fetched or restarted)
+        self.set = SeenSet(capacity, d.seen_error_rate, exact=d.seen_exact, bloom=d.seen_bloom, path=path)
+
+    async def check_and_add_hashes(self, hashes: list[int]) -> list[bool]:
+        return self.set.check_and_add_hashes(hashes)
+
+    async def forget_hashes(self, hashes: list[int]) -> int:
+        return self.set.forget_hashes(hashes)
+
+    async def ship(self, wall: float) -> None:
+        if self.remote is not None:
+            state.ship(self.set.backup, self.remote[0], self.name, wall, self.remote[1])
+
+    async def stats(self) -> dict[str, Any]:
+        return {**self.set.stats(), "restored_from_out": self.restored}
+
+    async def close(self) -> None:
+        self.set.close()
+
+
+class ContentReplica:
+    """The duplicate-content index, as actors/serviceactors.ContentIndexActor runs it (one shard)."""
+
+    def __init__(self, cfg: CrawlConfig, folder: str, process: Process) -> None:
+        d, rt = cfg.dedup, cfg.runtime
+        out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
+        self.path = os.path.join(folder, "content")
+        self.remote = (out, opts) if state.is_remote(out) else None
+        if self.remote is not None:
+            state.fetch_local(out, opts, os.path.basename(shard_log(self.path, 0)), shard_log(self.path, 0))
+        self.service = ContentIndexService(d.simhash_distance, d.simhash_tables, process.clock, path=self.path,
+                                           every_s=rt.content_snapshot_interval_s)
+
+    async def check_and_add(self, items: list[tuple[str, str, int | None]]) -> list[tuple[str | None, str | None]]:
+        return await self.service.check_and_add(items)
+
+    async def save(self) -> None:
+        await self.service.save()
+
+    async def ship(self, wall: float) -> None:
+        if self.remote is not None:
+            await self.service.save()
+            name = os.path.basename(shard_log(self.path, 0))
+            state.ship_file(self.remote[0], self.remote[1], name, shard_log(self.path, 0), wall)
+
+    async def stats(self) -> dict[str, Any]:
+        return await self.service.stats()
+
+
+class BudgetReplica:
+    """The page budget, as actors/serviceactors.Budget runs it."""
+
+    def __init__(self, cfg: CrawlConfig, folder: str, process: Process) -> None:
+        out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
+        self.path = os.path.join(folder, "budget.json")
+        self.remote = (out, opts) if state.is_remote(out) else None
+        self.clock = process.clock
+        if self.remote is not None:
+            state.fetch_local(out, opts, "budget.json", self.path)
+        self.pool = BudgetPool(cfg.limits.max_pages, self.path)
+
+    async def lease(self, n: int) -> int:
+        granted = self.pool.lease(n)
+        if granted and self.remote is not None:
+            state.ship_file(self.remote[0], self.remote[1], "budget.json", self.path, self.clock.wall())
+        return granted
+
+    async def ship(self, wall: float) -> None:
+        if self.remote is not None:
+            state.ship_file(self.remote[0], self.remote[1], "budget.json", self.path, wall)
+
+
+class SimRuntime(ShardCalls):
+    """The runtime seam of a session whose shards and services live in a simulated cluster.
+
+    Args:
+        cluster: the simulated cluster.
+        driver: the driver's process (every call the session makes leaves from it).
+        web: the simulated web the shards fetch from.
+        shard_machines: where shards are placed, in turn; services go on ``service_machine``.
+        shards, seen_shards: how many of each a new crawl gets.
+    """
+
+    def __init__(self, cluster: Cluster, driver: Process, web: "SimWeb", *, shard_machines: list[Machine],
+                 service_machine: Machine, shards: int, seen_shards: int, run: int) -> None:
+        self.cluster = cluster
+        self.driver = driver
+        self.web = web
+        self.shard_machines = shard_machines
+        self.service_machine = service_machine
+        self.shards_wanted = shards
+        self.seen_wanted = seen_shards
+        self.run = run
+        self.shards: dict[str, SimActor] = {}
+        self.seen_actors: list[SimActor] = []
+        self.content: SimActor | None = None
+        self.budget: SimActor | None = None
+        self._seen: SeenGroup | None = None
+
+    def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
+        return self.shards_wanted, self.seen_wanted
+
+    def actors(self) -> list[SimActor]:
+        return [*self.shards.values(), *self.seen_actors, *(a for a in (self.content, self.budget) if a is not None)]
+
+    async def start(self, plan: Plan) -> None:
+        cfg, c = plan.cfg, self.cluster
+        rt = cfg.runtime
+        cap = seen_capacity_per_shard(cfg, plan.seen_shards)
+        svc = self.service_machine
+
+        def folder(process: Process) -> str:
+            path = os.path.join(process.machine.disk, "state")
+            os.makedirs(path, exist_ok=True)
+            return path
+
+        self.seen_actors = [
+            c.spawn(f"r{self.run}/seen-{i}", svc,
+                    lambda p, n, i=i: SeenReplica(cfg, i, cap, folder(p), restarted=n > 1), max_restarts=rt.max_restarts)
+            for i in range(plan.seen_shards)
+        ]
+        self.content = c.spawn(f"r{self.run}/content", svc, lambda p, n: ContentReplica(cfg, folder(p), p),
+                               max_restarts=rt.max_restarts)
+        self.budget = c.spawn(f"r{self.run}/budget", svc, lambda p, n: BudgetReplica(cfg, folder(p), p),
+                              max_restarts=rt.max_restarts)
+        self._seen = self._seen_group(self.driver)
+        for k, sid in enumerate(plan.shard_ids):
+            machine = self.shard_machines[k % len(self.shard_machines)]
+            self.shards[sid] = c.spawn(f"r{self.run}/{sid}", machine,
+                                       lambda p, n, sid=sid: self._build_shard(plan, sid, p, n, folder(p)),
+                                       max_restarts=rt.max_restarts)
+        await asyncio.gather(*(self._call(sid, "start", patient=True) for sid in self.shards))
+
+    def _seen_group(self, src: Process) -> SeenGroup:
+        def check(actor: SimActor):
+            return lambda hashes: self.cluster.call(src, actor, "check_and_add_hashes", hashes)
+
+        def forget(actor: SimActor):
+            return lambda hashes: self.cluster.call(src, actor, "forget_hashes", hashes)
+
+        return SeenGroup([check(a) for a in self.seen_actors], [forget(a) for a in self.seen_actors])
+
+    def _build_shard(self, plan: Plan, sid: str, process: Process, number: int, folder: str) -> ShardServer:
+        cfg, c = plan.cfg, self.cluster
+        assert self.content is not None and self.budget is not None
+        content, budget = self.content, self.budget
+
+        async def content_call(items: list[tuple[str, str, int | None]]) -> Any:
+            return await c.patient(process.clock, lambda: c.call(process, content, "check_and_add", items))
+
+        async def lease(n: int) -> int:
+            return await c.patient(process.clock, lambda: c.call(process, budget, "lease", n))
+
+        async def deliver(owner: str, items: list[UrlItem]) -> Any:
+            return await c.patient(process.clock, lambda: c.call(process, self.shards[owner], "accept", items))
+
+        services = ShardServices(seen=self._seen_group(process), content=content_call, lease_pages=lease, deliver=deliver)
+        return ShardServer(
+            cfg, sid, plan.shard_ids, services=services, seeds=plan.seeds, state_dir=folder if plan.state_dir else None,
+            epoch=plan.epoch, incarnation=f"{self.run}.{number}", clock=process.clock,
+            fetcher=build_fetcher(cfg, process.clock, transport=self.web.transport(process)),
+            run_blocking=process.run_blocking,
+        )
+
+    async def heartbeat(self) -> None:
+        calls = [asyncio.ensure_future(self.cluster.call(self.driver, a, "heartbeat")) for a in self.shards.values()]
+        for fut in calls:
+            fut.add_done_callback(_retrieve)
+        if calls:
+            await asyncio.wait(calls, timeout=HEARTBEAT_WAIT_S)
+
+    async def ship_state(self) -> None:
+        wall = self.driver.clock.wall()
+        await asyncio.gather(*(self.cluster.call(self.driver, a, "ship", wall)
+                               for a in (*self.seen_actors, self.content, self.budget) if a is not None))
+
+    async def seen_check(self, urls: list[str]) -> list[bool]:
+        assert self._seen is not None
+        return await self._seen.check_and_add(urls)
+
+    async def seen_forget(self, urls: list[str]) -> int:
+        assert self._seen is not None
+        return await self._seen.forget(urls)
+
+    def _shard_ids(self) -> list[str]:
+        return list(self.shards)
+
+    async def _call(self, shard_id: str, method: str, *args: Any, patient: bool = False) -> Any:
+        actor = self.shards[shard_id]
+        if not patient:
+            return await self.cluster.call(self.driver, actor, method, *args)
+        return await self.cluster.patient(self.driver.clock, lambda: self.cluster.call(self.driver, actor, method, *args))
+
+    async def statuses(self) -> list[ShardStatus] | None:
+        try:
+            return list(await asyncio.wait_for(
+                asyncio.gather(*(self.cluster.call(self.driver, a, "status") for a in self.shards.values())),
+                STATUS_TIMEOUT_S))
+        except (ActorUnavailable, asyncio.TimeoutError) as exc:
+            log.info("a shard did not answer (restarting?): %s", type(exc).__name__)
+            return None
+
+    async def stop(self) -> list[ShardStatus]:
+        finals = await asyncio.wait_for(
+            asyncio.gather(*(self.cluster.call(self.driver, a, "stop") for a in self.shards.values())), STOP_TIMEOUT_S)
+        if self.content is not None:
+            await self.cluster.call(self.driver, self.content, "save")
+        return list(finals)
+
+    async def service_stats(self) -> dict[str, Any]:
+        seen = merge_seen_stats(await asyncio.gather(*(self.cluster.call(self.driver, a, "stats") for a in self.seen_actors)))
+        content = await self.cluster.call(self.driver, self.content, "stats") if self.content is not None else {}
+        return {"seen": seen, "content": content}
+
+    async def close(self) -> None:
+        for a in self.seen_actors:
+            try:
+                await self.cluster.call(self.driver, a, "close")
+            except (ActorUnavailable, ServiceUnavailableError) as exc:
+                log.info("closing %s: %r", a.name, exc)
+        for a in self.actors():
+            self.cluster.kill_actor(a)
+
+
+def _retrieve(fut: "asyncio.Future[Any]") -> None:
+    if not fut.cancelled():
+        fut.exception()
