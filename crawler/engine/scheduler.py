@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable, Protocol, Sequence
 from crawler.engine.admission import Admission
 from crawler.recovery.checkpoint import Checkpointer
 from crawler.clock import Clock, wait_event
-from crawler.errors import DeliveryError, FencedError
+from crawler.errors import DeliveryError, FencedError, StorageError
 from crawler.events.emitter import EventEmitter
 from crawler.fetch.fetcher import FetchResult, classify
 from crawler.placement.handover import HostState, Regions
@@ -54,6 +54,10 @@ log = logging.getLogger(__name__)
 
 #: Longest wait of the loop with nothing due (it wakes earlier on any event).
 IDLE_WAIT_S = 1.0
+#: How often a shard whose gate is shut (driver silent, lease unknown) looks again. The
+#: gate opens without an event (a heartbeat, a lease read), so the loop polls it -- and
+#: waits between looks: a shut gate with due hosts must not spin the loop.
+GATE_RETRY_S = 0.1
 
 
 class PageBudget(Protocol):
@@ -182,6 +186,7 @@ class ShardScheduler:
         self._budget_spent = False
         self._final_counts: dict[str, int] | None = None
         self._started = False
+        self._gated = False  # the last dispatch found the gate shut
 
     # -- input ----------------------------------------------------------------------
 
@@ -324,7 +329,8 @@ class ShardScheduler:
             await self.regions.close()
         try:
             await self.outbox.flush(final=True)
-        except FencedError as exc:
+        except (FencedError, StorageError) as exc:
+            # Not acked: the URLs stay claimed in the store, and the next run fetches them again.
             log.error("%s: final rows not written: %s (the next run fetches them again)", self.shard_id, exc)
         if self.events is not None:
             await self.events.close()  # done by the final flush, unless that was fenced off
@@ -338,10 +344,16 @@ class ShardScheduler:
         wake = self.frontier.next_wakeup()
         if wake is None or self._budget_spent:
             return IDLE_WAIT_S
+        if self._gated:
+            return GATE_RETRY_S
         return min(IDLE_WAIT_S, max(0.0, max(wake, self._hold.until) - self.clock.now()))
 
     def _dispatch(self) -> None:
-        if self._stopping or self._budget_spent or self.clock.now() < self._hold.until or not self.gate():
+        self._gated = False
+        if self._stopping or self._budget_spent or self.clock.now() < self._hold.until:
+            return
+        if not self.gate():
+            self._gated = True
             return
         if self.feed is not None:
             self.feed.tick()

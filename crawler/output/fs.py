@@ -25,6 +25,7 @@ __all__ = [
     "OUTPUT_MARKS",
     "check_new_file",
     "check_output_folder",
+    "create_new",
     "ensure_dir",
     "fsync_path",
     "is_local",
@@ -111,6 +112,43 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes, *, fsync: boo
         write_local_atomic(path, data, fsync=fsync, fsync_parent=True)
     else:
         fs.pipe_file(path, data)
+
+
+def create_new(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> bool:
+    """Create ``path`` with ``data`` only if nothing is there; True if this call created it.
+
+    The one conditional write the crawler relies on (docs/invariants.md #9 and #15): two
+    callers racing for one name, exactly one wins. Locally ``O_CREAT | O_EXCL`` on a
+    hidden temporary name, then ``os.link`` to the name (atomic, and fails if it
+    exists), so the name never shows a half-written file. On an object store one PUT with
+    ``If-None-Match: *`` (fsspec's ``mode="create"``: s3fs and S3 since 2024; a 412 comes
+    back as FileExistsError). A store that ignores the condition overwrites: callers read
+    back what they created.
+    """
+    if is_local(fs):
+        directory, name = os.path.split(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, temp_name(name))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            fsync_path(directory)
+            return True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    try:
+        fs.pipe_file(path, data, mode="create")
+    except FileExistsError:
+        return False
+    return True
 
 
 def ensure_dir(fs: fsspec.AbstractFileSystem, path: str) -> None:

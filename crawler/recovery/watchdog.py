@@ -5,9 +5,11 @@ several times a second (heartbeat, status); each call is a :meth:`ShardWatchdog.
 After ``driver_timeout_s`` without one the shard is *silent*: its gate
 (:meth:`ShardWatchdog.may_work`) starts no fetch and accepts no work, and the
 watchdog asks, once per silence, that what was fetched be made durable and acked at
-once. Once the output's lease is lost (expired, or taken by a newer run) the gate stays
-shut for good and the watchdog hands the shard to :meth:`WatchdogHooks.on_lease_lost`,
-which closes it without writing.
+once. Once a newer run has claimed the output (a newer epoch: crawler.recovery.lease) the
+gate stays shut for good and the watchdog hands the shard to
+:meth:`WatchdogHooks.on_lease_lost`, which closes it without writing. Both are facts this
+shard observes itself: silence on its own monotonic clock, epochs in the output -- never
+another machine's wall clock (docs/invariants.md #14).
 
 The actor in ``actors/host_shard.py`` owns one of these and supplies the hooks; the
 logic lives here so that a test drives it with :class:`~crawler.clock.MockClock`.
@@ -74,7 +76,11 @@ class ShardWatchdog:
         self._stopped = False
 
     def contact(self) -> None:
-        """The driver was heard from (a heartbeat, a status poll, a start)."""
+        """The driver was heard from (a heartbeat, a status poll, a start). After a
+        silence the gate reopens only once the epochs are read again: a driver that was
+        stopped while a newer run took over must not wake its shards for one more fetch."""
+        if self.silent() and self.fence is not None:
+            self.fence.recheck()
         self._last_contact = self._clock.now()
 
     def silent(self) -> bool:
@@ -114,7 +120,9 @@ class ShardWatchdog:
             elif not silent:
                 flushed_silence = False
             self._hooks.on_tick()
-            if self.fence is not None and not self.fence.ok():
+            if self.fence is not None:
+                self.fence.ok()  # reread the epochs (at most once per check interval)
+            if self.fence is not None and self.fence.lost:
                 log.error("%s: %s; closing without writing", self._name, self.fence.reason)
                 self._stopped = True
                 await self._hooks.on_lease_lost(self.fence.reason)

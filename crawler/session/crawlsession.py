@@ -35,9 +35,9 @@ from crawler.session import ledger
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config.settings import CrawlConfig
 from crawler.session.crawlstats import crawl_stats, merge_status, read_stats, write_stats
-from crawler.errors import ConfigError, ServiceUnavailableError, ShardFailedError
+from crawler.errors import ConfigError, ServiceUnavailableError, ShardFailedError, StorageError
 from crawler.placement.topology import Topology, shard_ids
-from crawler.recovery.lease import Lease, LeaseStore
+from crawler.recovery.lease import Holder, Lease, LeaseStore
 from crawler.output import compact_pages
 from crawler.recovery.crawlrecord import CrawlRecord, crawl_state_dir, mark_finished, prepare
 from crawler.session.runtime import Plan, Runtime
@@ -71,6 +71,7 @@ class CrawlSession:
         on_start: called once the mode is known and the shards run (CLI messages).
         run_blocking: runs the lease's blocking I/O (default: a worker thread; the fault
             simulator passes its driver process's, crawler.testing.sim).
+        holder: who takes the output's lease (default: this process on this machine).
     """
 
     def __init__(
@@ -86,6 +87,7 @@ class CrawlSession:
         on_progress: Callable[[dict[str, Any]], None] | None = None,
         on_start: Callable[["CrawlSession"], None] | None = None,
         run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
+        holder: Holder | None = None,
     ) -> None:
         self.cfg = cfg
         self.runtime = runtime
@@ -101,6 +103,7 @@ class CrawlSession:
         self.on_progress = on_progress
         self.on_start = on_start
         self._run_blocking = run_blocking
+        self._holder = holder
         self.mode = "new"
         self.record: CrawlRecord | None = None
         self.topology: Topology | None = None
@@ -129,11 +132,10 @@ class CrawlSession:
         epoch = None
         if self._durable:
             self.lease = Lease(LeaseStore(self.cfg.output.path, self._options()), self.cfg.runtime.lease_ttl_s,
-                               wall=self.clock.wall)
-            epoch = await self._run_blocking(self.lease.acquire)
+                               clock=self.clock, run_blocking=self._run_blocking, holder=self._holder)
+            epoch = await self.lease.acquire()
             # Renewed (and the shards told the driver lives) from now on: starting the
-            # runtime can take longer than runtime.lease_ttl_s on a busy or cold cluster,
-            # and shards that find the lease expired fence themselves off for good.
+            # runtime can take longer than runtime.lease_ttl_s on a busy or cold cluster.
             self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
             try:
                 self.record, self.mode = prepare(self.cfg, n, n_seen, force=self._force)
@@ -267,29 +269,52 @@ class CrawlSession:
         return stats
 
     async def _heartbeat(self) -> None:
-        """Tell the shards the driver lives; renew the lease; stop if another run took it."""
+        """Tell the shards the driver lives; renew the lease; stop if another run took it.
+
+        Heartbeats go out only while the lease is fresh on this process's clock
+        (crawler.recovery.lease.Lease.fresh): a driver that cannot renew (the object store
+        down) goes quiet before anyone could see its lease lapse, so its shards stop
+        fetching first (docs/invariants.md #14). A failed renewal is retried, not a verdict.
+        """
         rt = self.cfg.runtime
         beat = rt.driver_timeout_s / 5
         renew_every = rt.lease_ttl_s / 4
-        renewed = shipped = self.clock.now()
+        next_renewal = self.clock.now() + renew_every
+        shipped = self.clock.now()
         remote = is_remote(self.cfg.output.path)
         beat_task: asyncio.Future[None] | None = None
+        quiet = False
         while True:
             await self.clock.sleep(beat)
-            # Sent without waiting for the answers: actors still being created (or
-            # restarted) answer late, and the lease renewal below must not wait for them.
-            if beat_task is None or beat_task.done():
-                beat_task = asyncio.ensure_future(self.runtime.heartbeat())
-                beat_task.add_done_callback(_log_missed_beat)
-            if remote and self.clock.now() - shipped >= rt.state_ship_interval_s:
+            lease = self.lease
+            if lease is None or lease.fresh():
+                # Sent without waiting for the answers: actors still being created (or
+                # restarted) answer late, and the renewal below must not wait for them.
+                if beat_task is None or beat_task.done():
+                    beat_task = asyncio.ensure_future(self.runtime.heartbeat())
+                    beat_task.add_done_callback(_log_missed_beat)
+                if quiet:
+                    log.warning("the lease is renewed again: the shards may work")
+                quiet = False
+            elif not quiet:
+                quiet = True
+                log.error("the output's lease was not renewed for %.0fs: the shards are told nothing until it is",
+                          self.clock.now() - (lease.renewed_at or 0.0))
+            if remote and not quiet and self.clock.now() - shipped >= rt.state_ship_interval_s:
                 shipped = self.clock.now()
                 try:
                     await self.runtime.ship_state()
                 except Exception as exc:  # noqa: BLE001 - the local copies are intact; next time
                     log.warning("copying state to the output failed: %r", exc)
-            if self.lease is not None and self.clock.now() - renewed >= renew_every:
-                renewed = self.clock.now()
-                if not await self._run_blocking(self.lease.renew):
+            if lease is not None and self.clock.now() >= next_renewal:
+                try:
+                    renewed = await self._run_blocking(lease.renew)
+                except StorageError as exc:
+                    log.warning("renewing the output's lease failed (retrying): %s", exc)
+                    next_renewal = self.clock.now() + min(renew_every, 1.0)
+                    continue
+                next_renewal = self.clock.now() + renew_every
+                if not renewed:
                     self.fenced = "another run took the output's lease"
                     log.error("%s: stopping this run", self.fenced)
                     self.request_stop()

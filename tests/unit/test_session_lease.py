@@ -65,9 +65,8 @@ def test_the_lease_is_renewed_while_the_runtime_starts(tmp_path, monkeypatch):
     async def inline(fn: Any, *args: Any) -> Any:  # lease file I/O without a thread: the mock clock can settle
         return fn(*args)
 
-    monkeypatch.setattr(asyncio, "to_thread", inline)
     runtime = SlowStartRuntime(clock, start_s=20.0)  # more than three lease lifetimes
-    session = CrawlSession(cfg, runtime, clock=clock)
+    session = CrawlSession(cfg, runtime, clock=clock, run_blocking=inline)
 
     async def main() -> None:
         task = asyncio.ensure_future(session.start())

@@ -58,11 +58,10 @@ async def test_the_lease_is_renewed_while_the_runtime_starts(tmp_path, monkeypat
         return fn(*args)
 
     monkeypatch.setattr(Lease, "renew", renew)
-    monkeypatch.setattr(asyncio, "to_thread", inline)  # the lease's file I/O, inline: no threads
     cfg = config.from_dict({"seeds": ["http://a.test/"], "output": {"path": str(tmp_path / "out")},
                             "runtime": {"lease_ttl_s": TTL}})
     runtime = SlowRuntime(clock)
-    session = CrawlSession(cfg, runtime, clock=clock)
+    session = CrawlSession(cfg, runtime, clock=clock, run_blocking=inline)  # the lease's file I/O, inline: no threads
     assert not session.ready
     task = asyncio.ensure_future(session.start())
     await clock.run_until(task.done, max_time=START_S + 10)

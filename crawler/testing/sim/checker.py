@@ -12,8 +12,9 @@ verdict it gave. The checks, each a list of violations (empty: the seed passes):
    has a row in OUT, and every reachable robots-disallowed URL a ``robots_blocked`` row.
 4. **Each page once**, outside the in-flight window: a page requested more often than
    the ground truth allows (retries of transient failures are allowed) is excused only
-   when the process that fetched it before ended (killed, or declared dead and replaced)
-   before a row of that page was durable in OUT -- the page was in flight at a fault.
+   when the process that fetched it before ended (killed, crashed, or its machine lost or
+   declared dead, its successor taking over) before it was fetched again, and no row of
+   it was durable in OUT by then -- the page was in flight at a fault.
 5. **Politeness at the server**: per host, consecutive requests start at least the
    politeness interval apart (less the drift of the fastest simulated clock), and never
    while another request to the host is open -- across every process and incarnation.
@@ -97,43 +98,26 @@ def _outcomes(world: "World", rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _ends(world: "World") -> dict[str, float]:
-    """When each process ended: killed, or declared dead and replaced (a zombie)."""
+    """When each process stopped being the one doing its work: killed, crashed, its machine
+    lost or declared dead (it may run on as a zombie, but its successor took over), or, for
+    a driver, killed. Processes that never ended are absent."""
+    started: dict[str, tuple[float, str]] = {}
     ends: dict[str, float] = {}
     for at, kind, subject, detail in world.cluster.events:
-        if kind in ("crash", "killed", "zombie_killed"):
-            ends.setdefault(subject if kind == "zombie_killed" else detail, at)
-    for actor in world.cluster.actors:
-        for inc in actor.old:
-            name = inc.process.name
-            if name not in ends:
-                ends[name] = _first_end(world, inc)
-    for m in world.cluster.machines.values():
-        for p in m.processes:
-            if p.state == "dead" and p.name not in ends:
-                ends[p.name] = _death_time(world, p.name)
+        if kind == "started":
+            name, _, machine = detail.partition(" on ")
+            started[name] = (at, machine)
+        elif kind in ("crash", "killed"):
+            ends.setdefault(detail, at)
+        elif kind == "zombie_killed":
+            ends.setdefault(subject, at)
+        elif kind == "driver_killed":
+            ends.setdefault(subject, at)
+        elif kind in ("machine_lost", "declared_dead"):
+            for name, (t0, machine) in started.items():
+                if machine == subject and t0 <= at:
+                    ends[name] = min(ends.get(name, at), at)
     return ends
-
-
-def _first_end(world: "World", inc: Any) -> float:
-    """When an old incarnation stopped being its actor's: the first event that names its
-    machine or process after it started (its machine lost or declared dead, the driver
-    killed), else the end of the simulation."""
-    name, machine = inc.process.name, inc.process.machine.name
-    for at, kind, subject, detail in world.cluster.events:
-        if kind in ("crash", "killed") and detail == name:
-            return at
-        if kind in ("machine_lost", "declared_dead") and subject == machine:
-            return at
-        if kind == "driver_killed":
-            return at
-    return world.clock.now()
-
-
-def _death_time(world: "World", name: str) -> float:
-    for at, kind, subject, detail in world.cluster.events:
-        if kind in ("driver_killed", "machine_lost", "crash", "killed", "zombie_killed") and name in (subject, detail):
-            return at
-    return world.clock.now()
 
 
 def _once(world: "World", rows: list[dict[str, Any]]) -> list[str]:
@@ -146,16 +130,23 @@ def _once(world: "World", rows: list[dict[str, Any]]) -> list[str]:
         expected = truth.expected_requests(url, attempts)
         if expected is None or expected == 0 or len(reqs) <= expected:
             continue
+        # Requests in flight at a fault: those of a process that ended (or was replaced)
+        # before the next process asked for the page again, with no row of it durable by
+        # then. A retry sequence cut off that way starts over in the successor.
+        first_durable = durable.get(url)
+        groups: list[list[Any]] = []
+        for r in reqs:
+            if groups and groups[-1][0].process == r.process:
+                groups[-1].append(r)
+            else:
+                groups.append([r])
         excused = 0
-        for earlier in reqs[:-1]:
-            end = ends.get(earlier.process)
-            if end is None or end < earlier.start:
-                continue
-            first_durable = durable.get(url)
-            if first_durable is None or first_durable > end:
-                excused += 1
-        extra = len(reqs) - expected
-        if extra > excused:
+        for group, following in zip(groups, groups[1:]):
+            end = ends.get(group[0].process)
+            again = following[0].start
+            if end is not None and end <= again and (first_durable is None or first_durable > again):
+                excused += len(group)
+        if len(reqs) - excused > expected:
             who = ", ".join(f"{r.process}@{r.start:.2f}" for r in reqs)
             out.append(f"{url} requested {len(reqs)} times (expected {expected}; {excused} in flight at a fault): {who}")
     return _limit("requested twice", out)

@@ -84,6 +84,7 @@ class SimActor:
             return False
         self.current = Incarnation(self.incarnations, process, obj)
         self.home = machine
+        self.cluster.record("started", self.name, f"{process.name} on {machine.name}")
         return True
 
     def lose_current(self) -> Incarnation | None:

@@ -32,6 +32,7 @@ from typing import Any
 from crawler.clock import MockClock
 from crawler.config import settings as config
 from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError
+from crawler.recovery.lease import Holder
 from crawler.session.crawlsession import CrawlSession
 from crawler.testing.sim import loop as simloop
 from crawler.testing.sim.cluster import Cluster, SimActor
@@ -231,7 +232,8 @@ class World:
                              shards=self.shape.shards, seen_shards=self.shape.seen_shards, run=number)
         self.runtime = runtime
         self._driver_killed = asyncio.Event()
-        session = CrawlSession(self.cfg, runtime, clock=driver.clock, run_blocking=driver.run_blocking)
+        holder = Holder(self.head.name, number, self._driver_alive)
+        session = CrawlSession(self.cfg, runtime, clock=driver.clock, run_blocking=driver.run_blocking, holder=holder)
         task = asyncio.ensure_future(session.run())
         killed = asyncio.ensure_future(self._driver_killed.wait())
         await asyncio.wait((task, killed), return_when=asyncio.FIRST_COMPLETED)
@@ -261,6 +263,11 @@ class World:
         record.finished = bool(stats.get("finished"))
         record.exit = exit_status(stats)
         record.marked_finished = self._marked_finished()
+
+    def _driver_alive(self, number: int) -> bool:
+        """Whether the driver of run ``number`` still runs (the lease's pid check)."""
+        name = f"driver#{number}"
+        return any(p.name == name and p.state != "dead" for p in self.head.processes)
 
     async def _close(self, runtime: SimRuntime) -> None:
         for actor in runtime.actors():
