@@ -61,6 +61,7 @@ class HostShard:
         state_dir: str | None,
         epoch: int | None = None,
         render_workers: Sequence[Any] = (),
+        after_crash: bool = False,
     ) -> None:
         logging.basicConfig(level=logging.WARNING)
         cfg = from_dict(cfg_dict)
@@ -90,6 +91,9 @@ class HostShard:
             incarnation=uuid.uuid4().hex[:8],
             wrap_fetcher=lambda fetcher: TimedFetcher(fetcher, self.metrics.observe_latency),
             on_tick=self._export_metrics, on_exit=self._exit,
+            # Restarted by Ray (its process died), or started by a run that took over a
+            # dead run's output: a predecessor may still have requests open.
+            restarted=after_crash or ray.get_runtime_context().was_current_actor_reconstructed,
         )
         self.shard = self.server.shard
         self.topology = self.server.topology

@@ -148,7 +148,7 @@ class RayRuntime(ShardCalls):
         self.shards = {
             sid: HostShard.options(**placement(sid), name=shard_actor_name(self.crawl_name, sid), **restart).remote(
                 cfg_dict, sid, ids, self.seen_actors, self.content_actor, self.budget_actor, list(plan.seeds),
-                self.crawl_name, sdir, plan.epoch, self.render_workers,
+                self.crawl_name, sdir, plan.epoch, self.render_workers, plan.after_crash,
             )
             for sid in ids
         }

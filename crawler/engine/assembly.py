@@ -149,6 +149,7 @@ def _resume(
     regions: Regions | None,
     counters: Counter[str],
     hold: Hold,
+    unclean: bool = False,
 ) -> tuple[list[Callable[[], Awaitable[None]]], int]:
     """Bring a shard's parts back from its store (and, rebuilt from OUT, the rows written
     since the snapshot): the steps to run before its first dispatch, and how many URLs
@@ -176,11 +177,26 @@ def _resume(
         counters["restarts_from_out"] += 1
         counters["restored_done_from_rows"] += settled
     resumed = resume_queue(store, frontier)
-    if had_checkpoint or resumed:
+    if unclean:
+        hold.hold(unclean_hold_s(cfg))
+    elif had_checkpoint or resumed:
         # No request before one interval: a host contacted just before the stop is
         # not contacted again too soon.
         hold.hold(max(cfg.politeness.interval_s, 0.05))
     return on_start, resumed
+
+
+def unclean_hold_s(cfg: CrawlConfig) -> float:
+    """How long a shard that follows an unclean end waits before its first request.
+
+    Its predecessor -- a crashed or partitioned incarnation, or the shards of a run
+    whose driver died -- may still have a request open to a host this shard is about to
+    contact: on a machine cut off from the cluster it runs on (a zombie), and a request
+    lasts up to ``fetch.timeout_s``. Waiting that long, plus one interval, keeps one
+    request in flight per host as the server sees it (docs/invariants.md #2) across
+    incarnations; a clean resume waits one interval only.
+    """
+    return cfg.fetch.timeout_s + max(cfg.politeness.interval_s, 0.05)
 
 
 def build_politeness(cfg: CrawlConfig, clock: Clock) -> Politeness:
@@ -290,6 +306,7 @@ def build_shard(
     peers: Peers | None = None,
     gate: Gate | None = None,
     wrap_fetcher: Callable[[FetchClient], FetchClient] | None = None,
+    unclean_start: bool = False,
 ) -> ShardScheduler:
     """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
     the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs).
@@ -301,6 +318,9 @@ def build_shard(
     ``fence`` holds the output's lease). ``wrap_fetcher``: wraps the fetcher the scheduler
     fetches pages through (the actor times them); robots, sitemaps, probes and renders too
     go through the scheduler's, rendering and the own region's probe through the bare one.
+    ``unclean_start``: this shard follows an incarnation that did not stop cleanly (a
+    restart after a crash, or a run that took over a dead run's lease): its first request
+    waits :func:`unclean_hold_s`.
 
     Every part is built with its collaborators passed in, in dependency order, and the
     scheduler last: no part is wired after construction (tests/unit/test_assembly.py)."""
@@ -411,7 +431,7 @@ def build_shard(
     if store is not None and checkpointer is not None:
         on_start, resumed = _resume(
             cfg, shard_id, store, checkpointer, frontier, restored=restored, emitter=emitter, regions=regions,
-            counters=pipeline.counters, hold=hold,
+            counters=pipeline.counters, hold=hold, unclean=unclean_start,
         )
     return ShardScheduler(
         shard_id,

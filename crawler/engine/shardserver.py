@@ -80,6 +80,9 @@ class ShardServer:
         on_exit: called once the lease is lost and the shard closed (the actor exits).
         run_blocking: runs the shard's blocking I/O (output and state writes); default a
             worker thread.
+        restarted: this process follows one that did not stop cleanly (a restart after a
+            crash or a lost machine, or a run that took over a dead run's output): its
+            predecessor may still have requests open (crawler.engine.assembly.unclean_hold_s).
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class ShardServer:
         on_tick: Callable[[], None] | None = None,
         on_exit: Callable[[], Awaitable[None]] | None = None,
         run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
+        restarted: bool = False,
     ) -> None:
         self.shard_id = shard_id
         self.incarnation = incarnation
@@ -132,6 +136,7 @@ class ShardServer:
             gate=self.watchdog.may_work,
             wrap_fetcher=wrap_fetcher,
             run_blocking=run_blocking,
+            unclean_start=restarted,
         )
         self._services = services
         self.endpoint = ShardEndpoint(self.shard, services.forward) if services.forward else ShardEndpoint(self.shard)

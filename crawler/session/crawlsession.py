@@ -155,7 +155,8 @@ class CrawlSession:
         ids = shard_ids(n, self.cfg.runtime.regions)
         self.topology = Topology.of(ids, self.cfg.runtime.regions, self.cfg.placement.default_region)
         self._started = True
-        await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch))
+        after_crash = self.lease is not None and self.lease.took_over
+        await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch, after_crash))
         self.ready = True  # the shards run: steering calls reach them from now on
         if self._heartbeat_task is None:
             self._heartbeat_task = asyncio.ensure_future(self._heartbeat())

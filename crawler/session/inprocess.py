@@ -123,6 +123,7 @@ class LocalRuntime(ShardCalls):
                 state_log=opened.log if opened else None,
                 restored=opened.restored if opened else None,
                 render_service=self.render_pool,
+                unclean_start=plan.after_crash,
             )
         self.endpoints = {sid: ShardEndpoint(s) for sid, s in self.shards.items()}
         self._runners = [asyncio.ensure_future(s.run()) for s in self.shards.values()]

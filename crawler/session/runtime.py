@@ -31,6 +31,9 @@ class Plan:
     state_dir: str | None
     seeds: tuple[str, ...]
     epoch: int | None = None  # the output lease's fencing epoch (None: no durable state)
+    # The run took the output from a run that did not stop cleanly: that run's shards may
+    # still have requests open (crawler.engine.assembly.unclean_hold_s).
+    after_crash: bool = False
 
 
 class Runtime(Protocol):

@@ -195,3 +195,42 @@ def test_host_policy_and_backoff_survive_a_restart_of_the_shard(tmp_path):
         assert again.politeness.interval("busy.test") == widened
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+def test_a_shard_after_an_unclean_end_waits_out_its_predecessors_requests(tmp_path, unclean):
+    """A restarted shard's predecessor may still be fetching (a zombie on a cut-off machine):
+    after an unclean end the first request waits fetch.timeout_s plus one interval, after a
+    clean resume one interval (docs/invariants.md #2, across incarnations)."""
+    from crawler.engine.assembly import unclean_hold_s
+
+    cfg = config.from_dict({"seeds": [url("/")], "politeness": {"interval_s": INTERVAL}, "fetch": {"timeout_s": 7.0},
+                            "output": {"path": str(tmp_path / "out")}})
+    store = FrontierStore(str(tmp_path / "shard.sqlite"))
+    store.add([UrlItem(url("/"), 0)])  # queued by the predecessor
+    clock = MockClock()
+    server = ScriptedServer(clock, {url("/robots.txt"): [(404, b"", 0.1)], url("/"): [(200, html(), 0.1)]})
+
+    async def no_dups(items):
+        return [(None, None)] * len(items)
+
+    async def deliver(owner, items):
+        raise AssertionError("no links here")
+
+    shard = build_shard(cfg, "shard-000", seeds=[url("/")], seen=MemorySeen(), content=no_dups, budget=NoBudgetLimit(),
+                        deliver=deliver, owner_of=lambda host: "shard-000", store=store, clock=clock,
+                        fetcher=server, run_blocking=inline, unclean_start=unclean)
+
+    async def scenario():
+        runner = asyncio.ensure_future(shard.run())
+        await clock.run_until(lambda: bool(server.log), max_time=60)
+        shard.stop()
+        await runner
+        await shard.close()
+
+    asyncio.run(scenario())
+    first = server.log[0][1]
+    if unclean:
+        assert first >= unclean_hold_s(cfg) == 7.0 + INTERVAL
+    else:
+        assert INTERVAL <= first < unclean_hold_s(cfg)

@@ -216,6 +216,7 @@ class SimRuntime(ShardCalls):
             epoch=plan.epoch, incarnation=f"{self.run}.{number}", clock=process.clock,
             fetcher=build_fetcher(cfg, process.clock, transport=self.web.transport(process)),
             run_blocking=process.run_blocking,
+            restarted=number > 1 or plan.after_crash,
         )
 
     async def heartbeat(self) -> None:
