@@ -179,7 +179,9 @@ class Frontier:
         are always in memory (the store hands out only those due soon).
         """
         n = 0
-        touched: set[str] = set()
+        # Hosts in the order their URLs came (a dict, not a set: the order hosts are
+        # scheduled in must not depend on string hashes, so a simulated crawl replays).
+        touched: dict[str, None] = {}
         now = self._clock.now()
         window = self._window
         for item in items:
@@ -189,13 +191,13 @@ class Frontier:
             if window is not None and not in_memory and item.kind == "discover" and item.due_at <= now:
                 if q.spilled or len(q.ready) >= window:
                     q.spilled += 1
-                    touched.add(item.host)
+                    touched[item.host] = None
                     n += 1
                     continue
                 q.cursor = max(q.cursor, item.sid)
             q.add(item, self._priority, now)
             self._refreshes += item.kind == "refresh"
-            touched.add(item.host)
+            touched[item.host] = None
             n += 1
         self._size += n
         for host in touched:
