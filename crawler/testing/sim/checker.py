@@ -19,6 +19,10 @@ verdict it gave. The checks, each a list of violations (empty: the seed passes):
    politeness interval apart (less the drift of the fastest simulated clock), and never
    while another request to the host is open -- across every process and incarnation.
 6. **Robots**: no request for a URL the ground truth says must never be fetched.
+7. **Limits hold**: no host has more distinct pages fetched than
+   ``limits.max_pages_per_host`` (a budget or trap cut refunded by a restart shows here).
+8. **State is written for a reason**: no shard writes two snapshots of one unchanged
+   state (the same generation and sequence) to OUT.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ def check(world: "World") -> list[str]:
     problems += _once(world, rows)
     problems += _politeness(world)
     problems += _robots(world)
+    problems += _host_limits(world)
+    problems += _snapshots(world)
     return problems
 
 
@@ -195,3 +201,32 @@ def _robots(world: "World") -> list[str]:
         if why is not None:
             out.append(f"{r.url} ({r.process}) must not be fetched: {why}")
     return _limit("must not fetch", out)
+
+
+def _host_limits(world: "World") -> list[str]:
+    limit = world.cfg.limits.max_pages_per_host
+    if limit is None:
+        return []
+    pages: dict[str, set[str]] = {}
+    for r in world.web.log:
+        path = r.path_qs.partition("?")[0]
+        if path == "/robots.txt" or path.endswith("sitemap.xml"):
+            continue
+        pages.setdefault(r.host, set()).add(r.path_qs)
+    return _limit("host limit", [f"{host}: {len(p)} pages fetched, limits.max_pages_per_host is {limit}"
+                                 for host, p in sorted(pages.items()) if len(p) > limit])
+
+
+def _snapshots(world: "World") -> list[str]:
+    from crawler.recovery.statelog import parse_piece
+
+    seen: dict[tuple[str, int, int], int] = {}
+    for _at, key in world.store.puts:
+        piece = parse_piece(key)
+        if piece is None or piece.kind != "snap":
+            continue
+        shard = key.split("/")[-2]
+        mark = (shard, piece.gen, piece.last)
+        seen[mark] = seen.get(mark, 0) + 1
+    return _limit("snapshot", [f"{shard}: {n} snapshots of generation {gen} at change {seq} (nothing changed)"
+                               for (shard, gen, seq), n in sorted(seen.items()) if n > 1])

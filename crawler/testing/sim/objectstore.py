@@ -67,6 +67,7 @@ class SimStore:
     faults: StoreFaults = StoreFaults()
     objects: dict[str, _Object] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)  # requests and injected failures by kind
+    puts: list[tuple[float, str]] = field(default_factory=list)  # every PUT that landed: (time, key)
 
     def __post_init__(self) -> None:
         _STORES[self.name] = self
@@ -90,6 +91,7 @@ class SimStore:
         if create and key in self.objects:
             raise FileExistsError(key)  # 412 Precondition Failed on If-None-Match: *
         self.objects[key] = _Object(bytes(data), self.now())
+        self.puts.append((self.now(), key))
         if self._fail(self.faults.put_unknown, "put_unknown"):
             raise StoreUnavailable(f"simulated PUT with an unknown outcome (it landed): {key}")
 
