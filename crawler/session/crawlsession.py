@@ -241,7 +241,13 @@ class CrawlSession:
             self._heartbeat_task.cancel()
             await asyncio.gather(self._heartbeat_task, return_exceptions=True)
         if self.fenced is None and is_remote(self.cfg.output.path):
-            await self.runtime.ship_state()
+            try:
+                await self.runtime.ship_state()
+            except (StorageError, OSError) as exc:
+                # The copies in OUT are caches of the services' state (docs/invariants.md
+                # #11): an older copy costs duplicate deliveries the stores refuse, never a
+                # URL. The stop goes on; the ledger still judges the run.
+                log.warning("copying the services' state to the output failed at the stop: %r", exc)
         services = await self.runtime.service_stats()
         await self.runtime.close()
         stats = self._crawl_stats(finals, services, elapsed, finished)
