@@ -10,6 +10,8 @@ same loop wakes every millisecond and records the longest gap it saw:
   1,000,000 ``<item>``s (about 31 MB);
 * ``feed_page``: the same feed fetched as a page (``PagePipeline.page``), cut by the
   fetcher at ``limits.max_body_bytes`` (10 MB, marked truncated);
+* ``feed_broken``: a feed expat refuses (an unescaped ``&``) of 100 items of 100 KB of
+  escaped HTML, 10 MB, fetched as a page: what the lenient reading (feedparser) costs;
 * ``sitemap``: a ``<urlset>`` at both sitemaps.org limits (50,000 URLs, 52,428,800
   bytes: each ``<url>`` carries image entries);
 * ``robots``: a 10 MB robots.txt (``RobotsClient.refresh``; the file is read to
@@ -23,9 +25,14 @@ Reported per case: wall and CPU seconds (the whole process, the probe included: 
 document itself excluded), and the loop's longest stall. ``--tree DIR`` imports the
 crawler from another checkout (the "before": ``--tree /work/main``); ``--inline`` runs
 the parse seam inline (the "after" code without its worker thread). The machine may be
-loaded: a probe-only run (``idle``) gives the stall the loop sees with no work at all.
+loaded: a probe-only run (``idle``) gives the stall the loop sees with no work at all,
+``thread_floor`` the stall it sees while a worker thread spins in pure Python (the GIL
+and the CPU share: the least any thread offload can give), ``lexbor`` whether lexbor's
+tree build releases the GIL, ``sizes`` the parse CPU by page size and the cost of one
+hop to a thread. ``PARSECOST_GC_FREEZE=1`` freezes the start-up heap first (gc.freeze):
+the stalls a worker thread still causes are mostly the cyclic GC's full collections.
 
-    python -m benchmarks.parsecost [--tree DIR] [--inline] [--cases feed_1m,html] [--label L] [--json FILE]
+    python -m benchmarks.parsecost [--tree DIR] [--inline] [--cases feed_1m,html] [--repeat 3] [--label L] [--json FILE]
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from typing import Any, Awaitable, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("PARSECOST_DIR", "/tmp/raycrawl-parsecost"))
-CASES = ("idle", "thread_floor", "lexbor", "sizes", "feed_1m", "feed_page", "sitemap", "robots", "html")
+CASES = ("idle", "thread_floor", "lexbor", "sizes", "feed_1m", "feed_page", "feed_broken", "sitemap", "robots", "html")
 MAX_BODY = 10_000_000  # limits.max_body_bytes (configs/default.yaml)
 SITEMAP_BYTES = 52_428_800  # sitemaps.max_bytes_per_file
 SITEMAP_URLS = 50_000  # sitemaps.max_urls_per_file
@@ -75,7 +82,18 @@ def _sitemap(path: Path) -> None:
                 url += b"<image:image><image:loc>http://s.test/img/%d/%d.jpg</image:loc></image:image>" % (i, j)
                 j += 1
             f.write(url + b" " * (per_url - len(url) - 7) + b"</url>\n")
-        f.write(tail)
+        f.write(b" " * (SITEMAP_BYTES - f.tell() - len(tail)) + tail)  # exactly at the byte limit
+
+
+def _broken_feed(path: Path) -> None:
+    # Escaped HTML in each description: what feedparser sanitizes, its slowest input per byte.
+    html = b"&lt;p&gt;Some &lt;b&gt;bold&lt;/b&gt; text &lt;a href='/x'&gt;link&lt;/a&gt;&lt;/p&gt; "
+    item = b"<item><link>/big/%d</link><description>" + html * (100_000 // len(html)) + b"</description></item>\n"
+    with path.open("wb") as f:
+        f.write(b"<rss><channel><title>Fish & Chips</title>\n")
+        for i in range(100):
+            f.write(item % i)
+        f.write(b"</channel></rss>\n")
 
 
 def _robots(path: Path) -> None:
@@ -108,7 +126,7 @@ def _html(path: Path) -> None:
 
 
 DOCS: dict[str, tuple[str, Callable[[Path], None]]] = {
-    "feed": ("feed-1m.xml", _feed), "sitemap": ("sitemap-50mb.xml", _sitemap),
+    "feed": ("feed-1m.xml", _feed), "broken": ("feed-broken-10mb.xml", _broken_feed), "sitemap": ("sitemap-50mb.xml", _sitemap),
     "robots": ("robots-10mb.txt", _robots), "html": ("page-10mb.html", _html),
 }
 
@@ -232,11 +250,11 @@ def _setup(case: str, inline: bool) -> tuple[Callable[[], Awaitable[Any]], int, 
         async def read() -> None:
             await reader.read(item, fetch, lambda more: None, route)
         return read, len(body), lambda _: {"links": len(routed), "counters": dict(pipeline.counters)}
-    if case in ("feed_page", "html"):
-        full = document("feed" if case == "feed_page" else "html").read_bytes()
+    if case in ("feed_page", "feed_broken", "html"):
+        full = document({"feed_page": "feed", "feed_broken": "broken", "html": "html"}[case]).read_bytes()
         body = full[:MAX_BODY]
-        ctype = "application/rss+xml" if case == "feed_page" else "text/html; charset=utf-8"
-        url = "http://n.test/feed.xml" if case == "feed_page" else "http://n.test/page.html"
+        ctype = "text/html; charset=utf-8" if case == "html" else "application/rss+xml"
+        url = "http://n.test/page.html" if case == "html" else "http://n.test/feed.xml"
         res = _result(200, body, ctype, url, len(full) > MAX_BODY)
         del full
 
@@ -293,6 +311,11 @@ async def _sizes() -> dict[str, Any]:
 
 async def _measure(case: str, inline: bool) -> dict[str, Any]:
     call, size, describe = _setup(case, inline)
+    if os.environ.get("PARSECOST_GC_FREEZE"):  # what a shard that froze its start-up heap would see
+        import gc
+
+        gc.collect()
+        gc.freeze()
     stop, probe = asyncio.Event(), {}
     task = asyncio.create_task(_probe(stop, probe))
     await asyncio.sleep(0.05)  # the probe is running
@@ -320,22 +343,43 @@ def child(case: str, inline: bool) -> None:
 # -- the parent ---------------------------------------------------------------------------------
 
 
-def run(cases: list[str], tree: Path, inline: bool, timeout_s: float) -> list[dict[str, Any]]:
-    kinds = {"feed_1m": "feed", "feed_page": "feed", "sitemap": "sitemap", "robots": "robots", "html": "html",
+def _median(values: list[Any]) -> Any:
+    nums = sorted(v for v in values if isinstance(v, (int, float)))
+    return nums[len(nums) // 2] if nums else values[0]
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One case over its runs: the median of each figure, and every run's stall."""
+    if len(runs) == 1 or any("failed" in r for r in runs):
+        return runs[0] if len(runs) == 1 else {"case": runs[0]["case"], "runs": runs}
+    out = dict(runs[-1])
+    for key in ("wall_s", "cpu_s", "peak_rss_growth_mb", "loop_stall_s", "loop_stall_p99_s", "stalls_over_50ms"):
+        out[key] = _median([r[key] for r in runs])
+    out["loop_stall_s_runs"] = [r["loop_stall_s"] for r in runs]
+    out["runs"] = len(runs)
+    return out
+
+
+def run(cases: list[str], tree: Path, inline: bool, timeout_s: float, repeat: int = 1) -> list[dict[str, Any]]:
+    kinds = {"feed_1m": "feed", "feed_page": "feed", "feed_broken": "broken", "sitemap": "sitemap", "robots": "robots", "html": "html",
              "lexbor": "html", "sizes": "html"}
     for kind in {kinds[c] for c in cases if c in kinds}:
         document(kind)
     out = []
     for case in cases:
-        # Run as a script (not -m) from a neutral folder, so ``crawler`` comes from ``tree``.
-        env = dict(os.environ, PYTHONPATH=str(tree))
-        argv = [sys.executable, str(Path(__file__).resolve()), "--child", case] + (["--inline"] if inline else [])
-        proc = subprocess.run(argv, env=env, cwd=str(CACHE), capture_output=True, text=True, timeout=timeout_s)
-        if proc.returncode != 0:
-            out.append({"case": case, "failed": proc.stderr.strip().splitlines()[-1:]})
-        else:
-            out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        print(json.dumps(out[-1], default=str), file=sys.stderr, flush=True)
+        runs = []
+        for _ in range(repeat):
+            # Run as a script (not -m) from a neutral folder, so ``crawler`` comes from ``tree``.
+            env = dict(os.environ, PYTHONPATH=str(tree))
+            argv = [sys.executable, str(Path(__file__).resolve()), "--child", case] + (["--inline"] if inline else [])
+            proc = subprocess.run(argv, env=env, cwd=str(CACHE), capture_output=True, text=True, timeout=timeout_s)
+            if proc.returncode != 0:
+                runs.append({"case": case, "failed": proc.stderr.strip().splitlines()[-1:]})
+            else:
+                runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            runs[-1]["load_avg_1m"] = round(os.getloadavg()[0], 1)
+            print(json.dumps(runs[-1], default=str), file=sys.stderr, flush=True)
+        out.append(_summary(runs))
     return out
 
 
@@ -347,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--label", default="")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--repeat", type=int, default=1, help="runs per case (medians reported; the machine may be shared)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -357,8 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"parsecost: unknown case(s) {unknown}; choose from {','.join(CASES)}", file=sys.stderr)
         return 2
-    results = run(cases, args.tree.resolve(), args.inline, args.timeout)
-    report = {"label": args.label, "tree": str(args.tree.resolve()), "inline": args.inline, "cases": results,
+    if args.repeat < 1:
+        print("parsecost: --repeat must be at least 1", file=sys.stderr)
+        return 2
+    results = run(cases, args.tree.resolve(), args.inline, args.timeout, args.repeat)
+    report = {"label": args.label, "tree": str(args.tree.resolve()), "inline": args.inline,
+              "gc_freeze": bool(os.environ.get("PARSECOST_GC_FREEZE")), "repeat": args.repeat, "cases": results,
               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                           "load_avg_1m": round(os.getloadavg()[0], 1)}}
     text = json.dumps(report, indent=2, default=str)

@@ -45,11 +45,11 @@ from crawler.urls import join_url, url_hash
 
 #: Pages of at least this many bytes (main texts of this many characters) are parsed
 #: (fingerprinted) in a worker thread. Below it a parse holds the loop for less than
-#: Python's 5 ms GIL switch interval (2-4 ms of CPU for 256 KiB, 20 ms for 1 MiB:
-#: benchmarks/results/parsecost.json), about what the loop waits on any busy worker
-#: thread anyway, and the hop (60 us of CPU) would cost more than it saves; above it the
-#: loop keeps running while lexbor builds the tree (it releases the GIL) and the SimHash
-#: core runs (it does too).
+#: Python's 5 ms GIL switch interval (2.3 ms of CPU for 256 KiB, 12 ms for 1 MiB:
+#: benchmarks/results/parsecost.json, case sizes), less than the loop waits on any
+#: busy worker thread anyway, and the hop (57 us of CPU) would cost more than it saves;
+#: above it the loop keeps running while lexbor builds the tree (it releases the GIL:
+#: case lexbor) and the SimHash core runs (it does too).
 OFF_LOOP_BYTES = 256 * 1024
 
 RunBlocking = Callable[..., Awaitable[Any]]

@@ -48,8 +48,10 @@ _DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "su
 MAX_TTL_S = 86_400.0
 #: Entries read from one feed; the rest of it is not parsed.
 MAX_ENTRIES = 1000
-#: The most of a feed expat could not read that feedparser is given: ~1 s of its CPU
-#: (0.8-1.3 s per MB measured, benchmarks/results/parsecost.json), off the event loop.
+#: The most of a feed expat could not read that feedparser is given: about a second of
+#: its CPU, off the event loop (1.1 s for 1 MiB of escaped HTML, its slowest input per
+#: byte: benchmarks/results/parsecost.json, case feed_broken). A broken feed's entries
+#: past it are not read (the feed is marked truncated).
 LENIENT_MAX_BYTES = 1 << 20
 # An entry's end tag, any prefix, any case: where a lenient read may be cut.
 _ENTRY_END = re.compile(rb"</(?:[A-Za-z_][\w.\-]*:)?(?:item|entry)\s*>", re.IGNORECASE)

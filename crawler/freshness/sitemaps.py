@@ -18,9 +18,11 @@ search engines accept) is read as a feed (crawler.freshness.feeds).
 every page on each deploy. No DTD or entity is accepted (an XML bomb is malformed here):
 expat reads the prolog before the parse, so none hides behind comments or an encoding.
 
-A sitemap at the limits is input-sized work (50 MB, 50,000 URLs: about a second of
-parsing), so :class:`SitemapReader` parses it, and checks its URLs, off the event loop
-(``run_blocking``, DESIGN invariant 16); the parse stops at the URL limit.
+A sitemap at the limits is input-sized work (50 MB, 50,000 URLs: two seconds of CPU,
+benchmarks/results/parsecost.json), so :class:`SitemapReader` parses it, and checks its
+URLs, off the event loop (``run_blocking``, DESIGN invariant 16); the parse stops at the
+URL limit, and builds no tree (a tree's allocations set off the cyclic GC's full
+collections, which stop the loop too).
 """
 
 from __future__ import annotations

@@ -204,7 +204,7 @@ class RobotsCache:
 
     def read(self, body: bytes, truncated: bool = False) -> Reading:
         """Parse a 2xx body (its first ROBOTS_MAX_BYTES) into what :meth:`from_response`
-        keeps. Touches no state of the cache: a parse of a large file (0.06-0.3 s for
+        keeps. Touches no state of the cache: the parse of a large file (about 0.1 s for
         500 KiB) runs in a worker thread (crawler.robots.client, DESIGN invariant 16)."""
         return self._read_text(_decode(body, truncated), truncated or len(body) > ROBOTS_MAX_BYTES)
 
