@@ -35,7 +35,7 @@ from crawler.policy.links import LinkPolicy
 from crawler.engine.outbox import Outbox, RowWriter
 from crawler.output import ResultWriter
 from crawler.freshness.news import NewsPolicy
-from crawler.engine.pipeline import PagePipeline
+from crawler.engine.pipeline import PagePipeline, ParseSlot
 from crawler.policy.politeness import Politeness
 from crawler.freshness.recrawl import RecrawlPolicy
 from crawler.placement.regionpolicy import RegionPlacement
@@ -296,8 +296,9 @@ def build_shard(
 ) -> ShardScheduler:
     """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
     the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs):
-    the outbox's flushes and the input-sized parses of pages, feeds, sitemaps and
-    robots.txt files run there (DESIGN invariant 16).
+    the outbox's flushes run there, and the input-sized parses of pages, feeds, sitemaps
+    and robots.txt files, one at a time (crawler.engine.pipeline.ParseSlot, DESIGN
+    invariant 16).
     ``state_log``/``restored``: with a remote output, the store's journal in OUT and what
     OUT held when the store was rebuilt from it (crawler.recovery.statefiles.open_shard_store).
     ``render_service``: where pages are rendered when ``render.mode`` is not ``never``.
@@ -317,9 +318,10 @@ def build_shard(
     recrawl = build_recrawl(cfg)
     links = build_link_policy(cfg, seeds)
     news = build_news(cfg, clock)
+    parse_slot = ParseSlot(run_blocking)  # robots.txt, pages, feeds, sitemaps: one parse at a time
     robots = RobotsClient(
         robots_cache, classify=classify, normalize=links.normalizer, join=join_url, host_of=host_key, pacer=politeness,
-        clock=clock, run_blocking=run_blocking,
+        clock=clock, run_blocking=parse_slot,
     )
     host_budget = HostBudget(
         cfg.limits.max_pages_per_host, novelty_window=cfg.dedup.novelty_window, novelty_threshold=cfg.dedup.novelty_threshold
@@ -349,7 +351,7 @@ def build_shard(
         renderer=renderer,
         counters=counters,
         news=news,
-        run_blocking=run_blocking,
+        run_blocking=parse_slot,
     )
     checkpointer = None
     out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
@@ -408,7 +410,7 @@ def build_shard(
             busy=frontier.busy, adopted=feed.adopted if feed is not None else (lambda host: 0),
         )
         regions = build_regions(shard_id, topology, book, parts, peers, clock, fetcher, checkpointer, state_log)
-    sitemaps = build_sitemaps(cfg, links, pipeline, recrawl, news, store, clock, run_blocking) if cfg.sitemaps.enabled else None
+    sitemaps = build_sitemaps(cfg, links, pipeline, recrawl, news, store, clock, parse_slot) if cfg.sitemaps.enabled else None
     router = LinkRouter(
         seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s,
         early_flush_s=rt.link_flush_early_s, small_batch=rt.link_flush_small, clock=clock,

@@ -55,6 +55,25 @@ OFF_LOOP_BYTES = 256 * 1024
 RunBlocking = Callable[..., Awaitable[Any]]
 
 
+class ParseSlot:
+    """``run_blocking`` for a shard's input-sized parses, one at a time.
+
+    Parses are CPU-bound and hold the GIL for most of their time, so two at once finish
+    no sooner than one after the other; what concurrency would add is memory (a page of
+    ``limits.max_body_bytes`` takes 80-90 MB to parse, benchmarks/results/parsecost.json,
+    case html: docs/invariants.md #8 wants that once, not once per worker thread) and
+    worker threads taken from the outbox's writes.
+    Waiting for the slot is an ``await``: the loop runs meanwhile."""
+
+    def __init__(self, run_blocking: RunBlocking = asyncio.to_thread) -> None:
+        self._run_blocking = run_blocking
+        self._slot = asyncio.Semaphore(1)
+
+    async def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        async with self._slot:
+            return await self._run_blocking(fn, *args, **kwargs)
+
+
 class ContentCheck(Protocol):
     """The duplicate-content service, one page per call (crawler.engine.batching.MicroBatcher
     over crawler.engine.sharedservices' ContentService): ``(url, sha256, simhash|None)`` ->

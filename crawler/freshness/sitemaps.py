@@ -166,12 +166,15 @@ class _Reader:
         self.text_depth = -1
         self.text_open = False  # no element started inside it yet
         self.field = ""
+        self.full = False  # the URL limit is reached: the next <url> or <sitemap> stops the parse
 
     def start(self, tag: str, attrs: dict[str, str]) -> None:
         self.depth += 1
         self.text_open = False  # the text before a child element is all there is
         local = tag.rpartition(" ")[2]
         if local in ("url", "sitemap"):
+            if self.full:
+                raise _Limit  # one more than the limit: the file is cut here
             self.open.append(_Open(local, self.depth))
             return
         if not self.open:
@@ -217,6 +220,8 @@ class _Reader:
             rec.title = text.strip() or None
 
     def _finish(self, rec: _Open) -> None:
+        if self.full:  # a <url> nested in the last one kept
+            return
         result = self.result
         target = join_url(self.base, rec.loc) if rec.loc else None
         if target is None:
@@ -228,7 +233,7 @@ class _Reader:
             if rec.news is not None:
                 result.news[target] = rec.news
         if len(result.urls) + len(result.sitemaps) >= self.max_urls:
-            raise _Limit
+            self.full = True
 
 
 def _text_sitemap(body: bytes, base: str, max_urls: int, result: Sitemap) -> Sitemap:
@@ -237,13 +242,13 @@ def _text_sitemap(body: bytes, base: str, max_urls: int, result: Sitemap) -> Sit
         line = match.group().decode("utf-8", "replace").strip()
         if not line.startswith(("http://", "https://")):
             continue
-        target = join_url(base, line)
-        if target is not None:
-            result.urls.append((target, None))
-        if len(result.urls) >= max_urls:
+        if len(result.urls) >= max_urls:  # one more than the limit: the file is cut here
             result.truncated = True
             result.bytes_parsed = match.end()
             return result
+        target = join_url(base, line)
+        if target is not None:
+            result.urls.append((target, None))
     result.bytes_parsed = len(body)
     return result
 

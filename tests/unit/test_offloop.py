@@ -9,6 +9,7 @@ of 12,000 rules answers each URL as protego does without trying every rule.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import Counter
 
@@ -20,7 +21,7 @@ from protego import Protego
 from crawler.clock import MockClock
 from crawler.config import settings as config
 from crawler.engine.assembly import build_link_policy, build_news, build_recrawl, build_sitemaps
-from crawler.engine.pipeline import OFF_LOOP_BYTES, PagePipeline
+from crawler.engine.pipeline import OFF_LOOP_BYTES, PagePipeline, ParseSlot
 from crawler.fetch.fetcher import FetchResult, classify
 from crawler.freshness.sitemaps import CHUNK_BYTES, SitemapReader, parse_sitemap
 from crawler.frontier.urlitem import UrlItem
@@ -96,6 +97,28 @@ async def test_a_feed_is_always_parsed_off_the_loop():
     assert seam.ran == ["parse_feed"] and [link.url for link in out.links] == [SEED + "a/1"]
 
 
+async def test_a_shard_parses_one_document_at_a_time_and_the_loop_runs_meanwhile():
+    running, most, ticks = 0, 0, 0
+
+    async def seam(fn, *args, **kwargs):
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0)  # the parse "runs": another could start now if the slot let it
+        running -= 1
+        return fn(*args, **kwargs)
+
+    async def loop_work():
+        nonlocal ticks
+        for _ in range(10):
+            ticks += 1
+            await asyncio.sleep(0)
+
+    slot = ParseSlot(seam)
+    results, _ = await asyncio.gather(asyncio.gather(*(slot(len, b"x" * i) for i in range(5))), loop_work())
+    assert results == [0, 1, 2, 3, 4] and most == 1 and ticks == 10
+
+
 def urlset(n: int, lastmod: str | None = None) -> bytes:
     mod = f"<lastmod>{lastmod}</lastmod>" if lastmod else ""
     items = "".join(f"<url><loc>{SEED}p/{i}</loc>{mod}</url>" for i in range(n))
@@ -141,7 +164,13 @@ def test_a_sitemap_far_over_its_url_limit_is_cut_while_it_is_parsed():
     assert sm.bytes_parsed == CHUNK_BYTES < len(body) // 100
     text = b"".join(b"%sp/%d\n" % (SEED.encode(), i) for i in range(200_000))
     cut = parse_sitemap(text, SEED + "sitemap.txt", max_urls=100, max_bytes=len(text))
-    assert len(cut.urls) == 100 and cut.truncated and cut.bytes_parsed == text.index(b"p/99\n") + 4
+    assert len(cut.urls) == 100 and cut.truncated and cut.bytes_parsed == text.index(b"p/100\n") + 5
+
+
+def test_a_sitemap_of_exactly_its_url_limit_is_not_counted_as_cut():
+    for body in (urlset(100), b"".join(b"%sp/%d\n" % (SEED.encode(), i) for i in range(100))):
+        sm = parse_sitemap(body, SEED + "sitemap.xml", max_urls=100)
+        assert len(sm.urls) == 100 and not sm.truncated
 
 
 @pytest.mark.parametrize("prolog", [b"", b"<!--" + b"c" * 8000 + b"-->", b"<?pi " + b"x" * 8000 + b"?>"])
