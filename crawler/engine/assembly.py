@@ -35,7 +35,7 @@ from crawler.policy.links import LinkPolicy
 from crawler.engine.outbox import Outbox, RowWriter
 from crawler.output import ResultWriter
 from crawler.freshness.news import NewsPolicy
-from crawler.engine.pipeline import PagePipeline
+from crawler.engine.pipeline import PagePipeline, ParseSlot
 from crawler.policy.politeness import Politeness
 from crawler.freshness.recrawl import RecrawlPolicy
 from crawler.placement.regionpolicy import RegionPlacement
@@ -249,9 +249,11 @@ def build_placement(cfg: CrawlConfig, clock: Clock, rng: random.Random) -> Regio
 
 
 def build_sitemaps(cfg: CrawlConfig, links: LinkPolicy, pipeline: PagePipeline, recrawl: RecrawlPolicy,
-                   news: NewsPolicy, store: FrontierStore | None, clock: Clock) -> SitemapReader:
+                   news: NewsPolicy, store: FrontierStore | None, clock: Clock,
+                   run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread) -> SitemapReader:
     """The shard's sitemap reader; a sitemap's ``<lastmod>`` brings a known URL's refresh
-    forward (crawler.freshness.recrawl.RecrawlPolicy.nudge)."""
+    forward (crawler.freshness.recrawl.RecrawlPolicy.nudge). ``run_blocking``: where a read
+    sitemap is parsed (DESIGN invariant 16)."""
     sm = cfg.sitemaps
 
     def nudge(url: str, lastmod: float) -> None:
@@ -264,6 +266,7 @@ def build_sitemaps(cfg: CrawlConfig, links: LinkPolicy, pipeline: PagePipeline, 
     return SitemapReader(
         max_files=sm.max_files_per_host, max_urls=sm.max_urls_per_file, max_bytes=sm.max_bytes_per_file,
         links=links, counters=pipeline.counters, dropped=pipeline.dropped, nudge=nudge, news=news,
+        run_blocking=run_blocking,
     )
 
 
@@ -309,7 +312,10 @@ def build_shard(
     unclean_start: bool = False,
 ) -> ShardScheduler:
     """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
-    the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs).
+    the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs):
+    the outbox's flushes run there, and the input-sized parses of pages, feeds, sitemaps
+    and robots.txt files, one at a time (crawler.engine.pipeline.ParseSlot, DESIGN
+    invariant 16).
     ``state_log``/``restored``: with a remote output, the store's journal in OUT and what
     OUT held when the store was rebuilt from it (crawler.recovery.statefiles.open_shard_store).
     ``render_service``: where pages are rendered when ``render.mode`` is not ``never``.
@@ -332,8 +338,10 @@ def build_shard(
     recrawl = build_recrawl(cfg)
     links = build_link_policy(cfg, seeds)
     news = build_news(cfg, clock)
+    parse_slot = ParseSlot(run_blocking)  # robots.txt, pages, feeds, sitemaps: one parse at a time
     robots = RobotsClient(
-        robots_cache, classify=classify, normalize=links.normalizer, join=join_url, host_of=host_key, pacer=politeness, clock=clock
+        robots_cache, classify=classify, normalize=links.normalizer, join=join_url, host_of=host_key, pacer=politeness,
+        clock=clock, run_blocking=parse_slot,
     )
     host_budget = HostBudget(
         cfg.limits.max_pages_per_host, novelty_window=cfg.dedup.novelty_window, novelty_threshold=cfg.dedup.novelty_threshold
@@ -363,6 +371,7 @@ def build_shard(
         renderer=renderer,
         counters=counters,
         news=news,
+        run_blocking=parse_slot,
     )
     checkpointer = None
     out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
@@ -421,7 +430,7 @@ def build_shard(
             busy=frontier.busy, adopted=feed.adopted if feed is not None else (lambda host: 0),
         )
         regions = build_regions(shard_id, topology, book, parts, peers, clock, fetcher, checkpointer, state_log)
-    sitemaps = build_sitemaps(cfg, links, pipeline, recrawl, news, store, clock) if cfg.sitemaps.enabled else None
+    sitemaps = build_sitemaps(cfg, links, pipeline, recrawl, news, store, clock, parse_slot) if cfg.sitemaps.enabled else None
     router = LinkRouter(
         seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s,
         early_flush_s=rt.link_flush_early_s, small_batch=rt.link_flush_small, clock=clock,

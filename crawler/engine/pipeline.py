@@ -12,14 +12,22 @@ The pipeline does no I/O of its own except the batched duplicate-content call, a
 knows nothing about politeness, the frontier or the output buffer: the scheduler routes
 the links first and records the row after (a page is acked only once its links reached
 their owners). It is tested without sockets or Ray (tests/unit/test_pipeline.py).
+
+Input-sized work runs off the event loop (DESIGN invariant 16) through ``run_blocking``:
+a feed's parse always (up to a second for a broken one, crawler.freshness.feeds), an
+HTML page's parse and SimHash from :data:`OFF_LOOP_BYTES` up (a page of
+``limits.max_body_bytes`` costs 0.2-0.4 s, benchmarks/results/parsecost.json). Smaller
+pages, nearly all of them, are parsed inline: a worker thread would cost them more than
+the parse.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from crawler.clock import Clock
 from crawler.content.fingerprints import content_sha256, text_fingerprint, to_int64
@@ -34,6 +42,37 @@ from crawler.freshness.news import NewsPolicy
 from crawler.freshness.recrawl import Previous, RecrawlPolicy, Schedule
 from crawler.render.renderer import RenderedPage, Renderer
 from crawler.urls import join_url, url_hash
+
+#: Pages of at least this many bytes (main texts of this many characters) are parsed
+#: (fingerprinted) in a worker thread. Below it a parse holds the loop for less than
+#: Python's 5 ms GIL switch interval (2.3 ms of CPU for 256 KiB, 12 ms for 1 MiB:
+#: benchmarks/results/parsecost.json, case sizes), less than the loop waits on any
+#: busy worker thread anyway, and the hop (57 us of CPU) would cost more than it saves;
+#: above it the loop keeps running while lexbor builds the tree (it releases the GIL:
+#: case lexbor) and the SimHash core runs (it does too).
+OFF_LOOP_BYTES = 256 * 1024
+
+RunBlocking = Callable[..., Awaitable[Any]]
+
+
+class ParseSlot:
+    """``run_blocking`` for a shard's input-sized parses, one at a time.
+
+    Parses are CPU-bound and hold the GIL for most of their time, so two at once finish
+    no sooner than one after the other; what concurrency would add is memory (a page of
+    ``limits.max_body_bytes`` takes 80-90 MB to parse, benchmarks/results/parsecost.json,
+    case html: docs/invariants.md #8 wants that once, not once per worker thread) and
+    worker threads taken from the outbox's writes.
+    Waiting for the slot is an ``await``: the loop runs meanwhile."""
+
+    def __init__(self, run_blocking: RunBlocking = asyncio.to_thread) -> None:
+        self._run_blocking = run_blocking
+        self._slot = asyncio.Semaphore(1)
+
+    async def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        async with self._slot:
+            return await self._run_blocking(fn, *args, **kwargs)
+
 
 class ContentCheck(Protocol):
     """The duplicate-content service, one page per call (crawler.engine.batching.MicroBatcher
@@ -76,6 +115,8 @@ class PagePipeline:
         counters: the shard's counters (shared with the renderer), or a new Counter.
         news: feeds, hubs and news sitemaps (crawler.freshness.news), or None: feeds are read as
             link sources and a page's feeds followed; links of a source are marked fresh.
+        run_blocking: runs input-sized parses off the event loop (default: a worker
+            thread; tests on the mock clock run them inline).
     """
 
     def __init__(
@@ -94,6 +135,7 @@ class PagePipeline:
         renderer: Renderer | None = None,
         counters: Counter[str] | None = None,
         news: NewsPolicy | None = None,
+        run_blocking: RunBlocking = asyncio.to_thread,
     ) -> None:
         self.shard_id = shard_id
         self.links = links
@@ -108,6 +150,7 @@ class PagePipeline:
         self.renderer = renderer
         self.counters: Counter[str] = counters if counters is not None else Counter()
         self._news = news
+        self._run_blocking = run_blocking
         self.dropped: Counter[str] = Counter()  # links not followed, by reason
 
     async def page(self, item: UrlItem, res: FetchResult) -> Outcome:
@@ -121,19 +164,22 @@ class PagePipeline:
         raw_body: bytes | None = None
         rendered: RenderedPage | None = None
         if is_html(ctype, body, self.counters):
-            parsed = parse_page(body, item.url, ctype, res.headers, user_agent_token=self._ua_token, max_links=self._max_links)
+            parsed = await self._parse(body, item.url, ctype, res.headers)
             if self.renderer is not None and not res.truncated and parsed.error is None:
                 rendered = await self.renderer.render(item.host, item.url, res, parsed)
                 if rendered.body is not None and rendered.parsed is not None:
                     # The DOM is the page from here on: links, text, hashes, duplicates.
                     raw_body, body, parsed = body, rendered.body, rendered.parsed
                     sha = content_sha256(body)
-            if parsed.main_text:
+            if len(parsed.main_text) >= OFF_LOOP_BYTES:
+                fp = await self._run_blocking(text_fingerprint, parsed.main_text, self._min_tokens)
+            elif parsed.main_text:
                 fp = text_fingerprint(parsed.main_text, self._min_tokens)
             if parsed.main_text_failed:  # odd markup: the whole text stood in (crawler.content.maincontent)
                 self.counters["main_text_failed"] += 1
         elif self._news is not None and self._news.feeds and looks_like_feed(ctype, body):
-            feed = parse_feed(body, item.url)
+            # Always off the loop: a feed's cost is not a page's (crawler.freshness.feeds).
+            feed = await self._run_blocking(parse_feed, body, item.url)
             self.counters["feeds_read"] += 1
             self.counters["feeds_malformed"] += feed.error is not None
         dup_kind, dup_of = await self._content.submit((item.url, sha, fp))
@@ -162,6 +208,14 @@ class PagePipeline:
         raw_kept = raw_body if self._store_bodies else None
         return Outcome(row, links, body_kept, duplicate=dup_kind is not None, schedule=self.schedule(item, row),
                        raw_body=raw_kept, feed=feed)
+
+    async def _parse(self, body: bytes, url: str, ctype: str | None, headers: Any) -> ParsedPage:
+        """``parse_page``, in a worker thread from :data:`OFF_LOOP_BYTES` up."""
+        if len(body) < OFF_LOOP_BYTES:
+            return parse_page(body, url, ctype, headers, user_agent_token=self._ua_token, max_links=self._max_links)
+        return await self._run_blocking(
+            parse_page, body, url, ctype, headers, user_agent_token=self._ua_token, max_links=self._max_links
+        )
 
     def _news_links(self, item: UrlItem, parsed: ParsedPage | None, feed: Feed | None, links: list[UrlItem]) -> list[UrlItem]:
         """A feed's entries; a page's feeds (``<link rel="alternate">``) next to its links;

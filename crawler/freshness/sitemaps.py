@@ -15,27 +15,41 @@ read again on the schedule of a news source. A feed named in robots.txt as a sit
 search engines accept) is read as a feed (crawler.freshness.feeds).
 
 ``<lastmod>`` is a prior only (crawler.freshness.recrawl.RecrawlPolicy.nudge): many sites stamp
-every page on each deploy. No DTD or entity is accepted (an XML bomb is malformed here).
+every page on each deploy. No DTD or entity is accepted (an XML bomb is malformed here):
+expat reads the prolog before the parse, so none hides behind comments or an encoding.
+
+A sitemap at the limits is input-sized work (50 MB, 50,000 URLs: two seconds of CPU,
+benchmarks/results/parsecost.json), so :class:`SitemapReader` parses it, and checks its
+URLs, off the event loop (``run_blocking``, DESIGN invariant 16); the parse stops at the
+URL limit, and builds no tree (a tree's allocations set off the cyclic GC's full
+collections, which stop the loop too).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import re
 import zlib
 from dataclasses import dataclass, field
-from xml.etree.ElementTree import ParseError, XMLPullParser
+from typing import Any, Awaitable, Callable
+import pyexpat
 
 from crawler.errors import DeliveryError
 from crawler.freshness.feeds import Feed, looks_like_feed, parse_feed
+from crawler.freshness.feedstream import Refused
 from crawler.urls import join_url
+
+RunBlocking = Callable[..., Awaitable[Any]]
 
 #: sitemaps.org limits per file.
 MAX_URLS = 50_000
 MAX_BYTES = 50 * 1024 * 1024
 
 _GZIP_MAGIC = b"\x1f\x8b"
-_DTD = re.compile(rb"<!(DOCTYPE|ENTITY)", re.IGNORECASE)
+_LINE = re.compile(rb"[^\r\n]+")
+#: Bytes handed to the XML parser per call: the URL limit stops it within one chunk.
+CHUNK_BYTES = 64 * 1024
 
 
 @dataclass
@@ -48,6 +62,7 @@ class Sitemap:
     news: dict[str, tuple[float | None, str | None]] = field(default_factory=dict)  # url -> (published, title)
     error: str | None = None
     truncated: bool = False
+    bytes_parsed: int = 0  # bytes handed to the parser: the work the file cost
 
 
 def parse_lastmod(text: str | None) -> float | None:
@@ -92,77 +107,149 @@ def parse_sitemap(body: bytes, url: str, *, max_urls: int = MAX_URLS, max_bytes:
     head = body[:512].lstrip()
     if not head.startswith(b"<"):
         return _text_sitemap(body, url, max_urls, result)
-    if _DTD.search(body[:4096]):
-        result.error = "DTD or entity declaration (refused)"
-        return result
-    parser = XMLPullParser(events=("end",))
+    reader = _Reader(url, result, max_urls)
+    parser = pyexpat.ParserCreate(namespace_separator=" ")
+    parser.buffer_text = True
+    parser.StartDoctypeDeclHandler = _refuse  # wherever it is, before any entity is declared
+    parser.StartElementHandler = reader.start
+    parser.EndElementHandler = reader.end
+    parser.CharacterDataHandler = reader.data
     try:
-        for start in range(0, len(body), 65536):
-            parser.feed(body[start : start + 65536])
-            if _take(parser, url, result, max_urls):
-                break
-        else:
-            parser.close()
-            _take(parser, url, result, max_urls)
-    except ParseError as exc:
+        for start in range(0, len(body), CHUNK_BYTES):
+            piece = body[start : start + CHUNK_BYTES]
+            result.bytes_parsed += len(piece)
+            parser.Parse(piece, False)
+        parser.Parse(b"", True)
+    except _Limit:
+        result.truncated = True
+    except Refused:
+        result.error = "DTD or entity declaration (refused)"
+    except pyexpat.ExpatError as exc:
         result.error = f"malformed XML: {exc}"
     return result
 
 
-def _local(tag: str) -> str:
-    return tag.rsplit("}", 1)[-1]
+class _Limit(Exception):
+    """The URL limit is reached: stop parsing."""
 
 
-def _take(parser: XMLPullParser, base: str, result: Sitemap, max_urls: int) -> bool:
-    """Collect finished <url>/<sitemap> elements; True once the URL limit is reached."""
-    for _, elem in parser.read_events():
-        kind = _local(elem.tag)
-        if kind not in ("url", "sitemap"):
-            continue
-        loc = lastmod = None
-        news: tuple[float | None, str | None] | None = None
-        for child in elem:
-            name = _local(child.tag)
-            if name == "loc":
-                loc = (child.text or "").strip()
-            elif name == "lastmod":
-                lastmod = child.text
-            elif name == "news" and kind == "url":
-                published = title = None
-                for part in child:
-                    sub = _local(part.tag)
-                    if sub == "publication_date":
-                        published = parse_lastmod(part.text)
-                    elif sub == "title":
-                        title = (part.text or "").strip() or None
-                news = (published, title)
-        elem.clear()
-        target = join_url(base, loc) if loc else None
+def _refuse(*_args: object) -> None:
+    raise Refused
+
+
+class _Open:
+    """A ``<url>`` or ``<sitemap>`` being read: its depth and what its children said."""
+
+    __slots__ = ("kind", "depth", "loc", "lastmod", "news", "news_depth", "published", "title")
+
+    def __init__(self, kind: str, depth: int) -> None:
+        self.kind, self.depth = kind, depth
+        self.loc: str | None = None
+        self.lastmod: str | None = None
+        self.news: tuple[float | None, str | None] | None = None
+        self.news_depth = -1  # depth of the <news:news> child being read, if any
+        self.published: float | None = None
+        self.title: str | None = None
+
+
+class _Reader:
+    """expat handlers collecting ``<url>``/``<sitemap>`` elements as they end (no tree is
+    built: a 50 MB file allocates only what it yields). Names are matched by their local
+    part, children by depth (a ``<loc>`` is a direct child), a child's text is the text
+    before its first element (as ElementTree's ``.text``); the last of a repeated child wins."""
+
+    def __init__(self, base: str, result: Sitemap, max_urls: int) -> None:
+        self.base, self.result, self.max_urls = base, result, max_urls
+        self.depth = 0
+        self.open: list[_Open] = []
+        self.text: list[str] | None = None  # the text of the child being read
+        self.text_depth = -1
+        self.text_open = False  # no element started inside it yet
+        self.field = ""
+        self.full = False  # the URL limit is reached: the next <url> or <sitemap> stops the parse
+
+    def start(self, tag: str, attrs: dict[str, str]) -> None:
+        self.depth += 1
+        self.text_open = False  # the text before a child element is all there is
+        local = tag.rpartition(" ")[2]
+        if local in ("url", "sitemap"):
+            if self.full:
+                raise _Limit  # one more than the limit: the file is cut here
+            self.open.append(_Open(local, self.depth))
+            return
+        if not self.open:
+            return
+        rec = self.open[-1]
+        if self.depth == rec.depth + 1:
+            if local in ("loc", "lastmod"):
+                self.text, self.text_depth, self.text_open, self.field = [], self.depth, True, local
+            elif local == "news" and rec.kind == "url":
+                rec.news_depth, rec.published, rec.title = self.depth, None, None
+        elif self.depth == rec.news_depth + 1 and local in ("publication_date", "title"):
+            self.text, self.text_depth, self.text_open, self.field = [], self.depth, True, local
+
+    def data(self, text: str) -> None:
+        if self.text_open and self.text is not None and self.text_depth == self.depth:
+            self.text.append(text)
+
+    def end(self, tag: str) -> None:
+        depth = self.depth
+        self.depth -= 1
+        if self.text is not None and depth == self.text_depth:
+            self._keep("".join(self.text))
+            self.text = None
+            return
+        if not self.open:
+            return
+        rec = self.open[-1]
+        if depth == rec.news_depth:
+            rec.news, rec.news_depth = (rec.published, rec.title), -1
+        elif depth == rec.depth:
+            self.open.pop()
+            self._finish(rec)
+
+    def _keep(self, text: str) -> None:
+        rec = self.open[-1]
+        if self.field == "loc":
+            rec.loc = text.strip()
+        elif self.field == "lastmod":
+            rec.lastmod = text
+        elif self.field == "publication_date":
+            rec.published = parse_lastmod(text)
+        else:
+            rec.title = text.strip() or None
+
+    def _finish(self, rec: _Open) -> None:
+        if self.full:  # a <url> nested in the last one kept
+            return
+        result = self.result
+        target = join_url(self.base, rec.loc) if rec.loc else None
         if target is None:
-            continue
-        if kind == "sitemap":
+            return
+        if rec.kind == "sitemap":
             result.sitemaps.append(target)
         else:
-            result.urls.append((target, parse_lastmod(lastmod)))
-            if news is not None:
-                result.news[target] = news
-        if len(result.urls) + len(result.sitemaps) >= max_urls:
-            result.truncated = True
-            return True
-    return False
+            result.urls.append((target, parse_lastmod(rec.lastmod)))
+            if rec.news is not None:
+                result.news[target] = rec.news
+        if len(result.urls) + len(result.sitemaps) >= self.max_urls:
+            self.full = True
 
 
 def _text_sitemap(body: bytes, base: str, max_urls: int, result: Sitemap) -> Sitemap:
-    for line in body.decode("utf-8", "replace").splitlines():
-        line = line.strip()
+    """One URL per line (lines read one by one: the file is never copied whole)."""
+    for match in _LINE.finditer(body):
+        line = match.group().decode("utf-8", "replace").strip()
         if not line.startswith(("http://", "https://")):
             continue
+        if len(result.urls) >= max_urls:  # one more than the limit: the file is cut here
+            result.truncated = True
+            result.bytes_parsed = match.end()
+            return result
         target = join_url(base, line)
         if target is not None:
             result.urls.append((target, None))
-        if len(result.urls) >= max_urls:
-            result.truncated = True
-            break
+    result.bytes_parsed = len(body)
     return result
 
 
@@ -172,6 +259,19 @@ def robots_sitemaps(origin: str, listed: list[str]) -> list[str]:
     robots = origin.rstrip("/") + "/robots.txt"
     found = [u for u in (join_url(robots, s) for s in listed) if u]
     return found or [origin.rstrip("/") + "/sitemap.xml"]
+
+
+@dataclass(slots=True)
+class _Digest:
+    """What one fetched sitemap yields, worked out off the event loop: the file read (a
+    sitemap or a feed), the links to route, and the ``<lastmod>`` nudges to apply."""
+
+    failed: bool = False
+    feed: Feed | None = None
+    sitemap: Sitemap | None = None
+    links: list = field(default_factory=list)
+    nudges: list[tuple[str, float]] = field(default_factory=list)
+    news: bool = False
 
 
 class SitemapReader:
@@ -184,7 +284,8 @@ class SitemapReader:
     (discovery through links is unaffected; no admitted URL is involved).
     """
 
-    def __init__(self, *, max_files: int, max_urls: int, max_bytes: int, links, counters, dropped, nudge=None, news=None) -> None:
+    def __init__(self, *, max_files: int, max_urls: int, max_bytes: int, links, counters, dropped, nudge=None, news=None,
+                 run_blocking: RunBlocking = asyncio.to_thread) -> None:
         self._max_files = max_files
         self._max_urls = max_urls
         self.max_bytes = max_bytes
@@ -194,6 +295,9 @@ class SitemapReader:
         self._nudge = nudge  # nudge(url, lastmod): bring a known page's refresh earlier
         self._news = news  # crawler.freshness.news.NewsPolicy: news sitemaps and feeds read again
         self._planned: dict[str, int] = {}  # host -> sitemap files queued this run
+        # Parses and URL checks of a read sitemap, and its nudges of the store, run here:
+        # a worker thread by default (DESIGN invariant 16), inline in tests on the mock clock.
+        self._run_blocking = run_blocking
 
     def plan(self, origin: str, host: str, listed: list[str], allowed) -> list:
         """Sitemap items for ``origin`` after its robots.txt (``allowed(url)``: its rules)."""
@@ -221,9 +325,13 @@ class SitemapReader:
 
     async def read(self, item, fetch, queue, route) -> None:
         """Fetch one sitemap (``await fetch(host, url, max_body_bytes=...)``, politeness-paced),
-        ``queue`` the sitemaps it lists and ``route`` its URLs as discovered links."""
+        ``queue`` the sitemaps it lists and ``route`` its URLs as discovered links. The file
+        is parsed and its URLs checked off the event loop (``run_blocking``)."""
         res = await fetch(item.host, item.url, max_body_bytes=self.max_bytes)
-        links, more, news, feed = self._yields(item, res.status, res.body)
+        digest = await self._run_blocking(self._digest, item, res.status, res.body)
+        links, more, news, feed = self._settle(item, digest)
+        if digest.nudges:
+            await self._run_blocking(self._nudge_all, digest.nudges)
         published = [link.published for link in links if link.fresh]
         queue(more)
         if links and not await route(links):
@@ -240,19 +348,56 @@ class SitemapReader:
         return links, more
 
     def _yields(self, item, status: int | None, body: bytes) -> tuple[list, list, bool, Feed | None]:
-        """What :meth:`yields` says, and whether the sitemap listed news (or was a feed)."""
+        """What :meth:`yields` says, and whether the sitemap listed news (or was a feed):
+        :meth:`read`'s steps, all inline."""
+        digest = self._digest(item, status, body)
+        out = self._settle(item, digest)
+        self._nudge_all(digest.nudges)
+        return out
+
+    def _digest(self, item, status: int | None, body: bytes) -> _Digest:
+        """The input-sized part of a read: parse, and the URLs in scope and free of traps.
+        Reads nothing the event loop writes but the link policy's caches (plain dicts)."""
         from crawler.frontier.backqueue import UrlItem
 
         if status != 200:
+            return _Digest(failed=True)
+        if self._news is not None and self._news.feeds and looks_like_feed("", body[:2048]):
+            return _Digest(feed=parse_feed(body, item.url))
+        sm = parse_sitemap(body, item.url, max_urls=self._max_urls, max_bytes=self.max_bytes)
+        news = bool(sm.news) and self._news is not None and self._news.news_sitemaps
+        digest = _Digest(sitemap=sm, news=news)
+        normalize, scope, traps = self._links.normalizer, self._links.scope, self._links.traps
+        for url, lastmod in sm.urls:
+            canon = normalize(url)
+            if canon is None:
+                continue
+            if scope.allows(canon) and traps.check(canon, 1) is None:
+                link = UrlItem(canon, 1, item.url)
+                if news and url in sm.news:
+                    link.fresh, link.published = True, sm.news[url][0]
+                digest.links.append(link)
+            if lastmod is not None and self._nudge is not None and UrlItem(canon).host == item.host:
+                digest.nudges.append((canon, lastmod))
+        return digest
+
+    def _settle(self, item, digest: _Digest) -> tuple[list, list, bool, Feed | None]:
+        """The shard's side of a read, on its loop: counters, the nested sitemaps' slots,
+        a feed's entries as links (at most its entry limit)."""
+        from crawler.frontier.backqueue import UrlItem
+
+        if digest.failed:
             self._counters["sitemaps_failed"] += 1
             return [], [], False, None
-        if self._news is not None and self._news.feeds and looks_like_feed("", body[:2048]):
-            feed = parse_feed(body, item.url)
+        feed = digest.feed
+        if feed is not None:
+            assert self._news is not None
             self._counters["feeds_read"] += 1
             self._counters["feeds_malformed"] += feed.error is not None
             links = self._news.feed_links(item, feed, lambda urls, d: self._links.follow_urls(urls, d, self._dropped))
             return links, [], True, feed
-        sm = parse_sitemap(body, item.url, max_urls=self._max_urls, max_bytes=self.max_bytes)
+        sm = digest.sitemap
+        assert sm is not None
         self._counters["sitemaps_read"] += 1
         if sm.error:
             self._counters["sitemaps_malformed"] += 1
@@ -263,20 +408,14 @@ class SitemapReader:
             nested = UrlItem(url, 0, kind="sitemap")
             if nested.host == item.host and self._take_slot(item.host):
                 more.append(nested)
-        links = []
-        news = bool(sm.news) and self._news is not None and self._news.news_sitemaps
-        for url, lastmod in sm.urls:
-            canon = self._links.normalizer(url)
-            if canon is None:
-                continue
-            if self._links.scope.allows(canon) and self._links.traps.check(canon, 1) is None:
-                link = UrlItem(canon, 1, item.url)
-                if news and url in sm.news:
-                    link.fresh, link.published = True, sm.news[url][0]
-                links.append(link)
-                self._counters["sitemap_urls"] += 1
-            if lastmod is not None and self._nudge is not None and UrlItem(canon).host == item.host:
-                self._nudge(canon, lastmod)
-        if news:
+        self._counters["sitemap_urls"] += len(digest.links)
+        if digest.news:
             self._counters["news_sitemap_urls"] += len(sm.news)
-        return links, more, news, None
+        return digest.links, more, digest.news, None
+
+    def _nudge_all(self, nudges: list[tuple[str, float]]) -> None:
+        """``<lastmod>`` of this host's known pages: their refreshes brought forward (the
+        store serialises its users with its own lock)."""
+        if self._nudge is not None:
+            for url, lastmod in nudges:
+                self._nudge(url, lastmod)

@@ -1,8 +1,11 @@
 """Fetching an origin's robots.txt with the host's own politeness slot (RFC 9309 2.3.1.2:
-up to five redirects)."""
+up to five redirects), and parsing it off the event loop (DESIGN invariant 16: a file cut
+at ROBOTS_MAX_BYTES takes a tenth of a second to parse, more with wildcard rules;
+benchmarks/results/parsecost.json, case robots)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Awaitable, Callable, Protocol
 
 from crawler.robots.cache import RobotsCache
@@ -25,6 +28,8 @@ class RobotsClient:
         join: resolves a Location header against the URL it came from.
         pacer: per-host in-flight state and next allowed time (crawler.policy.politeness).
         clock: waits for the host's allowance between same-host redirect hops.
+        run_blocking: where a fetched file is parsed (default: a worker thread; tests on
+            the mock clock run it inline).
     """
 
     def __init__(
@@ -37,6 +42,7 @@ class RobotsClient:
         host_of: Callable[[str], str],
         pacer: _Pacer,
         clock: Any,
+        run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
     ) -> None:
         self.cache = cache
         self._classify = classify
@@ -45,6 +51,7 @@ class RobotsClient:
         self._host_of = host_of
         self._pacer = pacer
         self._clock = clock
+        self._run_blocking = run_blocking
 
     async def refresh(
         self, origin: str, host: str, fetch: Callable[[str, str], Awaitable[Any]]
@@ -70,7 +77,12 @@ class RobotsClient:
             res = await fetch(target, url)
             if self._classify(res) != "redirect":
                 body = res.body if res.status else None
-                return self.cache.from_response(origin, res.status, body, truncated=res.truncated, error=res.error), hop + 1
+                reading = None
+                if body and res.status is not None and 200 <= res.status < 300:
+                    reading = await self._run_blocking(self.cache.read, body, res.truncated)
+                rules = self.cache.from_response(origin, res.status, body, truncated=res.truncated, error=res.error,
+                                                 reading=reading)
+                return rules, hop + 1
             joined = self._join(url, res.headers.get("location", ""))
             nxt = self._normalize(joined) if joined else None
             if nxt is None:  # a redirect to nowhere: the file is unavailable
