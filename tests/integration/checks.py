@@ -87,7 +87,7 @@ def check_traps_bounded(server: WebServer, cfg: CrawlConfig) -> None:
 def check_rows(server: WebServer, cfg: CrawlConfig) -> Any:
     """One outcome row per URL; outcomes as the ground truth says; duplicates flagged."""
     web = server.web
-    table = read_pages(cfg.output.path, dedupe=False)
+    table = read_pages(cfg.output.path, dict(cfg.output.storage_options) or None, dedupe=False)
     rows = table.to_pylist()
     per_url = Counter(r["url"] for r in rows)
     dup_rows = [u for u, n in per_url.items() if n > 1]
