@@ -245,19 +245,20 @@ def namespace_prefix() -> list[str] | None:
     return None
 
 
-def _own_mount_namespace() -> bool:
-    return os.readlink("/proc/self/ns/mnt") != os.readlink(f"/proc/{os.getppid()}/ns/mnt")
+def _mount_namespace() -> str:
+    return os.readlink("/proc/self/ns/mnt")
 
 
 def _ip(*args: str) -> bool:
     return subprocess.run(["ip", *args], capture_output=True).returncode == 0
 
 
-def _isolate(workdir: Path) -> Wire | None:
+def _isolate(workdir: Path, outer_mount_ns: str) -> Wire | None:
     """Inside a fresh namespace: loopback up, the trap addresses on it, a network card
     whose wire ends in a :class:`Wire` (None if this kernel cannot make one), and
-    private ``/etc/hosts`` and ``/etc/resolv.conf`` (bind mounts seen by this namespace only)."""
-    if not _own_mount_namespace():
+    private ``/etc/hosts`` and ``/etc/resolv.conf`` (bind mounts seen by this namespace
+    only: refused unless this mount namespace is not ``outer_mount_ns``, the starter's)."""
+    if not outer_mount_ns or _mount_namespace() == outer_mount_ns:
         raise SystemExit("egress: not in a mount namespace of its own; refusing to touch /etc")
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     for address in (METADATA, STAND_IN, DNS_TRAP):
@@ -335,10 +336,10 @@ def _canary() -> None:
             pass  # nobody on the wire answers: the SYN went out, which is what counts
 
 
-def run_trapped(command: list[str], *, canary: bool = False, timeout: float = 600.0) -> dict:
+def run_trapped(command: list[str], *, outer_mount_ns: str, canary: bool = False, timeout: float = 600.0) -> dict:
     """Inside the namespace: set the traps, run ``command``, return the report."""
     workdir = Path(tempfile.mkdtemp(prefix="egress-"))
-    wire = _isolate(workdir)
+    wire = _isolate(workdir, outer_mount_ns)
     trap = Trap().start()
     listening: set[str] = set()
 
@@ -386,14 +387,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m crawler.testing.egress", description=__doc__.split("\n\n")[0])
     parser.add_argument("--canary", action="store_true", help="call each trap once first")
     parser.add_argument("--timeout", type=float, default=600.0, help="kill COMMAND after this many seconds")
-    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--inside", metavar="OUTER_MOUNT_NS", help=argparse.SUPPRESS)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no COMMAND")
     if args.inside:
-        print(json.dumps(run_trapped(command, canary=args.canary, timeout=args.timeout)), flush=True)
+        report = run_trapped(command, outer_mount_ns=args.inside, canary=args.canary, timeout=args.timeout)
+        print(json.dumps(report), flush=True)
         return 0
     prefix = namespace_prefix()
     if prefix is None:
@@ -401,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     flags = ["--canary"] if args.canary else []
-    inner = [sys.executable, "-m", "crawler.testing.egress", "--inside", "--timeout", str(args.timeout), *flags, "--", *command]
+    inner = [sys.executable, "-m", "crawler.testing.egress", "--inside", _mount_namespace(), "--timeout", str(args.timeout),
+             *flags, "--", *command]
     return subprocess.run([*prefix, *inner]).returncode
 
 
