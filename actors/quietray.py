@@ -14,6 +14,9 @@
 - A head started by ``ray start`` or ``ray.cluster_utils.Cluster`` (not ``ray.init``)
   with usage stats disabled then POSTs a "usage stats disabled" notice to
   ``https://usage-stats.ray.io/``.
+- ``ray.init(_node_ip_address="127.0.0.1")`` swaps 127.0.0.1 for the machine's address
+  unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER was 0 when ``ray`` was imported; the GCS,
+  raylet and workers then listen on every interface, the agents on the machine's address.
 
 Ray has no setting that turns the probe off. So a head started here, with usage stats
 disabled, gets no API server process at all (:func:`quiet_head`): with the
@@ -46,7 +49,7 @@ QUIET_ENV = {
     # The "usage stats disabled" notice of a `ray start` head goes nowhere: requests has
     # no adapter for file:, so it fails before any socket (and past any proxy setting).
     "RAY_USAGE_STATS_REPORT_URL": "file:///dev/null",
-    # Else some agents bind to the machine's address (on macOS and Windows).
+    # Keeps a node given 127.0.0.1 on 127.0.0.1 (else Ray takes the machine's address).
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
 }
 
@@ -93,7 +96,9 @@ def quiet_head() -> Iterator[None]:
     use_quiet_env()
     from ray._private import ray_constants, services
 
-    real_start, real_cluster = services.start_api_server, ray_constants.ENABLE_RAY_CLUSTER
+    real_start, real_cluster = getattr(services, "start_api_server", None), ray_constants.ENABLE_RAY_CLUSTER
+    if real_start is None:  # tests/unit/test_quietray.py fails on such a Ray; a user's crawl runs on
+        log.warning("this Ray starts its API server elsewhere: the head may probe cloud metadata")
 
     def no_api_server(include_dashboard, *args, **kwargs):
         if include_dashboard is not False:  # the dashboard, or Ray's choice: as Ray would
@@ -101,12 +106,14 @@ def quiet_head() -> Iterator[None]:
         return None, None  # (dashboard URL, process): Ray runs on without one
 
     ray_constants.ENABLE_RAY_CLUSTER = False
-    if not _opted_in(os.environ):
+    if real_start is not None and not _opted_in(os.environ):
         services.start_api_server = no_api_server
     try:
         yield
     finally:
-        services.start_api_server, ray_constants.ENABLE_RAY_CLUSTER = real_start, real_cluster
+        ray_constants.ENABLE_RAY_CLUSTER = real_cluster
+        if real_start is not None:
+            services.start_api_server = real_start
 
 
 def dashboard_home(directory: str | os.PathLike[str]) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Catch traffic that would leave the machine: a command run in a namespace full of traps.
 
-docs/invariants.md #18: nothing leaves the machine unless the crawl fetches it. A test of that
-cannot watch the real network, so this runs a command in a fresh network and mount
+Nothing leaves the machine unless the crawl fetches it (docs/invariants.md #18). A test of
+that cannot watch the real network, so this runs a command in a fresh network and mount
 namespace (``unshare -n -m``) built like a machine on a network, and records who called:
 
 - a network card, ``eth0`` (:data:`MACHINE`, a default route for IPv4 and IPv6), whose
@@ -42,7 +42,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["Contact", "Trap", "TRAPPED_NAMES", "namespace_prefix", "run_trapped"]
+__all__ = ["Contact", "Trap", "TRAPPED_NAMES", "Wire", "namespace_prefix", "run_trapped"]
 
 METADATA = "169.254.169.254"
 #: Documentation addresses (RFC 5737, RFC 3849): never a real host, so nothing is shadowed.
@@ -61,12 +61,12 @@ _NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\
 
 @dataclass(frozen=True)
 class Contact:
-    """One call that reached a trap: a TCP connection or a DNS question."""
+    """One call that reached a trap: a TCP connection, a DNS question, or a packet on the wire."""
 
-    kind: str  # "tcp" or "dns"
+    kind: str  # "tcp", "dns" or "wire"
     address: str
     port: int
-    detail: str  # the request line, "tls", or the name asked for
+    detail: str  # the request line or "tls"; the name asked for; the protocol or "arp"
 
 
 def _request_line(data: bytes) -> str:
