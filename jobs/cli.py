@@ -27,7 +27,7 @@ import zlib
 from pathlib import Path
 from typing import Sequence
 
-from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError, PathError, StorageError
+from crawler.errors import REFUSALS, ConfigError, CrawlError, PathError, StorageError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -107,15 +107,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         led = run.get("ledger")
         if led:
             # Recheck against the rows as they are now, not as the run counted them.
-            counts = [{"queued": led["queued"], "claimed": 0, "done": led["acked"], "dropped": led["dropped"]}]
-            led = ledger.build(
-                counts,
-                seen_novel=led["seen_novel"],
-                seen_bypassed=led["seen_bypassed"],
-                rows=ledger.output_url_count(args.out),
-                finished=bool(run.get("finished")),
-                page_budget_spent=bool(led.get("page_budget_spent")),
-            )
+            led = ledger.recheck(led, ledger.output_url_count(args.out), finished=bool(run.get("finished")))
             summary["ledger"] = led
             ok = led["balanced"]
     else:
@@ -290,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except (ConfigError, OutputExistsError, OutputLeasedError) as exc:
+    except REFUSALS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except CrawlError as exc:
