@@ -10,8 +10,13 @@
     crawl ctl [--api URL] [--token T] seeds add URL... | url URL | host pause|resume|show|set HOST | stats | stop
 
 Bad config or seeds, and a path that cannot serve (a folder holding no crawl output, a file
-where a folder is needed, a page file that cannot be read), exit with status 2 and a
-one-line message saying what to fix; nothing is created on disk first.
+where a folder is needed, a page file that cannot be read, an output that cannot be
+written), exit with status 2 and a one-line message saying what to fix; nothing is created
+on disk first. ``crawl run`` refuses a crawl it cannot resume (a damaged record or store)
+the same way; its other statuses follow the run (jobs.crawl.exit_status): 0 finished with a
+balanced ledger, already finished, ran its duration or stopped through the control API; 1
+ended with a problem (the ledger does not balance, or unfinished without anyone asking);
+130 / 143 stopped by SIGINT / SIGTERM.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ over :class:`crawler.session.crawlsession.CrawlSession`: it picks the runtime (R
 with ``--local``), shows progress, and turns SIGINT and SIGTERM (Ctrl-C, ``kill``,
 ``ray job stop``) into a clean stop: rows flushed, ``stats.json`` written, the state
 resumable, a non-zero exit (130 for SIGINT, 143 for SIGTERM); a stop asked for through
-the control API exits 0 (:func:`run_crawl`). With ``api.enabled`` it
+the control API exits 0. The exit status follows the URL ledger (:func:`exit_status`:
+one that does not balance is 1), and whatever is refused before the crawl runs is one
+line and exit status 2 (:func:`as_refusal`). With ``api.enabled`` it
 serves the HTTP control API (crawler.control.api) in its event loop and prints the API's address
 to stderr, which is the job log of a crawl started with ``ray job submit``.
 
@@ -92,7 +94,9 @@ def as_refusal(exc: BaseException, out: str, mode: str) -> CrawlError | None:
         return RefusedError(f"{out}: cannot write the crawl's output or state ({why}); choose another --out")
     if isinstance(inner, StorageError):
         if mode == "resume":
-            return RefusedError(f"{inner}; the crawl in {out} cannot resume: restore its state folder from a copy, or start over in it with --force")
+            return RefusedError(
+                f"{inner}; the crawl in {out} cannot resume: restore its state folder from a copy, or start over in it with --force"
+            )
         return RefusedError(f"{inner}; choose another --out, or start over in it with --force")
     return None
 

@@ -173,3 +173,29 @@ def test_rows_are_checked_against_what_the_shards_acked(tmp_path):
     res = asyncio.run(ledgeraudit.audit_rows([fetch], cfg.output.path, None, page=2))
     assert (res.acked_without_row, res.sample_acked) == (1, ["http://a.test/gone"])
     assert (res.rows_without_holder, res.sample_rows) == (1, ["http://a.test/old"])
+
+
+def test_marks_undone_after_a_failed_delivery_are_not_lost(tmp_path):
+    """A delivery that failed undoes its marks (SeenSet.forget_hashes): neither a mark nor
+    a holder is left, and the audit finds nothing lost; a batch delivered unfiltered after
+    a failed seen call leaves holders without marks, which is harmless."""
+    seen = SeenSet(1000, path=str(tmp_path / "seen.sqlite"))
+    store = FrontierStore(str(tmp_path / "shard.sqlite"))
+    delivered = [f"http://a.test/{i}" for i in range(10)]
+    failed = [f"http://b.test/{i}" for i in range(5)]
+    unfiltered = [f"http://c.test/{i}" for i in range(3)]
+    seen.check_and_add([*delivered, *failed])
+    store.add([UrlItem(u, 1) for u in [*delivered, *unfiltered]])
+    assert seen.forget_hashes([url_hash64(u) for u in failed]) == 5
+
+    async def run():
+        async def marks(after, limit):
+            return seen.key_page(after, limit)
+
+        async def held(after, limit):
+            return store.audit.keys(after, limit)
+
+        return await ledgeraudit.audit_marks([marks], [held], page=4)
+
+    found = asyncio.run(run())
+    assert (found.marks, found.held, found.lost, found.unmarked) == (10, 13, 0, 3)
