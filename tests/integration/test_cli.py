@@ -90,14 +90,17 @@ def test_local_run_then_stats(web, tmp_path, capsys):
     assert stats["top_hosts"]
 
 
-def test_a_crawl_that_ran_its_duration_exits_0(web, tmp_path, capsys):
+@pytest.mark.parametrize("entry", ["crawl run", "python -m jobs.crawl"])
+def test_a_crawl_that_ran_its_duration_exits_0(web, tmp_path, capsys, entry):
     """Row "ran its duration" of the exit table: a continuous crawl that stopped at
     ``recrawl.duration_s`` did what it was told (not finished: it resumes its schedule)."""
+    from jobs import crawl as crawl_job
+
     cfgfile = tmp_path / "c.yaml"
     out = tmp_path / "out"
     cfgfile.write_text(yaml.safe_dump(crawl_config_for(web, output={"path": str(out)})))
-    argv = ["run", str(cfgfile), "--local", "--no-progress", "--set", "recrawl.enabled=true", "--set", "recrawl.duration_s=2"]
-    assert cli.main(argv) == 0
+    argv = [str(cfgfile), "--local", "--no-progress", "--set", "recrawl.enabled=true", "--set", "recrawl.duration_s=2"]
+    assert (cli.main(["run", *argv]) if entry == "crawl run" else crawl_job.main(argv)) == 0
     assert "crawl ran its duration" in capsys.readouterr().out
     stats = json.loads((out / "stats.json").read_text())
     assert stats["finished"] is False and stats["ended"] == "duration"

@@ -19,6 +19,7 @@ from crawler.output import read_pages
 from crawler.session.inprocess import LocalRuntime, local_session
 from crawler.testing.fixtures import crawl_config_for
 from jobs import cli
+from jobs import crawl as crawl_job
 
 from tests.integration import checks
 
@@ -63,7 +64,7 @@ def test_a_lost_delivery_fails_the_run_and_the_next_run_fetches_it(web, tmp_path
     assert json.loads((out / "state" / "crawl.json").read_text())["finished"] is False
 
     monkeypatch.setattr(LocalRuntime, "deliver", deliver)
-    assert cli.main(["run", str(cfgfile), "--local", "--no-progress"]) == 0
+    assert crawl_job.main([str(cfgfile), "--local", "--no-progress"]) == 0  # `python -m jobs.crawl`, as ray job submit runs it
     captured = capsys.readouterr()
     assert "resuming the unfinished crawl" in captured.err and "crawl finished" in captured.out
     stats = json.loads((out / "stats.json").read_text())
@@ -81,6 +82,7 @@ def test_a_lost_delivery_fails_the_run_and_the_next_run_fetches_it(web, tmp_path
     # Row "already finished" of the exit table: nothing to do, exit 0.
     assert cli.main(["run", str(cfgfile), "--local", "--no-progress"]) == 0
     assert "already finished" in capsys.readouterr().err
+    assert crawl_job.main([str(cfgfile), "--local", "--no-progress"]) == 0
 
 
 def test_a_seen_set_restored_from_an_older_copy_loses_nothing(web, tmp_path):
