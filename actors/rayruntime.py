@@ -180,6 +180,12 @@ class RayRuntime(ShardCalls):
     async def seen_forget(self, urls: list[str]) -> int:
         return await self._seen.forget(urls)
 
+    async def seen_keys(self, index: int, after: int | None, limit: int) -> list[int]:
+        return await self.seen_actors[index].key_page.remote(after, limit)
+
+    async def seen_forget_keys(self, index: int, keys: list[int]) -> int:
+        return await self.seen_actors[index].forget_hashes.remote(keys)
+
     def _shard_ids(self) -> list[str]:
         return list(self.shards)
 
