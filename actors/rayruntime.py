@@ -42,10 +42,13 @@ def _retrieve(fut: "asyncio.Future[Any]") -> None:
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, temp_dir: str | None = None) -> bool:
     """Connect to a cluster, or start an embedded loopback Ray. Returns True if we started it.
 
-    The embedded Ray binds to 127.0.0.1, sends no usage stats and starts no dashboard
-    (it costs seconds and ~1 GB here; clusters started with ``ray up`` have their own).
+    The embedded Ray binds to 127.0.0.1, starts no dashboard (it costs seconds and ~1 GB
+    here; clusters started with ``ray up`` have their own) and sends nothing off the
+    machine: no usage stats, no cloud metadata probe (actors.quietray; docs/invariants.md #18).
     """
     import ray
+
+    from actors import quietray
 
     if ray.is_initialized():
         return False
@@ -53,17 +56,15 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, temp_di
     if address:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         return False
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    ray.init(
-        _node_ip_address="127.0.0.1",
-        include_dashboard=False,
-        num_cpus=num_cpus,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        configure_logging=True,
-        **({"_temp_dir": temp_dir} if temp_dir else {}),
-    )
+    with quietray.quiet_head():
+        ray.init(
+            **quietray.INIT_KWARGS,
+            num_cpus=num_cpus,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            configure_logging=True,
+            **({"_temp_dir": temp_dir} if temp_dir else {}),
+        )
     return True
 
 
@@ -178,6 +179,12 @@ class RayRuntime(ShardCalls):
 
     async def seen_forget(self, urls: list[str]) -> int:
         return await self._seen.forget(urls)
+
+    async def seen_keys(self, index: int, after: int | None, limit: int) -> list[int]:
+        return await self.seen_actors[index].key_page.remote(after, limit)
+
+    async def seen_forget_keys(self, index: int, keys: list[int]) -> int:
+        return await self.seen_actors[index].forget_hashes.remote(keys)
 
     def _shard_ids(self) -> list[str]:
         return list(self.shards)

@@ -102,6 +102,9 @@ class SeenFilter:
     def forget_hashes(self, hashes: list[int]) -> int:
         return self.set.forget_hashes(hashes)
 
+    def key_page(self, after: int | None, limit: int) -> list[int]:
+        return self.set.key_page(after, limit)
+
     def stats(self) -> dict[str, Any]:
         return {**self.set.stats(), "restored_from_out": self.restored}
 

@@ -39,6 +39,12 @@ class OutputLeasedError(StorageError):
     """Another crawl run holds the output's lease (docs/invariants.md #9)."""
 
 
+class RefusedError(StorageError):
+    """A run refused before it started: the output or the state in it cannot be used as it
+    is (an output that cannot be written, a damaged crawl record or store). The message
+    names what to do; the command line answers it as it does bad config (exit status 2)."""
+
+
 class FencedError(StorageError):
     """This run's lease was taken over: it may no longer fetch, write or ack."""
 
@@ -64,3 +70,9 @@ class RenderError(CrawlError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+#: What a run refuses before it starts, answered at the command line with one line and
+#: exit status 2: bad config or seeds, a path that cannot serve, an output holding another
+#: crawl or leased by another run, state that cannot be used as it is.
+REFUSALS: tuple[type[CrawlError], ...] = (ConfigError, OutputExistsError, OutputLeasedError, RefusedError)

@@ -10,8 +10,13 @@
     crawl ctl [--api URL] [--token T] seeds add URL... | url URL | host pause|resume|show|set HOST | stats | stop
 
 Bad config or seeds, and a path that cannot serve (a folder holding no crawl output, a file
-where a folder is needed, a page file that cannot be read), exit with status 2 and a
-one-line message saying what to fix; nothing is created on disk first.
+where a folder is needed, a page file that cannot be read, an output that cannot be
+written), exit with status 2 and a one-line message saying what to fix; nothing is created
+on disk first. ``crawl run`` refuses a crawl it cannot resume (a damaged record or store)
+the same way; its other statuses follow the run (jobs.crawl.exit_status): 0 finished with a
+balanced ledger, already finished, ran its duration or stopped through the control API; 1
+ended with a problem (the ledger does not balance, or unfinished without anyone asking);
+130 / 143 stopped by SIGINT / SIGTERM.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import zlib
 from pathlib import Path
 from typing import Sequence
 
-from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError, PathError, StorageError
+from crawler.errors import REFUSALS, ConfigError, CrawlError, PathError, StorageError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -107,15 +112,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         led = run.get("ledger")
         if led:
             # Recheck against the rows as they are now, not as the run counted them.
-            counts = [{"queued": led["queued"], "claimed": 0, "done": led["acked"], "dropped": led["dropped"]}]
-            led = ledger.build(
-                counts,
-                seen_novel=led["seen_novel"],
-                seen_bypassed=led["seen_bypassed"],
-                rows=ledger.output_url_count(args.out),
-                finished=bool(run.get("finished")),
-                page_budget_spent=bool(led.get("page_budget_spent")),
-            )
+            led = ledger.recheck(led, ledger.output_url_count(args.out), finished=bool(run.get("finished")))
             summary["ledger"] = led
             ok = led["balanced"]
     else:
@@ -290,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except (ConfigError, OutputExistsError, OutputLeasedError) as exc:
+    except REFUSALS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except CrawlError as exc:

@@ -5,7 +5,9 @@ over :class:`crawler.session.crawlsession.CrawlSession`: it picks the runtime (R
 with ``--local``), shows progress, and turns SIGINT and SIGTERM (Ctrl-C, ``kill``,
 ``ray job stop``) into a clean stop: rows flushed, ``stats.json`` written, the state
 resumable, a non-zero exit (130 for SIGINT, 143 for SIGTERM); a stop asked for through
-the control API exits 0 (:func:`run_crawl`). With ``api.enabled`` it
+the control API exits 0. The exit status follows the URL ledger (:func:`exit_status`:
+one that does not balance is 1), and whatever is refused before the crawl runs is one
+line and exit status 2 (:func:`as_refusal`). With ``api.enabled`` it
 serves the HTTP control API (crawler.control.api) in its event loop and prints the API's address
 to stderr, which is the job log of a crawl started with ``ray job submit``.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import signal
 import sys
 from typing import Any, Sequence
@@ -27,7 +30,8 @@ from crawler import eventloop
 from crawler.session import ledger
 from crawler.config.settings import CrawlConfig
 from crawler.control.api import ControlApi
-from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError
+from crawler import errors
+from crawler.errors import REFUSALS, CrawlError, RefusedError, StorageError
 from crawler.session.handle import CrawlHandle
 from crawler.output.fs import check_output_folder
 from crawler.session.crawlsession import CrawlSession
@@ -36,6 +40,65 @@ log = logging.getLogger("jobs.crawl")
 
 #: Exit status of a crawl stopped by a signal: 128 + the signal's number, like a shell.
 EXIT_BY_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+#: An error of this project as Ray reports one raised in an actor's constructor (text).
+_RAISED_IN_ACTOR = re.compile(r"^crawler\.errors\.(\w+): (.+)$", re.MULTILINE)
+
+
+def exit_status(stats: dict[str, Any], *, signum: int | None = None, api_stop: bool = False) -> int:
+    """The exit status of a run that ran (the README's table; 2 is a refusal, raised before):
+
+    * 0: finished with a ledger that balances; already finished; ran its duration
+      (``recrawl.duration_s``); stopped through the control API (``POST /stop``: the
+      operator asked for a clean, resumable stop and got it);
+    * 130 / 143: stopped by SIGINT / SIGTERM (clean and resumable too);
+    * 1: ended with a problem: a ledger that does not balance (DESIGN invariant 13), or
+      unfinished without anyone asking (events still owed, fenced by another run).
+    """
+    if stats.get("already_finished"):
+        return 0
+    if signum is not None:
+        return EXIT_BY_SIGNAL.get(signal.Signals(signum), 1)
+    led = stats.get("ledger")
+    if led is not None and not led.get("balanced", True):
+        return 1
+    if stats.get("finished") or stats.get("ended") == "duration" or (api_stop and not stats.get("fenced")):
+        return 0
+    return 1
+
+
+def _actor_error(exc: BaseException) -> CrawlError | None:
+    """The project error behind a Ray actor's failure: an error raised in an actor's
+    constructor reaches the driver as text only (``ray.exceptions.ActorDiedError``)."""
+    if not type(exc).__module__.startswith("ray"):
+        return None
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, CrawlError):
+        return cause
+    found = _RAISED_IN_ACTOR.findall(str(exc))
+    cls = getattr(errors, found[-1][0], None) if found else None
+    if isinstance(cls, type) and issubclass(cls, CrawlError) and cls is not errors.RenderError:
+        return cls(found[-1][1])
+    return None
+
+
+def as_refusal(exc: BaseException, out: str, mode: str) -> CrawlError | None:
+    """The refusal that ``exc``, raised before the crawl's first poll, stands for: a refusal
+    itself, or state that cannot be read or written (the output's disk, a damaged store,
+    also inside an actor). None: not a refusal (a failure of a crawl that ran)."""
+    inner = _actor_error(exc) or exc
+    if isinstance(inner, REFUSALS):
+        return inner
+    if isinstance(inner, OSError):
+        why = f"{inner.strerror}: {inner.filename}" if inner.strerror and inner.filename else (inner.strerror or repr(inner))
+        return RefusedError(f"{out}: cannot write the crawl's output or state ({why}); choose another --out")
+    if isinstance(inner, StorageError):
+        if mode == "resume":
+            return RefusedError(
+                f"{inner}; the crawl in {out} cannot resume: restore its state folder from a copy, or start over in it with --force"
+            )
+        return RefusedError(f"{inner}; choose another --out, or start over in it with --force")
+    return None
 
 
 def make_session(
@@ -108,10 +171,8 @@ async def _run(session: CrawlSession, stopped_by: list[int], api: ControlApi | N
 def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = None, progress: bool = True, force: bool = False) -> tuple[dict[str, Any], int]:
     """Run a crawl to the end with progress output and signal handling.
 
-    Returns (stats, exit status): 0 finished, already finished, ran its duration, or
-    stopped through the control API (``POST /stop``: the operator asked for it and got a
-    clean, resumable stop; ``stats.json`` says ``finished: false``); 130/143 stopped by a
-    signal; 1 otherwise (the crawl ended without finishing and nobody asked it to).
+    Returns (stats, :func:`exit_status`). Raises a refusal (crawler.errors.REFUSALS) for what
+    fails before the crawl ran: bad state in the output is one line, not a traceback.
     """
     from jobs.progress import Progress
 
@@ -122,7 +183,14 @@ def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = No
             print(f"resuming the unfinished crawl in {cfg.output.path} ({session.resumed} URLs queued)", file=sys.stderr)
 
     prog = Progress(enabled=progress, interval_s=cfg.runtime.progress_interval_s)
-    session = make_session(cfg, local=local, address=address, force=force, on_progress=prog.update, on_start=announce)
+    polled: list[bool] = []  # the crawl ran (one poll of its shards): errors from now on are not refusals
+
+    def on_progress(total: dict[str, Any]) -> None:
+        if not polled:
+            polled.append(True)
+        prog.update(total)
+
+    session = make_session(cfg, local=local, address=address, force=force, on_progress=on_progress, on_start=announce)
     stopped_by: list[int] = []
     stopped_by_api: list[bool] = []
 
@@ -136,14 +204,14 @@ def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = No
         stats = eventloop.run(_run(session, stopped_by, api))
     except asyncio.CancelledError:  # a second Ctrl-C: abort without flushing
         raise KeyboardInterrupt from None
+    except Exception as exc:
+        refusal = None if polled else as_refusal(exc, cfg.output.path, session.mode)
+        if refusal is None or refusal is exc:
+            raise
+        raise refusal from exc
     finally:
         prog.close()
-    if stats.get("already_finished"):
-        return stats, 0
-    if stats.get("finished") or (not stopped_by and (stats.get("ended") == "duration" or stopped_by_api)):
-        return stats, 0
-    code = EXIT_BY_SIGNAL.get(signal.Signals(stopped_by[0]), 1) if stopped_by else 1
-    return stats, code
+    return stats, exit_status(stats, signum=stopped_by[0] if stopped_by else None, api_stop=bool(stopped_by_api))
 
 
 def load_config(path: str | None, out: str | None, overrides: Sequence[str]) -> CrawlConfig:
@@ -157,11 +225,27 @@ def load_config(path: str | None, out: str | None, overrides: Sequence[str]) -> 
     return cfg
 
 
+#: Why a crawl that ran out of work is not finished (``unfinished_reason`` in stats.json).
+UNFINISHED = {
+    "lost_urls": "lost URLs were queued again: run it again to fetch them",
+    "ledger": "the URL ledger does not balance",
+    "events_pending": "page.fetched events are still owed: run it again to send them",
+}
+
+
 def print_summary(stats: dict[str, Any], out: str, stream=None) -> None:
     """The end-of-crawl summary (what the demo prints)."""
     stream = stream or sys.stdout
     o = stats["outcomes"]
-    state = "finished" if stats.get("finished") else ("ran its duration" if stats.get("ended") == "duration" else "stopped")
+    reason = stats.get("unfinished_reason")
+    if stats.get("finished"):
+        state = "finished"
+    elif stats.get("ended") == "duration":
+        state = "ran its duration"
+    elif reason:
+        state = f"ended unfinished ({UNFINISHED.get(reason, reason)})"
+    else:
+        state = "stopped"
     print(f"crawl {state} in {stats['elapsed_s']:.1f}s: {o['fetched']} pages fetched ({stats['pages_per_s']} pages/s)", file=stream)
     print("outcomes: " + ", ".join(f"{k} {v}" for k, v in o.items()), file=stream)
     print(
@@ -209,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config, args.out, args.overrides)
         stats, code = run_crawl(cfg, local=args.local, address=args.address, progress=not args.no_progress, force=args.force)
-    except (ConfigError, OutputExistsError, OutputLeasedError) as exc:
+    except REFUSALS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except CrawlError as exc:  # raised on purpose, with a message that says it all (as `crawl run`)

@@ -120,7 +120,7 @@ def render(summary: Mapping[str, Any], out: str) -> str:
         lines.append(f"  queued      {run['queued_unfetched']} URLs still queued")
     led = summary.get("ledger")
     if led:
-        lines.append("  " + ledger_mod.describe(led))
+        lines.extend("  " + line for line in ledger_mod.describe(led).splitlines())
     elif "note" in run:
         lines.append(f"  ({run['note']})")
     lines.append(f"  (`crawl stats {out} --json` for every number; `crawl report {out}` for charts)")

@@ -373,6 +373,7 @@ def build_shard(
         news=news,
         run_blocking=parse_slot,
     )
+    admission = Admission(store, robots_cache, host_budget, frontier, respect_robots=pol.respect_robots, dropped=pipeline.dropped)
     checkpointer = None
     out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
     hold = Hold(clock)  # the emitter holds the shard while its log is full
@@ -404,6 +405,7 @@ def build_shard(
             interval_s=rt.checkpoint_interval_s,
             ship=ship if state_log is not None else None,
             ship_interval_s=rt.state_ship_interval_s,
+            decisions=admission,  # budgets and robots verdicts: in the store, newer than the checkpoint
         )
     emitter = build_emitter(
         cfg.events, shard_id, out, opts, clock,
@@ -450,7 +452,7 @@ def build_shard(
         robots=robots,
         pipeline=pipeline,
         host_budget=host_budget,
-        admission=Admission(store, robots_cache, host_budget, frontier, respect_robots=pol.respect_robots, dropped=pipeline.dropped),
+        admission=admission,
         budget=budget,
         fetcher=wrap_fetcher(fetcher) if wrap_fetcher is not None else fetcher,
         outbox=outbox,

@@ -253,12 +253,7 @@ class ShardScheduler:
             self.politeness.set_override(host, interval_s=interval_s, paused=paused)
             keys = {host}
             drops = {host: self.host_budget.set_limit(host, max_pages, self.frontier.queued_for(host))} if max_pages is not None else {}
-        for key, drop in drops.items():
-            if drop:
-                urls = self.frontier.trim(key, drop)
-                if self.store is not None:
-                    self.store.drop(urls)
-                self.dropped["host_limit"] += len(urls)
+        self.admission.limit(drops)  # the trim and the budgets it set: one commit
         for key in keys:
             self.frontier.reschedule(key)
         if self.checkpointer is not None:
@@ -421,9 +416,12 @@ class ShardScheduler:
         self.politeness.set_crawl_delay(host, rules.crawl_delay)
         if self.sitemaps is not None:
             self.frontier.push(self.sitemaps.plan(org, host, rules.sitemaps, rules.allowed))
-        # URLs queued before the rules were known: refuse the disallowed ones now.
-        for blocked in self.frontier.remove_where(host, lambda it: not rules.allowed(it.url)):
-            self._refused(blocked)
+        # URLs queued before the rules were known: refuse the disallowed ones now, the
+        # verdict durable with them (a restart refuses without asking robots.txt again).
+        blocked = self.frontier.remove_where(host, lambda it: not rules.allowed(it.url))
+        self.admission.robots_verdict(org, [it.url for it in blocked])
+        for item in blocked:
+            self._refused(item)
 
     async def _handle(self, item: UrlItem, res: FetchResult) -> None:
         kind = classify(res)

@@ -39,6 +39,17 @@ a forced checkpoint) is handed to ``journal`` in the same locked step as its com
 commit order, and :meth:`replay` applies such changes to a store restored from a
 snapshot (crawler.recovery.statelog).
 
+And it holds the *decisions* that limit what the shard fetches since its last checkpoint
+(the ``decisions`` table: what hosts' page budgets became, the robots.txt verdicts that
+came in force; crawler.engine.admission makes them). Decisions are written in the same
+commit as the URL changes they govern or caused (:meth:`admit`, :meth:`drop`,
+:meth:`claim` take them) and journaled in the same locked step, as a ``decide`` record
+right after theirs, so they reach OUT in the same log segment: a store rebuilt from OUT
+never holds an admission without the budget it spent, or a refusal without the verdict
+that made it. The table is a log, one row per commit that made decisions (an append at
+the end of a B-tree: cheaper per URL than a row per host); a checkpoint holds all of it,
+so writing one empties it (:meth:`set_meta` with ``covers_decisions``).
+
 ``synchronous=NORMAL`` with WAL makes every commit durable against a crash of the
 process (the log write is in the operating system before commit returns); a power loss
 may lose the last commits. ``durable=False`` turns syncing off (benchmarks only).
@@ -46,11 +57,13 @@ may lose the last commits. ``durable=False`` turns syncing off (benchmarks only)
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import json
 import os
 import sqlite3
 import threading
-from typing import Any, Callable, Iterable, Sequence, TypedDict
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypedDict
 
 from crawler.errors import StorageError
 from crawler.frontier.urlitem import UrlItem
@@ -83,6 +96,7 @@ CREATE TABLE IF NOT EXISTS urls (
 );
 CREATE INDEX IF NOT EXISTS urls_host_state ON urls(host, state, id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS decisions (seq INTEGER PRIMARY KEY, value TEXT NOT NULL);
 """
 
 # Per-URL state (added to stores of earlier versions in place, see _migrate). Times are
@@ -166,6 +180,23 @@ def _chunks(seq: Sequence, n: int = _CHUNK) -> Iterable[Sequence]:
         yield seq[i : i + n]
 
 
+#: Decisions that limit fetching, made together: ``{kind: {key: value}}``. ``kind`` names
+#: who reads them back (``budget``: hosts' page budgets; ``robots``: origins' rules), ``key``
+#: the host or origin, ``value`` any JSON value; a later decision on the same key
+#: replaces it. Journaled as ``["decide", decisions]``.
+Decisions = Mapping[str, Mapping[str, Any]]
+
+
+class Verdicts(NamedTuple):
+    """What :meth:`FrontierStore.admit`'s ``decide`` made of the URLs new to the store:
+    URLs claimed at once (refused: their rows follow), URLs dropped by a counted rule,
+    and the decisions that made them."""
+
+    claim: Sequence[str] = ()
+    drop: Sequence[str] = ()
+    decisions: Decisions | None = None
+
+
 class UrlTable:
     """The SQLite connection under a :class:`FrontierStore`: the schema (created, or
     migrated in place from earlier versions), the lock that serialises its users, the one
@@ -193,6 +224,7 @@ class UrlTable:
             raise StorageError(f"cannot open the frontier store {path!r}: {exc}") from exc
         self.lock = threading.Lock()
         self.in_tx = False
+        self.closed = False
         # One writer per store, so ids can be handed out here (no per-row round trip).
         self.next_id = (self.db.execute("SELECT coalesce(max(id), 0) FROM urls").fetchone()[0] or 0) + 1
 
@@ -221,12 +253,41 @@ class UrlTable:
         self.db.execute("COMMIT")
         self.in_tx = False
 
+    def rollback(self) -> None:
+        """Abandon the open write transaction (nothing of it was journaled)."""
+        if self.in_tx:
+            self.db.execute("ROLLBACK")
+            self.in_tx = False
+
+    def insert_new(self, items: Sequence[UrlItem], keys: Sequence[int]) -> list[UrlItem]:
+        """Insert the URLs not in the table yet (``keys``: their :func:`_key`) in the open
+        transaction, with ``sid`` set; returns them."""
+        existing: set[int] = set()
+        for part in _chunks(keys):
+            q = f"SELECT h FROM urls WHERE h IN ({','.join('?' * len(part))})"
+            existing.update(r[0] for r in self.db.execute(q, part))
+        fresh: list[UrlItem] = []
+        rows = []
+        for it, k in zip(items, keys):
+            if k in existing:
+                continue
+            existing.add(k)  # a repeat inside the batch is not new either
+            it.sid = self.next_id
+            self.next_id += 1
+            fresh.append(it)
+            rows.append((it.sid, k, it.url, it.host, it.depth, it.referrer, it.boost, _uh(_url_hash(it.url))))
+        self.db.executemany(
+            "INSERT INTO urls(id, h, url, host, depth, referrer, boost, uh) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows
+        )
+        return fresh
+
 
 class FrontierStore:
     """One shard's durable URL table (see the module docstring for the states).
 
     The connection and its write transaction are a :class:`UrlTable`; the rows of a
-    host changing shards go through :attr:`hosts` (a :class:`HostRows`).
+    host changing shards go through :attr:`hosts` (a :class:`HostRows`), the decisions
+    that limit fetching through :attr:`decisions` (a :class:`DecisionLog`).
     """
 
     def __init__(
@@ -238,6 +299,8 @@ class FrontierStore:
         self._t = UrlTable(path, durable=durable, cache_kib=cache_kib, journal=journal)
         self._db, self._lock = self._t.db, self._t.lock
         self.hosts = HostRows(self._t)
+        self.audit = AuditPages(self._t)
+        self.decisions = DecisionLog(self._t)
 
     @property
     def journal(self) -> Callable[[str, Any], int] | None:
@@ -258,44 +321,63 @@ class FrontierStore:
 
     def add(self, items: Sequence[UrlItem]) -> list[UrlItem]:
         """Record a batch of URLs; returns the ones not seen before (with ``sid`` set). Committed."""
+        return self.admit(items)
+
+    def admit(
+        self, items: Sequence[UrlItem], decide: Callable[[list[UrlItem]], Verdicts] | None = None
+    ) -> list[UrlItem]:
+        """:meth:`add`, and what ``decide(fresh)`` made of the URLs new to the store (refused,
+        dropped, and the decisions that did it: crawler.engine.admission), in one commit
+        and one journal batch (``add``, ``drop``, ``decide``): a crash keeps all of it or
+        none, so no admission is durable without the budget it spent.
+
+        ``decide`` runs under the store's lock and must only decide (no I/O, no store
+        call); if it raises, nothing of the batch is kept."""
         if not items:
             return []
         keys = [_key(i.url) for i in items]
+        verdicts = Verdicts()
         with self._lock:
             self._t.begin()
-            existing: set[int] = set()
-            for part in _chunks(keys):
-                q = f"SELECT h FROM urls WHERE h IN ({','.join('?' * len(part))})"
-                existing.update(r[0] for r in self._db.execute(q, part))
-            fresh: list[UrlItem] = []
-            rows = []
-            for it, k in zip(items, keys):
-                if k in existing:
-                    continue
-                existing.add(k)  # a repeat inside the batch is not new either
-                it.sid = self._t.next_id
-                self._t.next_id += 1
-                fresh.append(it)
-                rows.append((it.sid, k, it.url, it.host, it.depth, it.referrer, it.boost, _uh(_url_hash(it.url))))
-            self._db.executemany(
-                "INSERT INTO urls(id, h, url, host, depth, referrer, boost, uh) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows
-            )
+            first_id = self._t.next_id
+            try:
+                fresh = self._t.insert_new(items, keys)
+                if decide is not None and fresh:
+                    verdicts = decide(fresh)
+                    claimed, dropped = [(_key(u),) for u in verdicts.claim], [(_key(u),) for u in verdicts.drop]
+                    self._db.executemany("UPDATE urls SET state=1 WHERE h=? AND state=0", claimed)
+                    self._db.executemany("UPDATE urls SET state=3 WHERE h=?", dropped)
+                    self.decisions.append(verdicts.decisions)
+            except BaseException:
+                self._t.rollback()
+                self._t.next_id = first_id
+                raise
             self._t.end()
             if self.journal is not None and fresh:
                 self.journal("add", [[i.url, i.host, i.depth, i.referrer, i.boost] for i in fresh])
+                if verdicts.drop:
+                    self.journal("drop", list(verdicts.drop))
+                if verdicts.decisions:
+                    self.journal("decide", verdicts.decisions)
         return fresh
 
-    def claim(self, urls: Sequence[str]) -> None:
-        """Mark queued URLs as handed to a fetch. Committed.
+    def claim(self, urls: Sequence[str], decisions: Decisions | None = None) -> None:
+        """Mark queued URLs as handed to a fetch, with the ``decisions`` that refused them
+        if any (a robots.txt verdict: crawler.engine.admission). Committed.
 
-        Only queued URLs change: a claim recorded late never undoes a ``done``.
+        Only queued URLs change: a claim recorded late never undoes a ``done``. Claims
+        are not journaled (a store rebuilt from OUT queues claimed URLs again anyway);
+        the decisions are.
         """
-        if not urls:
+        if not urls and not decisions:
             return
         with self._lock:
             self._t.begin()
             self._db.executemany("UPDATE urls SET state=1 WHERE h=? AND state=0", [(_key(u),) for u in urls])
+            self.decisions.append(decisions)
             self._t.end()
+            if self.journal is not None and decisions:
+                self.journal("decide", decisions)
 
     def record(self, fetched: Sequence[tuple[OutcomeRow, Schedule | None]]) -> None:
         """Ack rows that are durable: each URL done, with its per-URL state (last fetch,
@@ -370,19 +452,25 @@ class FrontierStore:
         """Mark URLs finished: their outcome rows are durable. Committed."""
         self._set_state(urls, DONE)
 
-    def drop(self, urls: Sequence[str]) -> None:
-        """Mark URLs finished without a row (dropped by a counted rule). Committed."""
-        self._set_state(urls, DROPPED)
+    def drop(self, urls: Sequence[str], decisions: Decisions | None = None) -> None:
+        """Mark URLs finished without a row (dropped by a counted rule), with the
+        ``decisions`` that dropped them (a budget cut, an operator's ``max_pages``). Committed."""
+        self._set_state(urls, DROPPED, decisions)
 
-    def _set_state(self, urls: Sequence[str], state: int) -> None:
-        if not urls:
+    def _set_state(self, urls: Sequence[str], state: int, decisions: Decisions | None = None) -> None:
+        if not urls and not decisions:
             return
         with self._lock:
             self._t.begin()
-            self._db.executemany("UPDATE urls SET state=? WHERE h=?", [(state, _key(u)) for u in urls])
+            if urls:
+                self._db.executemany("UPDATE urls SET state=? WHERE h=?", [(state, _key(u)) for u in urls])
+            self.decisions.append(decisions)
             self._t.end()
-            if self.journal is not None and state == DROPPED:
-                self.journal("drop", list(urls))
+            if self.journal is not None:
+                if urls and state == DROPPED:
+                    self.journal("drop", list(urls))
+                if decisions:
+                    self.journal("decide", decisions)
 
     def due_up_to(self, host: str, cursor: tuple[float, int]) -> list[tuple[UrlItem, float, tuple[float, int]]]:
         """:meth:`due` for one host's refreshes at or before ``cursor`` (the ones a refresh
@@ -522,13 +610,20 @@ class FrontierStore:
             row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return row[0] if row else None
 
-    def set_meta(self, key: str, value: str, *, journal: bool = False) -> None:
+    def set_meta(self, key: str, value: str, *, journal: bool = False, covers_decisions: bool = False) -> None:
         """Set a ``meta`` value; with ``journal`` the change is also journaled (an
-        operator's setting, which must survive the node: crawler.recovery.checkpoint)."""
+        operator's setting, which must survive the node: crawler.recovery.checkpoint).
+        ``covers_decisions``: the value holds every decision written so far (a
+        checkpoint), so the decisions log is emptied in the same commit (and on replay:
+        a store rebuilt from OUT holds the decisions after its newest checkpoint only)."""
         with self._lock:
+            self._t.begin()
             self._set_meta(key, value)
+            if covers_decisions:
+                self.decisions.clear()
+            self._t.end()
             if journal and self.journal is not None:
-                self.journal("meta", [key, value])
+                self.journal("meta", [key, value, True] if covers_decisions else [key, value])
 
     def _set_meta(self, key: str, value: str) -> None:
         self._db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value))
@@ -565,8 +660,9 @@ class FrontierStore:
                         self._record([tuple(p) for p in payload])
                         self._t.end()
                 elif kind == "meta":
-                    with self._lock:
-                        self._set_meta(payload[0], payload[1])
+                    self.set_meta(payload[0], payload[1], covers_decisions=len(payload) > 2 and bool(payload[2]))
+                elif kind == "decide":
+                    self.decisions.write(payload)
                 elif kind == "adopt":
                     self.hosts.adopt(payload)
                 elif kind == "remove_host":
@@ -582,6 +678,7 @@ class FrontierStore:
             if self._t.in_tx:
                 self._t.end()
             self._db.close()
+            self._t.closed = True
 
 
 class HostRows:
@@ -643,3 +740,88 @@ class HostRows:
             if self._t.journal is not None:
                 self._t.journal("remove_host", host)
         return n
+
+
+class AuditPages:
+    """The store read in key order, page by page, for the URL ledger's audit at the end of
+    a run (crawler.session.ledgeraudit): every URL the shard holds, against the seen sets'
+    marks and the output's rows. A closed store (a stopped shard) is read through a
+    fresh connection to its file."""
+
+    def __init__(self, table: UrlTable) -> None:
+        self._t = table
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        with self._t.lock:
+            if not self._t.closed:
+                yield self._t.db
+                return
+        try:
+            db = sqlite3.connect(self._t.path)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot reopen the frontier store {self._t.path!r}: {exc}") from exc
+        try:
+            yield db
+        finally:
+            db.close()
+
+    def _page(self, columns: str, key: str, after: int | None, limit: int) -> list[Any]:
+        where = "" if after is None else f" WHERE {key} > ?"
+        args = (limit,) if after is None else (after, limit)
+        try:
+            with self._reading() as db:
+                return db.execute(f"SELECT {columns} FROM urls{where} ORDER BY {key} LIMIT ?", args).fetchall()
+        except sqlite3.Error as exc:
+            raise StorageError(f"reading the frontier store {self._t.path!r} failed: {exc}") from exc
+
+    def keys(self, after: int | None, limit: int) -> list[int]:
+        """Up to ``limit`` URL keys above ``after``, ascending: ``h``, the signed 64-bit
+        crawler.seen.url_hash64 (the seen set's key) of every URL held, in any state. An
+        index-only scan of the unique index on ``h``."""
+        return [r[0] for r in self._page("h", "h", after, limit)]
+
+    def ids(self, after: int | None, limit: int) -> list[tuple[int, int, str]]:
+        """Up to ``limit`` (public url_hash as a signed integer, state, url) above ``after``,
+        ascending by url_hash (the id rows carry): what the output is checked against."""
+        return [(r[0], r[1], r[2]) for r in self._page("uh, state, url", "uh", after, limit)]
+
+
+class DecisionLog:
+    """The decisions that limit fetching made since the shard's last checkpoint (the
+    module docstring), on the store's :class:`UrlTable`: appended in the transaction of
+    the URL changes they go with, read back in order by a restart, emptied by the
+    checkpoint that holds them."""
+
+    def __init__(self, table: UrlTable) -> None:
+        self._t = table
+
+    def append(self, decisions: Decisions | None) -> None:
+        """Add ``decisions`` in the open transaction (the caller holds the lock): one row."""
+        if decisions:
+            value = json.dumps(decisions, separators=(",", ":"))
+            self._t.db.execute("INSERT INTO decisions(value) VALUES (?)", (value,))
+
+    def write(self, decisions: Decisions) -> None:
+        """Decisions with no URL change to go with them (a trap cut that left the queue as
+        it was). Committed and journaled."""
+        if not decisions:
+            return
+        with self._t.lock:
+            self._t.begin()
+            self.append(decisions)
+            self._t.end()
+            if self._t.journal is not None:
+                self._t.journal("decide", decisions)
+
+    def clear(self) -> None:
+        """Forget every decision, in the open transaction (a checkpoint holds them now)."""
+        self._t.db.execute("DELETE FROM decisions")
+
+    def read(self) -> list[tuple[str, str, Any]]:
+        """Every decision since the last checkpoint, oldest first, as ``(kind, key, value)``
+        (a restart loads them over the checkpoint: crawler.recovery.checkpoint)."""
+        with self._t.lock:
+            rows = self._t.db.execute("SELECT value FROM decisions ORDER BY seq").fetchall()
+        return [(kind, key, value) for (batch,) in rows for kind, values in json.loads(batch).items()
+                for key, value in values.items()]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import tempfile
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -213,9 +214,19 @@ def require_crawl_output(out: str, storage_options: dict | None = None) -> tuple
     return fs, root
 
 
+def _nearest_folder(path: str) -> str:
+    """``path`` if it exists, else its nearest existing ancestor."""
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
 def check_output_folder(path: str, storage_options: dict | None = None) -> None:
-    """Refuse a local folder to write into that is a file, or lies under one (the folder
-    and its parents are created later, by the writer). Object stores have no folders."""
+    """Refuse a local folder to write into that is a file, lies under one, or cannot be
+    written (no permission, a read-only filesystem, a virtual one such as /proc). The
+    folder and its parents are created later, by the run; writing is tried here by making
+    a temporary folder in the nearest one that exists, removed at once, so a refused path
+    leaves nothing behind. Object stores have no folders."""
     fs, root = open_fs(path, storage_options)
     if not is_local(fs):
         return
@@ -224,6 +235,11 @@ def check_output_folder(path: str, storage_options: dict | None = None) -> None:
     above = _file_above(root)
     if above is not None:
         raise PathError(f"{path}: {above} is a file, not a folder")
+    base = _nearest_folder(root)
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".raycrawl-write-check-", dir=base))
+    except OSError as exc:  # the OS's words (EROFS, EACCES, ENOENT under /proc), one line
+        raise PathError(f"{path}: cannot write there ({exc.strerror or exc} in {base}); choose another --out") from exc
 
 
 def check_new_file(path: str, storage_options: dict | None = None) -> None:

@@ -6,18 +6,30 @@ spider traps, after :class:`crawler.policy.traprules.TrapRules`).
   be mostly duplicates of stored content, so a trap that survives the shape rules still
   stops after a logarithmic number of windows (see :class:`HostBudget`), and the host's
   politeness interval is stretched by :meth:`HostBudget.penalty` meanwhile.
+
+What a host has spent and been cut to bounds what it may still be admitted, so it is as
+durable as those admissions (docs/invariants.md #11): every change to it (an admission or
+a refusal, a cut, an operator's limit, a host adopted) marks the host *changed*, and
+crawler.engine.admission writes the changed hosts' spending (:meth:`HostBudget.take_changed`:
+admitted, rejected, remaining, cuts) in the same store commit and journal batch as the
+URLs it admitted or dropped. Novelty samples bound nothing until they make a cut, and
+change on every fetch: they stay in the periodic checkpoint (:meth:`HostBudget.snapshot`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from typing import Any
+from operator import attrgetter
+from typing import Any, Mapping
 
 from crawler.errors import ConfigError, StorageError
 from crawler.policy.traprules import check_limit
 from crawler.control.hostpolicy import name_of
 
 __all__ = ["HostBudget"]
+
+log = logging.getLogger(__name__)
 
 
 class _HostState:
@@ -40,6 +52,9 @@ class _HostState:
         self.since_cut_check = 0
         self.penalty = 1.0
         self.cuts = 0
+
+
+_fields = attrgetter(*_HostState.FIELDS)
 
 
 class HostBudget:
@@ -116,6 +131,9 @@ class HostBudget:
         self._mask = (1 << window) - 1
         self._step = 2.0 ** (1.0 / window)
         self._hosts: dict[str, _HostState] = {}
+        # Hosts whose admissions, cuts or limits changed since take_changed (the module
+        # docstring); None: the host left this shard (its decision is forgotten).
+        self._changed: set[str] = set()
         # Operator limits (PUT /hosts/{host}/policy {max_pages}): per key, per hostname.
         self._limits: dict[str, int] = {}
         self._name_limits: dict[str, int] = {}
@@ -182,6 +200,7 @@ class HostBudget:
         left = max(0, max_pages - used)
         drop = max(0, queued - left)
         state.remaining = left - (queued - drop)
+        self._changed.add(host)
         return drop
 
     def limits(self) -> tuple[dict[str, int], dict[str, int]]:
@@ -193,6 +212,7 @@ class HostBudget:
     def admit(self, host: str) -> bool:
         """Spend one page of ``host``'s budget; False if it is spent (drop the URL)."""
         state = self._state(host)
+        self._changed.add(host)
         remaining = state.remaining
         if remaining is not None:
             if remaining <= 0:
@@ -227,6 +247,7 @@ class HostBudget:
         if state.since_cut_check >= window:
             state.since_cut_check = 0
             if self._novelty(state) < self.novelty_threshold:
+                self._changed.add(host)
                 return self._cut(state, queued)
         return 0
 
@@ -307,6 +328,7 @@ class HostBudget:
         for name, value in zip(_HostState.FIELDS, values, strict=True):
             setattr(state, name, value)
         self._hosts[host] = state
+        self._changed.add(host)  # this shard's store keeps it from now on
         self._admitted += state.admitted
         self._rejected += state.rejected
         self._fetched += state.fetched
@@ -319,6 +341,7 @@ class HostBudget:
         if state is not None:
             self._drop_totals(state)
         self._limits.pop(host, None)
+        self._changed.discard(host)  # its store rows and decisions went too
 
     def _drop_totals(self, state: _HostState) -> None:
         self._admitted -= state.admitted
@@ -329,15 +352,51 @@ class HostBudget:
 
     # --- persistence --------------------------------------------------------------
 
+    def take_changed(self) -> dict[str, list[Any]]:
+        """The spending (``admitted, rejected, remaining, cuts``) of every host changed
+        since the last call (see the module docstring), as the values of store decisions;
+        the hosts are unmarked."""
+        if not self._changed:
+            return {}
+        changed, self._changed = self._changed, set()
+        hosts = self._hosts
+        out = {}
+        for host in changed:
+            state = hosts.get(host)
+            if state is not None:
+                out[host] = [state.admitted, state.rejected, state.remaining, state.cuts]
+        return out
+
+    def merge(self, spending: Mapping[str, Any]) -> int:
+        """Bring back hosts' spending from the store's decisions (:meth:`take_changed`'s
+        values, the newest per host) over what :meth:`restore` loaded from the checkpoint.
+        A host's decision is written with every change to its spending and before every
+        checkpoint, so it is never older than the checkpoint's copy: a budget spent or cut
+        since the last checkpoint is not refunded. Novelty stays as the checkpoint has it.
+        A malformed value costs that host's copy (logged). Returns the hosts merged."""
+        merged = 0
+        bad: list[str] = []
+        for host, values in spending.items():
+            try:
+                admitted, rejected, remaining, cuts = values
+                numbers = (int(admitted), int(rejected), None if remaining is None else int(remaining), int(cuts))
+            except (TypeError, ValueError):
+                bad.append(host)
+                continue
+            state = self._state(host)
+            state.admitted, state.rejected, state.remaining, state.cuts = numbers
+            merged += 1
+        if bad:
+            log.warning("host budget: ignoring %d malformed stored budgets (e.g. %r)", len(bad), bad[0])
+        self._recount()
+        return merged
+
     def snapshot(self) -> dict[str, Any]:
         """JSON-serialisable state, for the crash-safe frontier."""
         return {
             "version": self.SNAPSHOT_VERSION,
             "fields": list(_HostState.FIELDS),
-            "hosts": {
-                host: [getattr(state, f) for f in _HostState.FIELDS]
-                for host, state in self._hosts.items()
-            },
+            "hosts": {host: list(_fields(state)) for host, state in self._hosts.items()},
             "limits": dict(self._limits),
             "name_limits": dict(self._name_limits),
         }
@@ -354,28 +413,35 @@ class HostBudget:
                     f"host budget snapshot version {snapshot['version']!r} is not "
                     f"{self.SNAPSHOT_VERSION}"
                 )
-            fields = list(snapshot["fields"])
+            fields = tuple(snapshot["fields"])
             limits = {str(k): int(v) for k, v in dict(snapshot.get("limits", {})).items()}
             name_limits = {str(k): int(v) for k, v in dict(snapshot.get("name_limits", {})).items()}
-            hosts: dict[str, _HostState] = {}
-            for host, values in snapshot["hosts"].items():
-                record = dict(zip(fields, values, strict=True))
-                state = _HostState(self.max_pages_per_host)
-                for name in _HostState.FIELDS:
-                    setattr(state, name, record[name])
-                state.window &= self._mask
-                state.samples = min(int(state.samples), self.novelty_window)
-                state.since_cut_check = min(int(state.since_cut_check), self.novelty_window - 1)
-                state.penalty = min(max(float(state.penalty), 1.0), self.max_penalty)
-                hosts[str(host)] = state
+            hosts = {str(host): self._decode(fields, values) for host, values in snapshot["hosts"].items()}
         except StorageError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StorageError(f"host budget snapshot is malformed: {exc!r}") from exc
         self._hosts = hosts
         self._limits, self._name_limits = limits, name_limits
-        self._admitted = sum(s.admitted for s in hosts.values())
-        self._rejected = sum(s.rejected for s in hosts.values())
-        self._fetched = sum(s.fetched for s in hosts.values())
-        self._duplicates = sum(s.duplicates for s in hosts.values())
-        self._cuts = sum(s.cuts for s in hosts.values())
+        self._recount()
+
+    def _decode(self, fields: tuple[str, ...], values: Any) -> _HostState:
+        """One host's accounting from ``values`` in ``fields`` order, clamped to this
+        budget's settings; KeyError/TypeError/ValueError if malformed."""
+        record = dict(zip(fields, values, strict=True))
+        state = _HostState(self.max_pages_per_host)
+        for name in _HostState.FIELDS:
+            setattr(state, name, record[name])
+        state.window &= self._mask
+        state.samples = min(int(state.samples), self.novelty_window)
+        state.since_cut_check = min(int(state.since_cut_check), self.novelty_window - 1)
+        state.penalty = min(max(float(state.penalty), 1.0), self.max_penalty)
+        return state
+
+    def _recount(self) -> None:
+        hosts = self._hosts.values()
+        self._admitted = sum(s.admitted for s in hosts)
+        self._rejected = sum(s.rejected for s in hosts)
+        self._fetched = sum(s.fetched for s in hosts)
+        self._duplicates = sum(s.duplicates for s in hosts)
+        self._cuts = sum(s.cuts for s in hosts)

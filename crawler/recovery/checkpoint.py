@@ -16,22 +16,43 @@ journaled too: with a remote output it reaches OUT before the call returns). Wit
 remote output a snapshot of the whole store is also written to ``OUT/state/<shard>/``
 every ``ship_interval_s`` and at the end (crawler.recovery.statelog), so a shard resumes on
 another machine.
+
+So a checkpoint may be a minute older than the URLs in OUT. What bounds those URLs
+cannot wait for it (docs/invariants.md #11): a host's page budget and trap cuts, and the
+robots.txt verdicts in force, are *decisions* written to the store with the admissions
+they govern (crawler.engine.admission, crawler.frontier.store). Each checkpoint holds
+every decision made before it (pending ones are written first) and empties the store's
+log of them; a restore loads the checkpoint, then the decisions made since, over it
+(:class:`DecisionSource`). Any decision still pending (a cut that dropped nothing) is
+written on each tick, i.e. with the acks of the outbox round that ran it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from crawler.clock import Clock
 from crawler.frontier.frontier import Frontier
-from crawler.frontier.store import FrontierStore
+from crawler.frontier.store import Decisions, FrontierStore
 
 log = logging.getLogger(__name__)
 
 #: A named piece of state: ``(snapshot() -> json value, restore(json value) -> None)``.
 Part = tuple[Callable[[], Any], Callable[[Any], Any]]
+
+
+class DecisionSource(Protocol):
+    """Decisions kept in the store beside the checkpoint (crawler.engine.admission.Admission)."""
+
+    def pending(self) -> Decisions:
+        """Decisions made since they were last written (and forget them)."""
+        ...
+
+    def restore_decisions(self) -> None:
+        """Load the store's decisions over what the checkpoint restored."""
+        ...
 
 
 def resume_queue(store: FrontierStore, frontier: Frontier) -> int:
@@ -59,6 +80,7 @@ class Checkpointer:
         interval_s: seconds between periodic checkpoints.
         ship: writes a snapshot of the store to a remote output, or None.
         ship_interval_s: seconds between snapshots.
+        decisions: the decisions kept in the store rather than in the checkpoint, or None.
     """
 
     def __init__(
@@ -70,8 +92,10 @@ class Checkpointer:
         interval_s: float,
         ship: Callable[[], Awaitable[None]] | None = None,
         ship_interval_s: float = 60.0,
+        decisions: DecisionSource | None = None,
     ) -> None:
         self.store = store
+        self.decisions = decisions
         self.parts = dict(parts)
         self._clock = clock
         self._interval_s = interval_s
@@ -82,8 +106,18 @@ class Checkpointer:
         self.saves = 0
 
     def restore(self) -> bool:
-        """Load the last checkpoint, if any. A part that fails to load costs that part
-        (logged), never the URLs, which live in the store's table. True if one was found."""
+        """Load the last checkpoint, if any, then the store's decisions over it. A part
+        that fails to load costs that part (logged), never the URLs, which live in the
+        store's table. True if a checkpoint was found."""
+        found = self._restore_parts()
+        if self.decisions is not None:
+            try:
+                self.decisions.restore_decisions()
+            except Exception as exc:  # noqa: BLE001 - a bad decision costs a cache, not the crawl
+                log.warning("%s: ignoring the stored decisions: %r", self.store.path, exc)
+        return found
+
+    def _restore_parts(self) -> bool:
         raw = self.store.get_meta("checkpoint")
         if not raw:
             return False
@@ -103,14 +137,24 @@ class Checkpointer:
 
     def save(self, *, journal: bool = False) -> None:
         """Write every part now (one committed value); ``journal``: also to the store's
-        journal (an operator's setting: crawler.frontier.store)."""
+        journal (an operator's setting: crawler.frontier.store). Pending decisions are
+        written (journaled) first: the checkpoint replaces the store's log of them."""
+        self._write_pending()
         value = json.dumps({name: snap() for name, (snap, _) in self.parts.items()})
-        self.store.set_meta("checkpoint", value, journal=journal)
+        self.store.set_meta("checkpoint", value, journal=journal, covers_decisions=self.decisions is not None)
         self._last_save = self._clock.now()
         self.saves += 1
 
+    def _write_pending(self) -> None:
+        if self.decisions is not None:
+            pending = self.decisions.pending()
+            if pending:
+                self.store.decisions.write(pending)
+
     async def tick(self, final: bool = False) -> None:
-        """Save if one is due (or ``final``), and snapshot the store to a remote output."""
+        """Write pending decisions; save if one is due (or ``final``), and snapshot the
+        store to a remote output."""
+        self._write_pending()
         now = self._clock.now()
         shipping = self._ship is not None and (final or now - self._last_ship >= self._ship_interval_s)
         if final or shipping or now - self._last_save >= self._interval_s:

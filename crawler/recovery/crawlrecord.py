@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from crawler.config.settings import CrawlConfig
-from crawler.errors import OutputExistsError, StorageError
+from crawler.errors import OutputExistsError, RefusedError, StorageError
 from crawler.recovery.statefiles import here, state_dir
 from crawler.output import open_fs
 
@@ -60,7 +60,7 @@ def load_record(cfg: CrawlConfig) -> CrawlRecord | None:
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         return CrawlRecord(**{k: v for k, v in data.items() if k in CrawlRecord.__dataclass_fields__})
     except (ValueError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise StorageError(
+        raise RefusedError(
             f"{path}: the crawl record is damaged ({exc}); restore it, or start over in this output with --force"
         ) from exc
 

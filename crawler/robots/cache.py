@@ -267,19 +267,30 @@ class RobotsCache:
         now = self._now()
         wall = _wall(self._clock)
         return [
-            {
-                "origin": origin,
-                "kind": r.kind,
-                "source_status": r.source_status,
-                "age_s": now - r.fetched_at,
-                "ttl_left_s": r.expires_at - now,
-                "text": r._text,
-                "unreachable": r.unreachable,
-                "saved_wall": wall,
-            }
+            self._snapshot_entry(origin, r, now, wall)
             for origin, r in self._entries.items()
             if origins is None or origin in origins
         ]
+
+    def entry(self, origin: str) -> dict | None:
+        """:meth:`snapshot` of one origin (None if nothing is cached), at the cost of one
+        lookup: the verdict a shard journals when it fetched the origin's robots.txt
+        (crawler.engine.admission), so that a restart refuses without fetching it again."""
+        rules = self._entries.get(origin)
+        return None if rules is None else self._snapshot_entry(origin, rules, self._now(), _wall(self._clock))
+
+    @staticmethod
+    def _snapshot_entry(origin: str, r: RobotsRules, now: float, wall: float | None) -> dict:
+        return {
+            "origin": origin,
+            "kind": r.kind,
+            "source_status": r.source_status,
+            "age_s": now - r.fetched_at,
+            "ttl_left_s": r.expires_at - now,
+            "text": r._text,
+            "unreachable": r.unreachable,
+            "saved_wall": wall,
+        }
 
     def drop(self, origins: Sequence[str]) -> None:
         """Forget the rules of ``origins`` (their host now lives on another shard)."""

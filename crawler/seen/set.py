@@ -352,6 +352,14 @@ class SeenSet:
         self.forgotten += removed
         return removed
 
+    def key_page(self, after: int | None, limit: int) -> list[int]:
+        """The exact store's marks in key order, a page at a time (the URL ledger's audit:
+        crawler.session.ledgeraudit); ConfigError without an exact store on disk."""
+        self._require_open()
+        if self._disk is None:
+            raise ConfigError("seen key_page: only an exact set on disk can be audited")
+        return self._disk.key_page(after, limit)
+
     def fill_ratio(self) -> float:
         """Fraction of the Bloom filter's bits that are set."""
         return self._bloom.bits_set() / self._bloom.m

@@ -327,6 +327,16 @@ class DiskStore:
         except sqlite3.Error as exc:
             raise StorageError(f"seen store {self.path}: read failed: {exc}") from exc
 
+    def key_page(self, after: int | None, limit: int) -> list[int]:
+        """Up to ``limit`` stored hashes above ``after``, ascending, as SQLite stores them
+        (signed: crawler.frontier.store keys URLs the same way), for the URL ledger's audit
+        (crawler.session.ledgeraudit). The table is its own B-tree: a scan in key order."""
+        sql = "SELECT h FROM seen" + ("" if after is None else " WHERE h > ?") + " ORDER BY h LIMIT ?"
+        try:
+            return [s for (s,) in self.conn.execute(sql, (limit,) if after is None else (after, limit))]
+        except sqlite3.Error as exc:
+            raise StorageError(f"seen store {self.path}: read failed: {exc}") from exc
+
     def checkpoint(self) -> None:
         """Copy the WAL into the database file (fsynced unless synchronous=OFF)."""
         try:

@@ -31,7 +31,7 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable, Sequence
 
-from crawler.session import ledger
+from crawler.session import ledger, ledgeraudit
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config.settings import CrawlConfig
 from crawler.session.crawlstats import crawl_stats, merge_status, read_stats, write_stats
@@ -232,10 +232,22 @@ class CrawlSession:
         return self.detector.observe(statuses)
 
     async def stop(self, *, finished: bool = False) -> dict[str, Any]:
-        """Step 5 of a run: stop the shards, write stats.json and the ledger; the stats."""
+        """Step 5 of a run: audit a finished crawl's seen marks (queueing its lost URLs
+        again), stop the shards, write stats.json with the ledger; the stats.
+
+        The verdict follows the ledger (DESIGN invariant 13): a crawl whose ledger does not
+        balance is not finished (``unfinished_reason``), and stays resumable."""
         if self.final is not None:
             return self.final
         elapsed = self.clock.now() - (self.started_at or self.clock.now())
+        marks = None
+        if self.record is not None and self.topology is not None and self.fenced is None:
+            # While the shards still run and hold the output: a lost URL goes back to its owner.
+            marks = await ledgeraudit.marks_at_stop(
+                self.runtime, self.cfg, self.seeds, self.topology.ids, self.record.seen_shards, self._owner, finished=finished
+            )
+        lost = bool(marks and (marks.get("lost") or marks.get("failed")))
+        finished = finished and not lost  # lost URLs are queued again: the next run fetches them
         finals = await self.runtime.stop()
         if self._heartbeat_task is not None:  # the lease stays renewed until the shards stopped
             self._heartbeat_task.cancel()
@@ -249,8 +261,9 @@ class CrawlSession:
                 # URL. The stop goes on; the ledger still judges the run.
                 log.warning("copying the services' state to the output failed at the stop: %r", exc)
         services = await self.runtime.service_stats()
-        await self.runtime.close()
         stats = self._crawl_stats(finals, services, elapsed, finished)
+        if lost:
+            stats["unfinished_reason"] = "lost_urls"
         if finished and stats["events"].get("pending"):
             # Events the sink never took stay in the shards' logs: a crawl that still owes
             # them is not finished, so the next run on this output sends them.
@@ -260,13 +273,22 @@ class CrawlSession:
         opts = self._options()
         if self.fenced is not None:
             # Another run owns the output now: write nothing more into it.
+            await self.runtime.close()
             stats["fenced"] = self.fenced
             self.final = stats
             return stats
+        led = ledger.for_run(self.cfg.output.path, opts, finals, stats["seen"], finished=finished, marks=marks)
+        if led is not None and self.topology is not None:  # read from the stopped shards' stores
+            await ledgeraudit.name_if_unaccounted(led, self.runtime, self.topology.ids, self.cfg.output.path, opts)
+        await self.runtime.close()
+        ledger.report(led)
+        if finished and led is not None and not led["balanced"]:
+            finished = stats["finished"] = False
+            stats["unfinished_reason"] = "ledger"
         if finished:
             # Rows repeated across a crash or a retried delivery: leave each (url, content) once.
             stats["compacted_rows"] = compact_pages(self.cfg.output.path, opts)
-        stats["ledger"] = ledger.for_run(self.cfg.output.path, opts, finals, stats["seen"], finished=finished)
+        stats["ledger"] = led
         write_stats(self.cfg, stats)
         if finished and self.record is not None:
             mark_finished(self.cfg, self.record)

@@ -168,6 +168,12 @@ class LocalRuntime(ShardCalls):
         assert self._seen_group is not None
         return await self._seen_group.forget(urls)
 
+    async def seen_keys(self, index: int, after: int | None, limit: int) -> list[int]:
+        return self.seen[index].key_page(after, limit)
+
+    async def seen_forget_keys(self, index: int, keys: list[int]) -> int:
+        return self.seen[index].forget_hashes(keys)
+
     def _shard_ids(self) -> list[str]:
         return list(self.shards)
 

@@ -88,6 +88,22 @@ class Runtime(Protocol):
     async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
         """Why the owning shard would refuse each seed (robots, trap rules), or None."""
 
+    async def seen_keys(self, index: int, after: int | None, limit: int) -> list[int]:
+        """Up to ``limit`` marks of seen shard ``index`` above ``after``, ascending (the URL
+        ledger's audit, crawler.session.ledgeraudit; until :meth:`close`)."""
+
+    async def seen_forget_keys(self, index: int, keys: list[int]) -> int:
+        """Undo marks of seen shard ``index`` by key (lost URLs no output names: a link to
+        one admits it again); returns how many were undone."""
+
+    async def held_keys(self, shard_id: str, after: int | None, limit: int) -> list[int]:
+        """Up to ``limit`` URL keys shard ``shard_id`` holds above ``after``, ascending
+        (crawler.frontier.store.AuditPages.keys; after :meth:`stop` too, until :meth:`close`)."""
+
+    async def held_ids(self, shard_id: str, after: int | None, limit: int) -> list[tuple[int, int, str]]:
+        """(url_hash, state, url) of shard ``shard_id``'s URLs above ``after`` by url_hash
+        (crawler.frontier.store.AuditPages.ids; after :meth:`stop` too, until :meth:`close`)."""
+
     async def stop(self) -> list[ShardStatus]:
         """Stop every shard (rows flushed and acked); their final statuses, with ``store_counts``."""
 

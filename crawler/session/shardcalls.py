@@ -86,6 +86,16 @@ class ShardEndpoint:
     async def vet_seeds(self, urls: list[str]) -> list[str | None]:
         return self.shard.vet_seeds(urls)
 
+    async def held_keys(self, after: int | None, limit: int) -> list[int]:
+        """A page of the URL keys this shard's store holds (the URL ledger's audit)."""
+        store = self.shard.store
+        return store.audit.keys(after, limit) if store is not None else []
+
+    async def held_ids(self, after: int | None, limit: int) -> list[tuple[int, int, str]]:
+        """A page of (url_hash, state, url) this shard's store holds (the URL ledger's audit)."""
+        store = self.shard.store
+        return store.audit.ids(after, limit) if store is not None else []
+
     async def place(self, host: str, region: str | None) -> dict[str, Any]:
         """An operator's region rule for ``host`` (crawler.placement.handover.Regions.place)."""
         if self.shard.regions is None:
@@ -138,6 +148,12 @@ class ShardCalls(ABC):
 
     async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
         return await self._call(shard_id, "vet_seeds", urls)
+
+    async def held_keys(self, shard_id: str, after: int | None, limit: int) -> list[int]:
+        return await self._call(shard_id, "held_keys", after, limit)
+
+    async def held_ids(self, shard_id: str, after: int | None, limit: int) -> list[tuple[int, int, str]]:
+        return await self._call(shard_id, "held_ids", after, limit)
 
 
 def merge_seen_stats(stats: Sequence[Mapping[str, Any]], **extra: Any) -> dict[str, Any]:

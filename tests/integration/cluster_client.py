@@ -11,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from actors import quietray
 from tests.integration.procs import ray_node_pids, stop_pids
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,9 +19,8 @@ TOKEN = secrets.token_hex(32)  # this cluster's own token (never the machine's ~
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", PYTHONUNBUFFERED="1",
-               RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN, PYTHONPATH=os.pathsep.join(
-                   p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    env = quietray.quiet_env(PYTHONUNBUFFERED="1", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     for k in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH"):
         env.pop(k, None)
     return env

@@ -1,4 +1,5 @@
-"""Integration tier: one local Ray cluster per test session, bound to loopback, quiet.
+"""Integration tier: one local Ray cluster per test session, bound to loopback, quiet
+(actors.quietray: nothing sent off the machine, docs/invariants.md #18).
 
 Never ``ray stop`` (it kills every Ray on the machine): the fixture shuts down what it started.
 """
@@ -11,25 +12,19 @@ import tempfile
 
 import pytest
 
+from actors import quietray
 from crawler.testing.s3 import S3_ENV, start_loopback_s3
 
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # else agents bind to the machine's address
+    os.environ.update(quietray.QUIET_ENV)  # the tests send nothing, whatever the shell set
     import ray
 
     # A short private temp dir: Ray's socket paths must stay under the UNIX path limit.
     temp_dir = tempfile.mkdtemp(prefix="rayt-", dir="/tmp")
-    ray.init(
-        _node_ip_address="127.0.0.1",
-        num_cpus=4,
-        include_dashboard=False,
-        _temp_dir=temp_dir,
-        log_to_driver=False,
-        configure_logging=False,
-    )
+    with quietray.quiet_head():
+        ray.init(**quietray.INIT_KWARGS, num_cpus=4, _temp_dir=temp_dir, log_to_driver=False, configure_logging=False)
     try:
         yield ray
     finally:

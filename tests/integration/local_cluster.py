@@ -3,8 +3,9 @@
     python -m tests.integration.local_cluster TEMP_DIR
 
 builds a head node (``ray.cluster_utils.Cluster``, every process bound to 127.0.0.1, no
-dashboard, its own temp dir) and prints one JSON line ``{"address", "head"}``, then obeys
-one command per line on stdin, answering one JSON line each:
+dashboard, its own temp dir, nothing sent off the machine: actors.quietray) and prints one
+JSON line ``{"address", "head"}``, then obeys one command per line on stdin, answering one
+JSON line each:
 
     add-worker [DIR] [region=R] [source=ADDR]
                       a second raylet ({"worker": node_id}); with DIR its processes keep
@@ -22,7 +23,7 @@ The head's processes inherit this process's RAYCRAWL_LOCAL_DIR (the caller sets 
 It runs in its own process so the test process (which may hold the session's Ray) stays
 out of it, and so ``Cluster``'s address file lands in TEMP_DIR, not in /tmp/ray. A second
 ``ray start --address`` would bind some agents to the machine's primary address; this
-keeps every socket on loopback (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is set by the caller).
+keeps every socket on loopback (cluster_client gives it actors.quietray's environment).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import os
 import signal
 import sys
 
+from actors import quietray
 from tests.integration.procs import _proc_table
 
 #: Node death is noticed within about a second (Ray's defaults take 15-30 s), so a killed
@@ -63,12 +65,14 @@ def _kill_node(cluster, node) -> int:
 def main(temp_dir: str) -> None:
     os.environ["RAY_TMPDIR"] = temp_dir
     os.makedirs(os.path.join(temp_dir, "ray"), exist_ok=True)
+    os.environ.update(quietray.QUIET_ENV)
     from ray.cluster_utils import Cluster
 
-    common = {"node_ip_address": "127.0.0.1", "num_cpus": 2, "object_store_memory": 80 * 2**20}
-    cluster = Cluster(initialize_head=True, head_node_args={
-        **common, "temp_dir": temp_dir, "include_dashboard": False, "_system_config": HEALTH_CHECK,
-    })
+    common = {**quietray.NODE_KWARGS, "num_cpus": 2, "object_store_memory": 80 * 2**20}
+    with quietray.quiet_head():
+        cluster = Cluster(initialize_head=True, head_node_args={
+            **common, "temp_dir": temp_dir, "_system_config": HEALTH_CHECK,
+        })
     worker = None
 
     def say(obj: dict) -> None:

@@ -14,6 +14,7 @@ tests/unit/test_api.py.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -99,6 +100,13 @@ ROWS: list[Row] = [
     ("run-config-out-file", lambda p: ["jobs.cli", "run", p["out_is_file"], "--local", "--no-progress"], "not a folder"),
     ("job-out-file", lambda p: ["jobs.crawl", p["good"], "--out", p["file"], "--local", "--no-progress"], "not a folder"),
     ("demo-out-file", lambda p: ["jobs.cli", "demo", "--out", p["file"], "--local", "--no-progress"], "not a folder"),
+    # an output that cannot be written (here /proc; a read-only filesystem alike)
+    ("run-out-unwritable", lambda p: ["jobs.cli", "run", p["good"], "--out", "/proc/self/crawl-out", "--local", "--no-progress"],
+     "cannot write there"),
+    ("job-out-unwritable", lambda p: ["jobs.crawl", p["good"], "--out", "/proc/self/crawl-out", "--local", "--no-progress"],
+     "cannot write there"),
+    ("demo-out-unwritable", lambda p: ["jobs.cli", "demo", "--out", "/proc/self/crawl-out", "--local", "--no-progress"],
+     "cannot write there"),
     # crawl ctl: the API address
     ("ctl-api-not-a-url", lambda p: ["jobs.cli", "ctl", "--api", "notaurl", "stats"], "--api"),
     ("ctl-api-ftp", lambda p: ["jobs.cli", "ctl", "--api", "ftp://127.0.0.1:9", "stop"], "--api"),
@@ -154,3 +162,37 @@ def test_a_damaged_stats_json_is_one_line_not_a_traceback(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert len(lines) == 1 and "stats.json" in lines[0], proc.stderr
+
+
+def _unfinished_crawl(out: Path, damage: str) -> None:
+    """An output holding an unfinished crawl of GOOD_CONFIG, its record or its shard's store damaged."""
+    from crawler.config import settings as config
+
+    state = out / "state"
+    state.mkdir(parents=True)
+    record = {"fingerprint": config.from_dict(GOOD_CONFIG).fingerprint(), "shards": 1, "seen_shards": 1,
+              "finished": False, "runs": 1, "started_at": 0.0}
+    (state / "crawl.json").write_text('{"fingerprint": ' if damage == "record" else json.dumps(record))
+    if damage == "store":
+        (state / "shard-000.sqlite").write_bytes(b"not a SQLite database\n" * 200)
+
+
+@pytest.mark.parametrize("module", ["jobs.cli", "jobs.crawl"])
+@pytest.mark.parametrize(("damage", "fragment"), [("record", "the crawl record is damaged"), ("store", "cannot resume")])
+def test_a_resume_refused_is_one_line_exit_2(tmp_path, module, damage, fragment):
+    """Damaged state in OUT refuses the resume like any other refusal: one line naming
+    the fix, exit status 2, nothing fetched, nothing changed but the lease."""
+    out = tmp_path / "out"
+    _unfinished_crawl(out, damage)
+    (tmp_path / "good.yaml").write_text(yaml.safe_dump(GOOD_CONFIG))
+    before = {p: p.read_bytes() for p in (out / "state").iterdir()}
+    argv = ["run"] if module == "jobs.cli" else []
+    env = dict(os.environ, PYTHONPATH=str(REPO), RAY_USAGE_STATS_ENABLED="0", RAY_ADDRESS="")
+    proc = subprocess.run([sys.executable, "-m", module, *argv, str(tmp_path / "good.yaml"), "--out", str(out), "--local",
+                           "--no-progress"], capture_output=True, text=True, env=env, timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0] and "--force" in lines[0], proc.stderr
+    assert not (out / "pages").exists()
+    assert all(p.read_bytes() == data for p, data in before.items() if p.name != "crawl.json")

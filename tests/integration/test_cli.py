@@ -90,6 +90,23 @@ def test_local_run_then_stats(web, tmp_path, capsys):
     assert stats["top_hosts"]
 
 
+@pytest.mark.parametrize("entry", ["crawl run", "python -m jobs.crawl"])
+def test_a_crawl_that_ran_its_duration_exits_0(web, tmp_path, capsys, entry):
+    """Row "ran its duration" of the exit table: a continuous crawl that stopped at
+    ``recrawl.duration_s`` did what it was told (not finished: it resumes its schedule)."""
+    from jobs import crawl as crawl_job
+
+    cfgfile = tmp_path / "c.yaml"
+    out = tmp_path / "out"
+    cfgfile.write_text(yaml.safe_dump(crawl_config_for(web, output={"path": str(out)})))
+    argv = [str(cfgfile), "--local", "--no-progress", "--set", "recrawl.enabled=true", "--set", "recrawl.duration_s=2"]
+    assert (cli.main(["run", *argv]) if entry == "crawl run" else crawl_job.main(argv)) == 0
+    assert "crawl ran its duration" in capsys.readouterr().out
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["finished"] is False and stats["ended"] == "duration"
+    checks.check_ledger(stats)
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
 def test_a_signal_stops_cleanly_and_output_stays_readable(web, tmp_path, sig, code):
     """Ctrl-C, and SIGTERM (``kill``, ``ray job stop``): rows flushed, stats written, the

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from actors import quietray
 from crawler.config import settings as config
 from crawler.testing.fixtures import crawl_config_for
 
@@ -38,8 +39,7 @@ TOKEN = secrets.token_hex(32)
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", PYTHONUNBUFFERED="1",
-               RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN)
+    env = quietray.quiet_env(PYTHONUNBUFFERED="1", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN)
     for k in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH"):
         env.pop(k, None)
     return env
@@ -47,7 +47,9 @@ def _env() -> dict[str, str]:
 
 @pytest.fixture
 def ray_head():
-    """A head on 127.0.0.1 with a dashboard (the jobs API); yields its dashboard URL."""
+    """A head on 127.0.0.1 with a dashboard (the jobs API); yields its dashboard URL. Its
+    HOME holds an empty ray_bootstrap_config.yaml, so the dashboard asks no cloud for
+    metadata (actors.quietray.dashboard_home); the token is in the environment."""
     temp_dir = tempfile.mkdtemp(prefix="rayj-", dir="/tmp")
     gcs, dashboard, client, agent = free_ports(4)
     cmd = [*RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
@@ -55,7 +57,8 @@ def ray_head():
            "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(agent),
            "--temp-dir", temp_dir, "--num-cpus", "4", "--disable-usage-stats"]
     try:
-        started = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=180, start_new_session=True)
+        head_env = {**_env(), **quietray.dashboard_home(os.path.join(temp_dir, "home"))}
+        started = subprocess.run(cmd, capture_output=True, text=True, env=head_env, timeout=180, start_new_session=True)
         assert started.returncode == 0, started.stderr[-3000:]
         yield f"http://127.0.0.1:{dashboard}", temp_dir
     finally:

@@ -24,6 +24,7 @@ from urllib.request import urlopen
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from actors import quietray
 from crawler.testing.fixtures import crawl_config_for
 from jobs.ctl import request
 
@@ -46,10 +47,7 @@ def _free_ports(n: int) -> list[int]:
 
 
 def _env(temp_dir: str) -> dict[str, str]:
-    return dict(
-        os.environ,
-        RAY_USAGE_STATS_ENABLED="0",
-        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+    return quietray.quiet_env(
         # A throwaway loopback cluster: no token file shared with other clusters on the machine.
         RAY_AUTH_MODE="disabled",
         RAY_metrics_report_interval_ms="1000",
@@ -76,11 +74,12 @@ def _stop_group(proc: subprocess.Popen, grace_s: float) -> None:
 
 @pytest.fixture
 def ray_head():
-    """``ray start --head --block`` on 127.0.0.1 with a metrics export port; stopped by PID."""
+    """``ray start --head --block`` on 127.0.0.1 with a metrics export port; stopped by PID.
+    Started through actors.quietray, so it sends nothing off the machine."""
     temp_dir = tempfile.mkdtemp(prefix="raym-", dir="/tmp")  # short: Ray's socket paths
     gcs, metrics, agent, agent_grpc, rt_env, client, nm, om, dash = _free_ports(9)
     cmd = [
-        sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+        sys.executable, "-m", "actors.quietray", "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
         "--port", str(gcs), "--metrics-export-port", str(metrics), "--temp-dir", temp_dir, "--num-cpus", "4",
         "--include-dashboard", "false", "--dashboard-port", str(dash), "--dashboard-agent-listen-port", str(agent),
         "--dashboard-agent-grpc-port", str(agent_grpc), "--runtime-env-agent-port", str(rt_env),

@@ -166,3 +166,72 @@ def test_resume_puts_the_queue_back_with_the_in_flight_url_queued_again(store_pa
     assert len(frontier) == 4 and frontier.queued_for("a.test") == 3 and frontier.queued_for("b.test") == 1
     assert store.counts() == {"queued": 4, "claimed": 0, "done": 0, "dropped": 0}
     store.close()
+
+
+class Decided:
+    """A part whose changes since the checkpoint live in the store's decisions
+    (crawler.engine.admission): ``value`` per host, ``changed`` what is not written yet."""
+
+    def __init__(self, store: FrontierStore) -> None:
+        self.store = store
+        self.value: dict = {}
+        self.changed: dict = {}
+
+    def set(self, host: str, value: int) -> None:
+        self.value[host] = value
+        self.changed[host] = value
+
+    def pending(self) -> dict:
+        out, self.changed = self.changed, {}
+        return {"budget": out} if out else {}
+
+    def restore_decisions(self) -> None:
+        self.value.update({key: value for _, key, value in self.store.decisions.read()})
+
+
+def _restarted(store_path: str) -> Decided:
+    again = FrontierStore(store_path)
+    after = Decided(again)
+    Checkpointer(again, {"budget": (dict, after.value.update)}, MockClock(), interval_s=INTERVAL_S,
+                 decisions=after).restore()
+    again.close()
+    return after
+
+
+async def test_a_decision_made_after_the_checkpoint_is_loaded_over_it(store_path: str) -> None:
+    clock = MockClock()
+    store = FrontierStore(store_path)
+    decided = Decided(store)
+    cp = Checkpointer(store, {"budget": (lambda: dict(decided.value), decided.value.update)}, clock,
+                      interval_s=INTERVAL_S, decisions=decided)
+    decided.set("a.test", 1)
+    clock.advance(INTERVAL_S)
+    await cp.tick()  # a checkpoint: it holds a.test = 1 and empties the decisions
+    assert cp.saves == 1 and store.decisions.read() == []
+    decided.set("a.test", 2)  # a cut that dropped nothing
+    decided.set("b.test", 7)
+    await cp.tick()  # no checkpoint due: the decisions are written all the same
+    assert cp.saves == 1 and [key for _, key, _ in store.decisions.read()] == ["a.test", "b.test"]
+    store.close()
+    assert _restarted(store_path).value == {"a.test": 2, "b.test": 7}
+
+
+def test_a_checkpoint_holds_the_decisions_pending_when_it_is_taken(store_path: str) -> None:
+    store = FrontierStore(store_path)
+    decided = Decided(store)
+    cp = Checkpointer(store, {"budget": (lambda: dict(decided.value), decided.value.update)}, MockClock(),
+                      interval_s=INTERVAL_S, decisions=decided)
+    decided.set("a.test", 3)
+    cp.save(journal=True)  # an operator's change
+    assert store.decisions.read() == [] and decided.changed == {}
+    store.close()
+    assert _restarted(store_path).value == {"a.test": 3}
+
+
+def test_decisions_are_loaded_when_no_checkpoint_was_ever_written(store_path: str) -> None:
+    store = FrontierStore(store_path)
+    store.decisions.write({"budget": {"a.test": 5}})
+    decided = Decided(store)
+    assert Checkpointer(store, {}, MockClock(), interval_s=INTERVAL_S, decisions=decided).restore() is False
+    assert decided.value == {"a.test": 5}
+    store.close()

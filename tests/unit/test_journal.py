@@ -2,10 +2,12 @@
 
 import random
 
+import pytest
+
 from crawler.clock import MockClock
 from crawler.frontier.frontier import Frontier
 from crawler.frontier.urlitem import UrlItem
-from crawler.frontier.store import FrontierStore
+from crawler.frontier.store import FrontierStore, Verdicts
 from crawler.recovery.statefiles import here, state_dir
 
 
@@ -105,3 +107,61 @@ def test_trim_drops_spilled_urls_in_the_store_first(tmp_path):
         got.append(item.url)
         f.release("a.test")
     assert got == [f"http://a.test/p/{i}" for i in range(3)] and f.recounts == 0
+
+
+# -- decisions that limit fetching (crawler.engine.admission) -------------------------------
+
+
+def _journaled(tmp_path, name="s.sqlite"):
+    records: list = []
+    st = FrontierStore(str(tmp_path / name), journal=lambda kind, payload: records.append([kind, payload]) or len(records))
+    return st, records
+
+
+def test_an_admission_its_drops_and_its_decisions_are_one_commit_and_one_journal_batch(tmp_path):
+    st, records = _journaled(tmp_path)
+
+    def decide(fresh):
+        urls = [i.url for i in fresh]
+        return Verdicts(claim=urls[:1], drop=urls[3:], decisions={"budget": {"a.test": [3, 1, 0, 0]}})
+
+    fresh = st.admit(items("a.test", 4), decide)
+    assert len(fresh) == 4
+    assert [kind for kind, _ in records] == ["add", "drop", "decide"]
+    assert st.counts() == {"queued": 2, "claimed": 1, "done": 0, "dropped": 1}
+    assert st.decisions.read() == [("budget", "a.test", [3, 1, 0, 0])]
+    # A store rebuilt from the journal (crawler.recovery.statelog) holds the same, claims aside.
+    again, _ = _journaled(tmp_path, "again.sqlite")
+    again.replay(records)
+    assert again.decisions.read() == [("budget", "a.test", [3, 1, 0, 0])]
+    assert again.counts() == {"queued": 3, "claimed": 0, "done": 0, "dropped": 1}
+
+
+def test_a_decision_that_fails_keeps_nothing_of_its_batch(tmp_path):
+    st, records = _journaled(tmp_path)
+
+    def broken(fresh):
+        raise RuntimeError("a bug while deciding")
+
+    with pytest.raises(RuntimeError):
+        st.admit(items("a.test", 3), broken)
+    assert records == [] and st.counts() == {"queued": 0, "claimed": 0, "done": 0, "dropped": 0}
+    assert st.decisions.read() == []
+    assert [i.sid for i in st.add(items("a.test", 2))] == [1, 2]  # as if it never happened
+
+
+def test_decisions_are_kept_in_order_until_a_checkpoint_covers_them_here_and_on_replay(tmp_path):
+    st, records = _journaled(tmp_path)
+    st.decisions.write({"robots": {"http://a.test": {"kind": "parsed"}}, "budget": {"a.test": [1, 0, 4, 0]}})
+    st.drop([], {"budget": {"a.test": [2, 0, 3, 0]}})
+    st.claim([], {"budget": {"b.test": [1, 0, None, 0]}})
+    assert [(kind, key) for kind, key, _ in st.decisions.read()] == [
+        ("robots", "http://a.test"), ("budget", "a.test"), ("budget", "a.test"), ("budget", "b.test")]
+    st.set_meta("checkpoint", "{}", journal=True, covers_decisions=True)  # holds all of them
+    st.decisions.write({"budget": {"a.test": [3, 0, 2, 0]}})
+    assert st.decisions.read() == [("budget", "a.test", [3, 0, 2, 0])]
+    again, _ = _journaled(tmp_path, "again.sqlite")
+    again.replay(records)
+    assert again.decisions.read() == [("budget", "a.test", [3, 0, 2, 0])] and again.get_meta("checkpoint") == "{}"
+    st.set_meta("checkpoint", "{}")  # another meta value: the decisions stay
+    assert len(st.decisions.read()) == 1

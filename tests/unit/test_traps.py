@@ -339,6 +339,60 @@ def test_restore_replaces_existing_state() -> None:
     assert budget.remaining("old.test") == 5
 
 
+def test_what_bounds_admissions_is_handed_out_once_per_change() -> None:
+    """take_changed: what crawler.engine.admission writes with each commit. An admission,
+    a refusal, a cut and a limit mark the host; novelty samples alone do not."""
+    budget = HostBudget(3, novelty_window=4, novelty_min_samples=2)
+    assert budget.take_changed() == {}
+    budget.admit("a.test")
+    budget.admit("b.test")
+    changed = budget.take_changed()
+    assert sorted(changed) == ["a.test", "b.test"] and budget.take_changed() == {}
+    budget.record_fetch("a.test", duplicate=False)  # a sample: bounds nothing yet
+    assert budget.take_changed() == {}
+    for _ in range(3):
+        budget.record_fetch("a.test", duplicate=True, queued=0)  # ends a window: a cut
+    assert budget.stats()["cuts"] == 1 and list(budget.take_changed()) == ["a.test"]
+    assert budget.set_limit("b.test", 1) == 0 and list(budget.take_changed()) == ["b.test"]
+    budget.forget_host("b.test")
+    budget.admit("c.test")
+    budget.forget_host("c.test")  # handed over before its change was written: its store rows went too
+    assert budget.take_changed() == {}
+
+
+def test_spending_since_the_checkpoint_is_not_refunded_and_novelty_stays() -> None:
+    """merge: the newest stored spending per host, over what the checkpoint restored."""
+    live = HostBudget(10, novelty_window=8, novelty_min_samples=4)
+    for _ in range(4):
+        live.admit("spent.test")
+    for _ in range(5):
+        live.record_fetch("spent.test", duplicate=True)
+    live.take_changed()  # written with those admissions, before the checkpoint
+    checkpoint = json.loads(json.dumps(live.snapshot()))
+    for _ in range(5):
+        live.admit("spent.test")  # after the checkpoint: in the store only
+        live.admit("new.test")
+    stored = json.loads(json.dumps(live.take_changed()))
+
+    again = HostBudget(10, novelty_window=8, novelty_min_samples=4)
+    again.restore(checkpoint)
+    assert again.merge(stored) == 2
+    assert again.remaining("spent.test") == 1 and again.remaining("new.test") == 5  # 9 and 5 spent
+    assert again.novelty("spent.test") == live.novelty("spent.test") == 0.0  # the checkpoint's samples
+    assert again.stats() == live.stats()
+    assert again.snapshot() == live.snapshot()
+
+
+def test_a_malformed_stored_budget_costs_only_that_host(caplog) -> None:
+    budget = HostBudget(5)
+    budget.admit("ok.test")
+    stored = budget.take_changed()
+    again = HostBudget(5)
+    assert again.merge({**stored, "bad.test": [1, 2], "worse.test": "x"}) == 1
+    assert again.remaining("ok.test") == 4 and again.remaining("bad.test") == 5
+    assert "malformed stored budgets" in caplog.text
+
+
 @pytest.mark.parametrize(
     "snapshot",
     [

@@ -34,7 +34,7 @@ from crawler.config import settings as config
 from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError
 from crawler.recovery.lease import Holder
 from crawler.session.crawlsession import CrawlSession
-from crawler.testing.sim import loop as simloop
+import crawler.testing.sim.loop as simloop
 from crawler.testing.sim.cluster import Cluster, SimActor
 from crawler.testing.sim.nemesis import FaultPlan, Nemesis, draw_plan
 from crawler.testing.sim.nodes import Machine, Process
