@@ -84,8 +84,12 @@ def check_traps_bounded(server: WebServer, cfg: CrawlConfig) -> None:
         assert counts[host] <= budget + 2, f"trap {kind} on {host}: {counts[host]} requests > budget {budget}"
 
 
-def check_rows(server: WebServer, cfg: CrawlConfig) -> Any:
-    """One outcome row per URL; outcomes as the ground truth says; duplicates flagged."""
+def check_rows(server: WebServer, cfg: CrawlConfig, *, duplicates: bool = True) -> Any:
+    """One outcome row per URL; outcomes as the ground truth says; duplicates flagged.
+
+    ``duplicates=False`` leaves out the duplicate flags: after a crash on a remote output
+    the content index restarts from its last copy in OUT and misses duplicates of pages
+    indexed since (README, "Losing a machine loses nothing"), a documented cost."""
     web = server.web
     table = read_pages(cfg.output.path, dict(cfg.output.storage_options) or None, dedupe=False)
     rows = table.to_pylist()
@@ -112,6 +116,8 @@ def check_rows(server: WebServer, cfg: CrawlConfig) -> Any:
         if exp is not None and got != exp:
             wrong.append((url, exp, got, by_url.get(url, {}).get("error")))
     assert not wrong, f"wrong outcomes: {wrong[:5]}"
+    if not duplicates:
+        return table
     for a, b in web.mirror_pairs():
         kinds = {by_url[a]["dup_kind"], by_url[b]["dup_kind"]}
         assert "exact" in kinds, f"mirror pair not flagged: {a} {b}"
