@@ -64,3 +64,8 @@ class RenderError(CrawlError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+class PlacementError(ConfigError):
+    """An actor the crawl needs cannot be placed on the cluster (CPU short, no node with
+    its region's label); the message names the resource and the setting to change."""
