@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import ray
 
 from actors.metrics import ShardMetrics, TimedFetcher
-from actors.render import RenderClient
+from actors.render import render_service
 from actors.serviceactors import SeenGroupClient, call_service
 from crawler.config.settings import from_dict
 from crawler.control.hostpolicy import HostTarget, PolicyChange
@@ -38,7 +38,11 @@ def shard_actor_name(crawl_name: str, shard_id: str) -> str:
     return f"{crawl_name}:{shard_id}"
 
 
-@ray.remote(num_cpus=0.5, max_concurrency=10_000)
+#: CPUs a shard reserves; the render pool is sized from what the shards leave (crawler.render.sizing).
+SHARD_CPUS = 0.5
+
+
+@ray.remote(num_cpus=SHARD_CPUS, max_concurrency=10_000)
 class HostShard:
     """Owns every host that the ring maps to ``shard_id``.
 
@@ -83,7 +87,7 @@ class HostShard:
             lease_pages=lease,
             deliver=self._deliver,
             forward=self._forward,
-            render=RenderClient(render_workers, ray.get_runtime_context().current_actor) if render_workers else None,
+            render=render_service(render_workers, ray.get_runtime_context().current_actor),
             peers=RayPeers(self) if cfg.runtime.regions else None,
         )
         self.server = ShardServer(

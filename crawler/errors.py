@@ -72,6 +72,11 @@ class RenderError(CrawlError):
         self.reason = reason
 
 
+class PlacementError(ConfigError):
+    """An actor the crawl needs cannot be placed on the cluster (CPU short, no node with
+    its region's label); the message names the resource and the setting to change."""
+
+
 #: What a run refuses before it starts, answered at the command line with one line and
 #: exit status 2: bad config or seeds, a path that cannot serve, an output holding another
 #: crawl or leased by another run, state that cannot be used as it is.
