@@ -72,6 +72,7 @@ class HostShard:
         state_dir: str | None,
         epoch: int | None = None,
         render_workers: Sequence[Any] = (),
+        crawl_id: str | None = None,
     ) -> None:
         logging.basicConfig(level=logging.WARNING)
         cfg = from_dict(cfg_dict)
@@ -81,7 +82,7 @@ class HostShard:
         self.incarnation = uuid.uuid4().hex[:8]
         # state_dir is resolved here, on this actor's node (crawler.recovery.statefiles.here): with a
         # remote output the store lives on this node's disk and is rebuilt from OUT.
-        opened = state.open_shard_store(cfg, shard_id, state_dir, SYSTEM_CLOCK) if state_dir else None
+        opened = state.open_shard(cfg, shard_id, state_dir, SYSTEM_CLOCK, crawl_id) if state_dir else None
 
         async def content(items):
             return await call_service(lambda: content_actor.check_and_add.remote(items), "content index")

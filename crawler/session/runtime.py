@@ -31,6 +31,7 @@ class Plan:
     state_dir: str | None
     seeds: tuple[str, ...]
     epoch: int | None = None  # the output lease's fencing epoch (None: no durable state)
+    crawl_id: str | None = None  # what state files are stamped with (crawler.recovery.stamps)
 
 
 class Runtime(Protocol):
