@@ -53,10 +53,11 @@ class StoreAudit:
         self.store = store
         self._t = store.table
 
-    def claim(self, identity: str | None) -> None:
+    def claim(self, identity: str | None, *, where: str | None = None, fix: str = SHARD_FIX) -> None:
         """Check the store's stamp against ``identity``; stamp a store that has none.
-        The stamp is journaled (a remote output's copy carries it too)."""
-        if check(self.store.path, self.store.get_meta(STAMP_KEY), identity, SHARD_FIX):
+        The stamp is journaled (a remote output's copy carries it too). ``where`` names the
+        store in a refusal (default: its file), ``fix`` what to do."""
+        if check(where or self.store.path, self.store.get_meta(STAMP_KEY), identity, fix):
             assert identity is not None
             self.store.set_meta(STAMP_KEY, identity, journal=True)
 

@@ -238,7 +238,11 @@ def open_shard(cfg: CrawlConfig, shard_id: str, sdir: str, clock: Clock, crawl: 
     (crawler.recovery.stamps): another crawl's or shard's store is refused with one line."""
     opened = open_shard_store(cfg, shard_id, sdir, clock)
     try:
-        StoreAudit(opened.store).claim(stamps.part(crawl, stamps.shard_part(shard_id)))
+        identity = stamps.part(crawl, stamps.shard_part(shard_id))
+        if opened.log is None:
+            StoreAudit(opened.store).claim(identity)
+        else:  # rebuilt from OUT: the copy to put back is there (removing it would lose the queue)
+            StoreAudit(opened.store).claim(identity, where=remote_path(cfg.output.path, shard_id) + "/", fix=stamps.FIX)
         events = events_path(opened.store.path)
         if os.path.exists(events) or (crawl is not None and cfg.events.sink != "none"):
             EventLog(events, stamps.part(crawl, stamps.events_part(shard_id))).close()

@@ -68,12 +68,12 @@ class SiteFetcher:
         return None
 
 
-def _cfg(out, **limits) -> config.CrawlConfig:
+def _cfg(out, runtime=None, **limits) -> config.CrawlConfig:
     return config.from_dict({
         "seeds": [f"http://{HOSTS[0]}/p0"], "scope": "any", "politeness": {"interval_s": 0.0},
         "limits": limits,
         "output": {"path": str(out), "row_flush_interval_s": 0.05, "outbox_interval_s": 0.02},
-        "runtime": {"shards": 1, "link_flush_interval_s": 0.01, "link_flush_early_s": 0.01},
+        "runtime": {"shards": 1, "link_flush_interval_s": 0.01, "link_flush_early_s": 0.01, **(runtime or {})},
         "events": {"sink": "file"},
     })
 
@@ -186,4 +186,27 @@ def test_a_shard_store_of_another_crawl_of_the_same_config_is_refused(tmp_path):
     with pytest.raises(ForeignStateError) as exc:
         asyncio.run(local_session(_cfg(image), fetcher_factory=lambda: again).run())
     assert "shard-000.sqlite belongs to shard-000 of crawl" in str(exc.value) and "\n" not in str(exc.value)
+    assert again.fetched == []
+
+
+def test_a_remote_outputs_shard_state_of_another_crawl_is_refused_naming_it_in_the_output(tmp_path, monkeypatch):
+    """With a remote output the store is rebuilt from OUT/state/<shard>/: that is what the
+    refusal names (fsspec's in-memory filesystem stands in for the object store)."""
+    import fsspec
+
+    monkeypatch.setenv("RAYCRAWL_LOCAL_DIR", str(tmp_path / "node"))
+    fs = fsspec.filesystem("memory")
+    mine, other = f"memory://{tmp_path.name}/mine", f"memory://{tmp_path.name}/other"
+    for out in (mine, other):
+        fetcher = SiteFetcher()
+        fast = {"state_log_interval_s": 0.02}  # each delivery waits for its log segment in OUT
+        assert asyncio.run(local_session(_cfg(out, fast), fetcher_factory=lambda: fetcher).run())["finished"]
+    record = json.loads(fs.cat(f"/{tmp_path.name}/mine/state/crawl.json"))
+    fs.pipe(f"/{tmp_path.name}/mine/state/crawl.json", json.dumps({**record, "finished": False}).encode())
+    fs.rm(f"/{tmp_path.name}/mine/state/shard-000", recursive=True)
+    fs.copy(f"/{tmp_path.name}/other/state/shard-000", f"/{tmp_path.name}/mine/state/shard-000", recursive=True)
+    again = SiteFetcher()
+    with pytest.raises(ForeignStateError) as exc:
+        asyncio.run(local_session(_cfg(mine), fetcher_factory=lambda: again).run())
+    assert str(exc.value).startswith(f"{mine}/state/shard-000/ belongs to shard-000 of crawl ")
     assert again.fetched == []
