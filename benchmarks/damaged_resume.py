@@ -13,6 +13,14 @@ the last part and its ack). Timed, on the shard's files:
 * ``wal_check``: the log check alone, on a log of ``--wal-frames`` frames (the store's
   checkpoint size, 4,000 pages, is the most a log holds between checkpoints).
 
+And what a cut log costs a crawl (``cut_log``): the 160-page web of
+crawler.testing.chainweb crawled in process, the output copied at page fetch N (the crash
+image), the shard store's log cut at a fraction of its size, the crawl resumed on the
+image; per case, the URLs that had a row at the crash and were fetched again, the pages
+that never got a row, and the run's verdict and ledger. ``--scenario-only`` runs just
+that part, with nothing but what older versions also have (how the "before" figures were
+taken: the same script on the commit before this one).
+
     python -m benchmarks.damaged_resume [--urls 1000000] [--out benchmarks/results/damaged_resume.json]
 """
 
@@ -27,13 +35,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import asyncio
+import logging
+
 from crawler.config import settings as config
 from crawler.frontier.store import FrontierStore
 from crawler.frontier.urlitem import UrlItem
 from crawler.freshness.recrawl import Schedule
-from crawler.output import OutcomeRow, ResultWriter
-from crawler.recovery.statefiles import settle_local
-from crawler.recovery.walcheck import wal_cut
+from crawler.output import OutcomeRow, ResultWriter, read_pages
+from crawler.session.inprocess import local_session
+from crawler.testing.chainweb import PAGES, SEED, SiteFetcher, copy_output
 
 HERE = Path(__file__).resolve().parent
 ROWS_PER_FILE = 5000
@@ -68,6 +79,8 @@ def _timed(fn):
 
 
 def _wal_frames(tmp: str, frames: int) -> tuple[float, float]:
+    from crawler.recovery.walcheck import wal_cut
+
     path = os.path.join(tmp, "wal.sqlite")
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
@@ -81,11 +94,45 @@ def _wal_frames(tmp: str, frames: int) -> tuple[float, float]:
     return wall, cpu
 
 
+CUT_CASES = ((40, 0.3), (80, 0.5), (120, 0.8), (80, 0.95))
+
+
+def _crawl_cfg(out: str) -> config.CrawlConfig:
+    return config.from_dict({
+        "seeds": [SEED], "scope": "any", "politeness": {"interval_s": 0.0},
+        "output": {"path": out, "row_flush_interval_s": 0.05, "outbox_interval_s": 0.02},
+        "runtime": {"shards": 1, "link_flush_interval_s": 0.01, "link_flush_early_s": 0.01},
+    })
+
+
+def cut_log(fetches: int, keep: float) -> dict:
+    """One case of the cut-log scenario (module docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out, image = os.path.join(tmp, "out"), os.path.join(tmp, "image")
+        first = SiteFetcher(lambda n: copy_output(out, image) if n == fetches else None)
+        asyncio.run(local_session(_crawl_cfg(out), fetcher_factory=lambda: first).run())
+        wal = os.path.join(image, "state", "shard-000.sqlite-wal")
+        with open(wal, "r+b") as f:
+            f.truncate(int(os.path.getsize(wal) * keep) + 100)
+        had = {r["url"] for r in read_pages(image, columns=["url"]).to_pylist()}
+        again = SiteFetcher()
+        stats = asyncio.run(local_session(_crawl_cfg(image), fetcher_factory=lambda: again).run())
+        rows = {r["url"] for r in read_pages(image, columns=["url"]).to_pylist()}
+        ledger = stats.get("ledger") or {}
+        return {"fetches_at_crash": fetches, "log_kept": keep, "rows_at_crash": len(had), "pages": len(PAGES),
+                "fetched_again": len(set(again.fetched) & had), "never_fetched": len(set(PAGES) - rows),
+                "finished": stats["finished"], "ledger_balanced": ledger.get("balanced")}
+
+
 def measure(urls: int, wal_frames: int) -> dict:
+    from crawler.recovery.statefiles import settle_local
+
     with tempfile.TemporaryDirectory() as tmp:
         out, path = _build(tmp, urls)
         cfg = config.from_dict({"seeds": ["http://h0.test/"], "output": {"path": out}})
         results: dict = {"urls": urls, "rows_per_file": ROWS_PER_FILE, "part_files": -(-urls // ROWS_PER_FILE)}
+        from crawler.recovery.walcheck import wal_cut
+
         store = FrontierStore(path)
         found, wall, cpu = _timed(lambda: (wal_cut(path), settle_local(cfg, "shard-000", store))[1])
         results["ordinary"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "parts_read": found.parts_read,
@@ -105,8 +152,11 @@ def main() -> None:
     p.add_argument("--urls", type=int, default=1_000_000)
     p.add_argument("--wal-frames", type=int, default=4000)
     p.add_argument("--out", default=str(HERE / "results" / "damaged_resume.json"))
+    p.add_argument("--scenario-only", action="store_true", help="only the cut-log scenario (runs on older versions)")
     args = p.parse_args()
-    results = measure(args.urls, args.wal_frames)
+    logging.basicConfig(level=logging.ERROR)
+    results = {} if args.scenario_only else measure(args.urls, args.wal_frames)
+    results["cut_log"] = [cut_log(n, keep) for n, keep in CUT_CASES]
     print(json.dumps(results, indent=2))
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 

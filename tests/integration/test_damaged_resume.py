@@ -18,59 +18,16 @@ import shutil
 
 import pytest
 
-from crawler.clock import SYSTEM_CLOCK
 from crawler.config import settings as config
 from crawler.errors import ForeignStateError
-from crawler.fetch.fetcher import FetchResult
 from crawler.output import read_pages
 from crawler.session.inprocess import local_session
-
-HOSTS = [f"h{i}.test" for i in range(4)]
-PER_HOST = 40
-
-
-def _site() -> dict[str, list[str]]:
-    """Four hosts of 40 pages; page i links to the next three, page 0 to the next host."""
-    pages = {}
-    for n, host in enumerate(HOSTS):
-        for i in range(PER_HOST):
-            links = [f"http://{host}/p{j}" for j in (i + 1, i + 2, i + 3) if j < PER_HOST]
-            if i == 0:
-                links.append(f"http://{HOSTS[(n + 1) % len(HOSTS)]}/p0")
-            pages[f"http://{host}/p{i}"] = links
-    return pages
-
-
-PAGES = _site()
-
-
-class SiteFetcher:
-    """Serves :data:`PAGES` with no socket; records each page fetch; calls ``on_fetch(n)``."""
-
-    def __init__(self, on_fetch=None) -> None:
-        self.fetched: list[str] = []
-        self.on_fetch = on_fetch
-
-    async def fetch(self, url: str, headers=None, **kw) -> FetchResult:
-        now = SYSTEM_CLOCK.now()
-        links = PAGES.get(url)
-        if links is None:  # robots.txt, sitemaps
-            return FetchResult(url, 404, {}, b"", False, None, None, False, now, now, now, "127.0.0.1")
-        self.fetched.append(url)
-        if self.on_fetch is not None:
-            self.on_fetch(len(self.fetched))
-        await asyncio.sleep(0.002)
-        body = (f"<html><body><p>{url}: words of this page alone, {url[::-1]}</p>"
-                + "".join(f'<a href="{link}">{link}</a>' for link in links) + "</body></html>").encode()
-        return FetchResult(url, 200, {"content-type": "text/html"}, body, False, None, None, False, now, now, now, "127.0.0.1")
-
-    async def close(self) -> None:
-        return None
+from crawler.testing.chainweb import PAGES, SEED, SiteFetcher, copy_output
 
 
 def _cfg(out, runtime=None, **limits) -> config.CrawlConfig:
     return config.from_dict({
-        "seeds": [f"http://{HOSTS[0]}/p0"], "scope": "any", "politeness": {"interval_s": 0.0},
+        "seeds": [SEED], "scope": "any", "politeness": {"interval_s": 0.0},
         "limits": limits,
         "output": {"path": str(out), "row_flush_interval_s": 0.05, "outbox_interval_s": 0.02},
         "runtime": {"shards": 1, "link_flush_interval_s": 0.01, "link_flush_early_s": 0.01, **(runtime or {})},
@@ -83,13 +40,8 @@ def _crawl_and_copy_at(tmp_path, fetches: int, **limits):
     out, image = tmp_path / "out", tmp_path / "image"
 
     def copy(n: int) -> None:
-        if n != fetches:
-            return
-        # Rows before bodies before state: a part copied has its bodies, an ack its part.
-        for name in ("pages", "blobs", "events", "state"):
-            if (out / name).exists():
-                shutil.copytree(out / name, image / name)
-        (image / "state" / "lease.json").unlink()  # its run is dead, its lease long expired
+        if n == fetches:
+            copy_output(str(out), str(image))
 
     first = SiteFetcher(copy)
     asyncio.run(local_session(_cfg(out, **limits), fetcher_factory=lambda: first).run())
