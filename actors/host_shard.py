@@ -66,6 +66,7 @@ class HostShard:
         epoch: int | None = None,
         render_workers: Sequence[Any] = (),
         after_crash: bool = False,
+        crawl_id: str | None = None,
     ) -> None:
         logging.basicConfig(level=logging.WARNING)
         cfg = from_dict(cfg_dict)
@@ -94,7 +95,7 @@ class HostShard:
             cfg, shard_id, shard_ids, services=services, seeds=seeds, state_dir=state_dir, epoch=epoch,
             incarnation=uuid.uuid4().hex[:8],
             wrap_fetcher=lambda fetcher: TimedFetcher(fetcher, self.metrics.observe_latency),
-            on_tick=self._export_metrics, on_exit=self._exit,
+            on_tick=self._export_metrics, on_exit=self._exit, crawl_id=crawl_id,
             # Restarted by Ray (its process died), or started by a run that took over a
             # dead run's output: a predecessor may still have requests open.
             restarted=after_crash or ray.get_runtime_context().was_current_actor_reconstructed,

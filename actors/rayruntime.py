@@ -22,7 +22,7 @@ import time
 import uuid
 from typing import Any, Iterator
 
-from crawler.recovery import statefiles as state
+from crawler.recovery import stamps, statefiles as state
 from crawler.config.settings import CrawlConfig, resolve_shards, to_dict
 from crawler.session.inprocess import seen_capacity_per_shard
 from crawler.session.runtime import Plan
@@ -155,20 +155,22 @@ class RayRuntime(ShardCalls):
         restart = {"max_restarts": rt.max_restarts}
         out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
         remote = (out, opts) if sdir and state.is_remote(out) else None
+        crawl = plan.crawl_id if sdir else None  # each state file is stamped with it (crawler.recovery.stamps)
         self.seen_actors = [
             SeenFilter.options(**restart).remote(
                 cap, d.seen_error_rate, d.seen_exact, d.seen_bloom, os.path.join(sdir, f"seen-{i:03d}.sqlite") if sdir else None,
-                (out, opts, state.seen_name(i, d.seen_exact)) if remote else None, i,
+                (out, opts, state.seen_name(i, d.seen_exact)) if remote else None, i, stamps.part(crawl, stamps.seen_part(i)),
             )
             for i in range(plan.seen_shards)
         ]
         self._seen = SeenGroupClient(self.seen_actors)
         self.content_actor = ContentIndexActor.options(**restart).remote(
             d.simhash_distance, d.simhash_tables, os.path.join(sdir, CONTENT_LOG) if sdir else None,
-            rt.content_snapshot_interval_s, remote, rt.content_shards, restart,
+            rt.content_snapshot_interval_s, remote, rt.content_shards, restart, crawl,
         )
         self.budget_actor = Budget.options(**restart).remote(
-            cfg.limits.max_pages, os.path.join(sdir, "budget.json") if sdir else None, remote
+            cfg.limits.max_pages, os.path.join(sdir, "budget.json") if sdir else None, remote,
+            stamps.part(crawl, stamps.BUDGET_PART), (out, opts),
         )
         self.crawl_name = f"raycrawl-{cfg.fingerprint()}-{uuid.uuid4().hex[:6]}"
         cfg_dict = to_dict(cfg)
@@ -187,7 +189,7 @@ class RayRuntime(ShardCalls):
         self.shards = {
             sid: HostShard.options(**placement(sid), name=shard_actor_name(self.crawl_name, sid), **restart).remote(
                 cfg_dict, sid, ids, self.seen_actors, self.content_actor, self.budget_actor, list(plan.seeds),
-                self.crawl_name, sdir, plan.epoch, self.render_workers, plan.after_crash,
+                self.crawl_name, sdir, plan.epoch, self.render_workers, plan.after_crash, crawl,
             )
             for sid in ids
         }

@@ -45,6 +45,21 @@ class RefusedError(StorageError):
     names what to do; the command line answers it as it does bad config (exit status 2)."""
 
 
+class UnusableStateError(RefusedError):
+    """A state file in the output that this crawl will not use as it is (the run stops
+    before it starts); the message names the file and the fix."""
+
+
+class ForeignStateError(UnusableStateError):
+    """A state file was made by another crawl, or for another shard of this one (copied in
+    from elsewhere): its stamp says so (crawler.recovery.stamps)."""
+
+
+class DamagedStateError(UnusableStateError):
+    """A state file is damaged (not what its name says, or cut short) beyond what can be
+    reconciled from the rows in OUT."""
+
+
 class FencedError(StorageError):
     """This run's lease was taken over: it may no longer fetch, write or ack."""
 

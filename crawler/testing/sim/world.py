@@ -31,7 +31,7 @@ from typing import Any
 
 from crawler.clock import MockClock
 from crawler.config import settings as config
-from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError
+from crawler.errors import REFUSALS, CrawlError
 from crawler.recovery.lease import Holder
 from crawler.session.crawlsession import CrawlSession
 import crawler.testing.sim.loop as simloop
@@ -245,7 +245,7 @@ class World:
             return
         try:
             stats = task.result()
-        except (ConfigError, OutputExistsError, OutputLeasedError) as exc:
+        except REFUSALS as exc:
             record.exit, record.error = 2, f"{type(exc).__name__}: {exc}"
             await self._close(runtime)
             return
