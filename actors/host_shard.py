@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import ray
 
 from actors.metrics import ShardMetrics, TimedFetcher
-from actors.render import RenderClient
+from actors.render import render_service
 from actors.serviceactors import SeenGroupClient, call_service
 from crawler.config.settings import from_dict
 from crawler.control.hostpolicy import HostTarget, PolicyChange
@@ -38,7 +38,11 @@ def shard_actor_name(crawl_name: str, shard_id: str) -> str:
     return f"{crawl_name}:{shard_id}"
 
 
-@ray.remote(num_cpus=0.5, max_concurrency=10_000)
+#: CPUs a shard reserves; the render pool is sized from what the shards leave (crawler.render.sizing).
+SHARD_CPUS = 0.5
+
+
+@ray.remote(num_cpus=SHARD_CPUS, max_concurrency=10_000)
 class HostShard:
     """Owns every host that the ring maps to ``shard_id``.
 
@@ -62,6 +66,7 @@ class HostShard:
         epoch: int | None = None,
         render_workers: Sequence[Any] = (),
         after_crash: bool = False,
+        crawl_id: str | None = None,
     ) -> None:
         logging.basicConfig(level=logging.WARNING)
         cfg = from_dict(cfg_dict)
@@ -83,14 +88,14 @@ class HostShard:
             lease_pages=lease,
             deliver=self._deliver,
             forward=self._forward,
-            render=RenderClient(render_workers, ray.get_runtime_context().current_actor) if render_workers else None,
+            render=render_service(render_workers, ray.get_runtime_context().current_actor),
             peers=RayPeers(self) if cfg.runtime.regions else None,
         )
         self.server = ShardServer(
             cfg, shard_id, shard_ids, services=services, seeds=seeds, state_dir=state_dir, epoch=epoch,
             incarnation=uuid.uuid4().hex[:8],
             wrap_fetcher=lambda fetcher: TimedFetcher(fetcher, self.metrics.observe_latency),
-            on_tick=self._export_metrics, on_exit=self._exit,
+            on_tick=self._export_metrics, on_exit=self._exit, crawl_id=crawl_id,
             # Restarted by Ray (its process died), or started by a run that took over a
             # dead run's output: a predecessor may still have requests open.
             restarted=after_crash or ray.get_runtime_context().was_current_actor_reconstructed,

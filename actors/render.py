@@ -1,21 +1,25 @@
 """Render actors: a thin Ray shell over crawler.render's browser pool.
 
-How many and where: one :class:`RenderWorker` per ``render.cores_per_actor`` CPUs of the
-cluster (``render.actors: auto``), each reserving that many CPUs, spread over the nodes.
-Why per cores, not one per node: a Chromium render is CPU-bound work in the browser's
-own processes, outside the actor; reserving the cores it will use keeps Ray from packing
-shards onto CPUs the browsers already saturate, and a node with more cores gets more
-browsers. Each worker owns ``render.processes`` browsers with ``render.tabs`` renders
-at a time (crawler.render.browser.BrowserPool): browsers are started on demand and
-recycled by renders, age and memory.
+How many and where: crawler.render.sizing sizes the pool from what the shards leave of
+the cluster (``render.actors: auto``: at most half its CPUs, one actor per
+``render.cores_per_actor`` of it, a fraction of a CPU when less is left), and
+actors/placement.py reserves their CPUs in a placement group (spread over the nodes)
+before any is created: a pool that cannot be placed within a few seconds is reported in
+one line and the crawl runs without rendering (:class:`~crawler.render.renderer.NoRenderService`).
+Why reserve CPUs at all: a Chromium render is CPU-bound work in the browser's own
+processes, outside the actor; reserving them keeps Ray from packing shards onto CPUs the
+browsers already saturate. Each worker owns ``render.processes`` browsers with
+``render.tabs`` renders at a time (crawler.render.browser.BrowserPool): browsers are
+started on demand and recycled by renders, age and memory.
 
 A worker holds no crawl state. Each job arrives with the handle of the shard that owns
 the page, and every request the browser makes goes back to that shard
 (:meth:`HostShard.render_answer`), where the host's politeness gate, robots rules,
 scope and User-Agent apply (docs/invariants.md #12). A worker that dies (its process,
 or its browsers) costs the renders in flight: the shards see an error, try once more on
-a worker (Ray restarts the dead one), then store the raw page (crawler.render.renderer).
-Browsers are started with a parent-death signal, so they die with the worker.
+a worker (Ray restarts the dead one, in its reserved bundle), then store the raw page
+(crawler.render.renderer). Browsers are started with a parent-death signal, so they die
+with the worker.
 """
 
 from __future__ import annotations
@@ -30,12 +34,20 @@ from crawler.clock import SYSTEM_CLOCK
 from crawler.config.settings import from_dict
 from crawler.render.build import build_pool
 from crawler.render.jobs import RenderJob, RenderReply, SubRequest, SubResponse
+from crawler.render.renderer import NoRenderService, RenderService
 
 log = logging.getLogger(__name__)
 
 
 def render_actor_name(crawl_name: str, i: int) -> str:
     return f"{crawl_name}:render-{i:03d}"
+
+
+def render_service(workers: Sequence[Any], shard_handle: Any) -> RenderService:
+    """A shard's render service: the render workers, or (none placed) one that says so."""
+    if workers:
+        return RenderClient(workers, shard_handle)
+    return NoRenderService("no render actor was placed (the driver's log says why)")
 
 
 @ray.remote(max_concurrency=1000)

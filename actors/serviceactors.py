@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 import ray
 
 from actors.metrics import SeenMetrics
-from crawler.recovery import statefiles as state
+from crawler.recovery import stamps, statefiles as state
 from crawler.clock import SYSTEM_CLOCK
 from crawler.errors import ServiceUnavailableError, StorageError
 from crawler.seen import ForgetCall, SeenGroup, SeenSet, ShardCall
@@ -61,7 +61,7 @@ class SeenFilter:
 
     def __init__(
         self, capacity: int, error_rate: float, exact: bool, bloom: str, path: str | None = None,
-        remote: tuple[str, dict | None, str] | None = None, index: int = 0,
+        remote: tuple[str, dict | None, str] | None = None, index: int = 0, identity: str | None = None,
     ) -> None:
         # remote: (OUT, storage options, file name) of this shard's copy in a remote output.
         # path: a spec resolved on this actor's node (crawler.recovery.statefiles.here).
@@ -79,7 +79,8 @@ class SeenFilter:
         deadline = time.monotonic() + OPEN_WAIT_S
         while True:
             try:
-                self.set = SeenSet(capacity, error_rate, exact=exact, bloom=bloom, **({"path": path} if path else {}))
+                self.set = SeenSet(capacity, error_rate, exact=exact, bloom=bloom, **({"path": path} if path else {}),
+                                   identity=identity)
                 return
             except StorageError as exc:
                 if "open in another" not in str(exc) or time.monotonic() > deadline:
@@ -144,12 +145,13 @@ class ContentShardActor:
     """One shard of the duplicate-content index (crawler.content.index.ContentShard), for
     an index spread over several actors (``runtime.content_shards`` > 1)."""
 
-    def __init__(self, distance: int, tables: int, path: str | None, remote: tuple[str, dict | None] | None = None) -> None:
+    def __init__(self, distance: int, tables: int, path: str | None, remote: tuple[str, dict | None] | None = None,
+                 identity: str | None = None) -> None:
         path = state.here(path) if path else None
         self.path, self.remote = path, remote
         if path and remote:
             state.fetch_local(remote[0], remote[1], os.path.basename(path), path)
-        self.shard = ContentShard(distance, tables, path)
+        self.shard = ContentShard(distance, tables, path, identity)
 
     def call(self, req: ShardRequest) -> ShardReply:
         return self.shard.call(req)
@@ -189,7 +191,7 @@ class ContentIndexActor:
 
     def __init__(
         self, distance: int, tables: int, path: str | None, every_s: float, remote: tuple[str, dict | None] | None = None,
-        shards: int = 1, restart: dict[str, Any] | None = None,
+        shards: int = 1, restart: dict[str, Any] | None = None, crawl: str | None = None,
     ) -> None:
         path = state.here(path) if path else None
         self.path, self.remote = path, remote
@@ -197,14 +199,15 @@ class ContentIndexActor:
         handles = None
         if shards > 1:
             self.shard_actors = [
-                ContentShardActor.options(**(restart or {})).remote(distance, tables, shard_log(path, i) if path else None, remote)
+                ContentShardActor.options(**(restart or {})).remote(
+                    distance, tables, shard_log(path, i) if path else None, remote, stamps.part(crawl, stamps.content_part(i)))
                 for i in range(shards)
             ]
             handles = [_RemoteShard(a) for a in self.shard_actors]
         elif path and remote:
             state.fetch_local(remote[0], remote[1], os.path.basename(shard_log(path, 0)), shard_log(path, 0))
         self.service = ContentIndexService(distance, tables, SYSTEM_CLOCK, path=path, every_s=every_s, shards=shards,
-                                           handles=handles)
+                                           handles=handles, crawl=crawl)
 
     async def ship(self, wall: float) -> None:
         if self.path and self.remote is not None:
@@ -233,12 +236,15 @@ class Budget:
     lease returns (one PUT per lease of up to ``runtime.budget_lease_max`` pages), so a
     pool restarted from OUT on another node never grants pages twice."""
 
-    def __init__(self, max_pages: int | None, path: str | None, remote: tuple[str, dict | None] | None = None) -> None:
+    def __init__(self, max_pages: int | None, path: str | None, remote: tuple[str, dict | None] | None = None,
+                 identity: str | None = None, output: tuple[str, dict | None] | None = None) -> None:
+        # output: (OUT, storage options): the rows a damaged or missing count is rebuilt from.
         path = state.here(path) if path else None
         self.path, self.remote = path, remote
         if path and remote:
             state.fetch_local(remote[0], remote[1], "budget.json", path)
-        self.pool = BudgetPool(max_pages, path)
+        spent = (lambda: state.pages_spent(*output)) if output is not None else None
+        self.pool = BudgetPool(max_pages, path, identity=identity, spent=spent)
 
     def ship(self, wall: float) -> None:
         if self.path and self.remote is not None:

@@ -45,6 +45,21 @@ class RefusedError(StorageError):
     names what to do; the command line answers it as it does bad config (exit status 2)."""
 
 
+class UnusableStateError(RefusedError):
+    """A state file in the output that this crawl will not use as it is (the run stops
+    before it starts); the message names the file and the fix."""
+
+
+class ForeignStateError(UnusableStateError):
+    """A state file was made by another crawl, or for another shard of this one (copied in
+    from elsewhere): its stamp says so (crawler.recovery.stamps)."""
+
+
+class DamagedStateError(UnusableStateError):
+    """A state file is damaged (not what its name says, or cut short) beyond what can be
+    reconciled from the rows in OUT."""
+
+
 class FencedError(StorageError):
     """This run's lease was taken over: it may no longer fetch, write or ack."""
 
@@ -70,6 +85,11 @@ class RenderError(CrawlError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+class PlacementError(ConfigError):
+    """An actor the crawl needs cannot be placed on the cluster (CPU short, no node with
+    its region's label); the message names the resource and the setting to change."""
 
 
 #: What a run refuses before it starts, answered at the command line with one line and

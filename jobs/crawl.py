@@ -35,36 +35,13 @@ from crawler.errors import REFUSALS, CrawlError, RefusedError, StorageError
 from crawler.session.handle import CrawlHandle
 from crawler.output.fs import check_output_folder
 from crawler.session.crawlsession import CrawlSession
+from crawler.session.ledger import EXIT_BY_SIGNAL, exit_status
 
 log = logging.getLogger("jobs.crawl")
 
-#: Exit status of a crawl stopped by a signal: 128 + the signal's number, like a shell.
-EXIT_BY_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 #: An error of this project as Ray reports one raised in an actor's constructor (text).
 _RAISED_IN_ACTOR = re.compile(r"^crawler\.errors\.(\w+): (.+)$", re.MULTILINE)
-
-
-def exit_status(stats: dict[str, Any], *, signum: int | None = None, api_stop: bool = False) -> int:
-    """The exit status of a run that ran (the README's table; 2 is a refusal, raised before):
-
-    * 0: finished with a ledger that balances; already finished; ran its duration
-      (``recrawl.duration_s``); stopped through the control API (``POST /stop``: the
-      operator asked for a clean, resumable stop and got it);
-    * 130 / 143: stopped by SIGINT / SIGTERM (clean and resumable too);
-    * 1: ended with a problem: a ledger that does not balance (DESIGN invariant 13), or
-      unfinished without anyone asking (events still owed, fenced by another run).
-    """
-    if stats.get("already_finished"):
-        return 0
-    if signum is not None:
-        return EXIT_BY_SIGNAL.get(signal.Signals(signum), 1)
-    led = stats.get("ledger")
-    if led is not None and not led.get("balanced", True):
-        return 1
-    if stats.get("finished") or stats.get("ended") == "duration" or (api_stop and not stats.get("fenced")):
-        return 0
-    return 1
 
 
 def _actor_error(exc: BaseException) -> CrawlError | None:
@@ -138,6 +115,14 @@ async def _run(session: CrawlSession, stopped_by: list[int], api: ControlApi | N
             main.cancel()
             return
         stopped_by.append(signum)
+        if not session.ready:
+            # Still starting (Ray, the lease, actors being placed): nothing was fetched, so
+            # there is nothing to flush; the start is cancelled where it waits, and the
+            # session's cleanup kills what was created and releases the lease.
+            print("\nstopping: the crawl was still starting; nothing was fetched", file=sys.stderr)
+            assert main is not None
+            main.cancel()
+            return
         print("\nstopping: flushing what was fetched (Ctrl-C again to abort)...", file=sys.stderr)
         session.request_stop()
 
@@ -202,8 +187,16 @@ def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = No
         # Made before anything starts: a non-loopback API without a token is refused here.
         api = ControlApi(session, cfg.api, on_stop=api_stop, on_request=None if local else api_metrics()) if cfg.api.enabled else None
         stats = eventloop.run(_run(session, stopped_by, api))
-    except asyncio.CancelledError:  # a second Ctrl-C: abort without flushing
-        raise KeyboardInterrupt from None
+    except asyncio.CancelledError:
+        if stopped_by and not session.ready:  # stopped while starting: an ordinary stop
+            return {"stopped_during_start": True}, EXIT_BY_SIGNAL.get(signal.Signals(stopped_by[0]), 1)
+        raise KeyboardInterrupt from None  # a second Ctrl-C: abort without flushing
+    except KeyboardInterrupt:
+        if session.ready:
+            raise
+        # Ctrl-C while an embedded Ray was starting (actors.rayruntime: it interrupts at once).
+        print("\nstopping: the crawl was still starting; nothing was fetched", file=sys.stderr)
+        return {"stopped_during_start": True}, EXIT_BY_SIGNAL[signal.SIGINT]
     except Exception as exc:
         refusal = None if polled else as_refusal(exc, cfg.output.path, session.mode)
         if refusal is None or refusal is exc:
@@ -236,6 +229,9 @@ UNFINISHED = {
 def print_summary(stats: dict[str, Any], out: str, stream=None) -> None:
     """The end-of-crawl summary (what the demo prints)."""
     stream = stream or sys.stdout
+    if stats.get("stopped_during_start"):
+        print(f"crawl stopped while starting: nothing was fetched; `crawl run` on {out} starts it again", file=stream)
+        return
     o = stats["outcomes"]
     reason = stats.get("unfinished_reason")
     if stats.get("finished"):
@@ -270,9 +266,25 @@ def print_summary(stats: dict[str, Any], out: str, stream=None) -> None:
         )
     if stats.get("dropped"):
         print("links not followed: " + ", ".join(f"{k} {v}" for k, v in sorted(stats["dropped"].items())), file=stream)
+    render = stats.get("render") or {}
+    if render:
+        print(render_line(render), file=stream)
     if stats.get("ledger"):
         print(ledger.describe(stats["ledger"]), file=stream)
     print(f"output: {out}/pages (Parquet), {out}/blobs, {out}/stats.json", file=stream)
+
+
+def render_line(r: dict[str, Any]) -> str:
+    """The summary's render line: the pool (or why there was none) and what rendering did."""
+    pool = r.get("pool") or {}
+    fallbacks = r.get("fallbacks") or {}
+    if pool.get("off"):
+        return (f"{pool['off']} ({fallbacks.get('unavailable', 0)} pages that wanted rendering were stored raw: "
+                "render.fallbacks.unavailable)")
+    many = "s" if pool.get("actors", 0) > 1 else ""
+    size = f"{pool['actors']} render actor{many} of {pool['cpus_each']:g} CPU; " if pool else ""
+    fell = ", ".join(f"{k} {v}" for k, v in sorted(fallbacks.items())) or "none"
+    return f"render: {size}rendered {r.get('rendered', 0)} of {r.get('started', 0)} started, fallbacks {fell}"
 
 
 def build_arg_parser() -> argparse.ArgumentParser:

@@ -43,8 +43,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from crawler.content.fingerprints import check_simhash_params
-from crawler.errors import ConfigError, StorageError
+from crawler.errors import ConfigError, DamagedStateError, StorageError
 from crawler.content.sortedruns import SortedRuns
+from crawler.recovery.stamps import FIX, check
 from crawler.urls import url_hash
 
 __all__ = ["ContentIndexGroup", "ContentShard", "ShardReply", "ShardRequest", "ref_of", "ref_hex"]
@@ -153,7 +154,32 @@ class ShardReply:
 
 
 _LOG_MAGIC = b"CIX1"
-_HEADER = struct.Struct("<4sBBI")  # magic, kind (0 exact, 1 near), table, count
+_HEADER = struct.Struct("<4sBBI")  # magic, kind (0 exact, 1 near, 2 stamp), table, count (bytes for a stamp)
+_STAMP = 2
+#: The fix a refusal of a content log names: an index that starts over loses no URL, only
+#: the duplicates of pages indexed before (they are stored as originals).
+CONTENT_FIX = f"remove it to start the duplicate index over, or {FIX}"
+
+
+def _stamp_record(identity: str) -> bytes:
+    raw = identity.encode()
+    return _HEADER.pack(_LOG_MAGIC, _STAMP, 0, len(raw)) + raw
+
+
+def read_log_stamp(path: str) -> str | None:
+    """The stamp of the content log at ``path`` (its first record), read without writing;
+    None for a log with none yet (made before stamps: the shard stamps it when it opens it)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEADER.size)
+            if len(head) < _HEADER.size:
+                return None
+            magic, kind, _t, n = _HEADER.unpack(head)
+            if magic != _LOG_MAGIC:
+                raise DamagedStateError(f"{path} is not a content index log: {CONTENT_FIX}")
+            return f.read(n).decode("utf-8", "replace") if kind == _STAMP else None
+    except OSError as exc:
+        raise StorageError(f"content index log {path!r} is unreadable: {exc}") from exc
 
 
 class ContentShard:
@@ -161,10 +187,13 @@ class ContentShard:
 
     With ``path`` it keeps an append-only log there: additions are appended as they come,
     :meth:`save` makes them durable, and a new shard on the same path reads it back. A
-    torn last record (a crash between two saves) is ignored.
+    torn last record (a crash between two saves) is cut off when the log is opened, so
+    what is appended next starts on a record boundary. With ``identity`` the log's first
+    record is its stamp (crawler.recovery.stamps): another crawl's log is refused, and a
+    log made before stamps is rewritten once with the stamp first.
     """
 
-    def __init__(self, k: int = 3, tables: int = 4, path: str | None = None) -> None:
+    def __init__(self, k: int = 3, tables: int = 4, path: str | None = None, identity: str | None = None) -> None:
         self.layout = TableLayout(k, tables, 1)
         self.path = path
         self.exact = SortedRuns([_U64, _U64, np.uint8])  # key k1 -> k2, ref, near flag
@@ -172,8 +201,35 @@ class ContentShard:
         self._log: Any = None  # the log, open for appending (buffered; fsynced by save)
         self.lookups = 0
         self.candidates = 0
-        if path and os.path.exists(path):
-            self._load(path)
+        if path:
+            self._open(path, identity)
+
+    def _open(self, path: str, identity: str | None) -> None:
+        data = b""
+        if os.path.exists(path):
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError as exc:
+                raise StorageError(f"content index log {path!r} is unreadable: {exc}") from exc
+        stamps, end = self._load(path, data) if data else ([], 0)
+        for found in stamps:
+            check(path, found, identity, CONTENT_FIX)
+        first_is_stamp = end >= _HEADER.size and _HEADER.unpack_from(data)[1] == _STAMP
+        if identity is not None and not first_is_stamp:
+            self._rewrite(path, _stamp_record(identity) + data[:end])
+        elif end < len(data):
+            self._rewrite(path, data[:end])  # drop the torn tail: appends start on a record
+
+    @staticmethod
+    def _rewrite(path: str, data: bytes) -> None:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     def call(self, req: ShardRequest) -> ShardReply:
         """Apply the request's additions, then answer its lookups."""
@@ -256,22 +312,25 @@ class ContentShard:
             self._log.close()
             self._log = None
 
-    def _load(self, path: str) -> None:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as exc:
-            raise StorageError(f"content index log {path!r} is unreadable: {exc}") from exc
+    def _load(self, path: str, data: bytes) -> tuple[list[str], int]:
+        """Index the log's entries; returns its stamps and where its last whole record ends."""
         exact: list[list[np.ndarray]] = []
         near: list[list[list[np.ndarray]]] = [[] for _ in self.near]
+        stamps: list[str] = []
         pos = 0
         while pos + _HEADER.size <= len(data):
             magic, kind, t, n = _HEADER.unpack_from(data, pos)
-            if magic != _LOG_MAGIC or kind not in (0, 1) or (kind == 1 and t >= len(self.near)):
-                raise StorageError(f"content index log {path!r} is corrupt at byte {pos}")
+            if magic != _LOG_MAGIC or kind not in (0, 1, _STAMP) or (kind == 1 and t >= len(self.near)):
+                raise DamagedStateError(f"{path} is not a content index log (corrupt at byte {pos}): {CONTENT_FIX}")
+            body = pos + _HEADER.size
+            if kind == _STAMP:
+                if body + n > len(data):
+                    break
+                stamps.append(data[body : body + n].decode("utf-8", "replace"))
+                pos = body + n
+                continue
             dtypes = [_U64, _U64, _U64, np.uint8] if kind == 0 else [_U64, _U64]
             size = sum(n * np.dtype(d).itemsize for d in dtypes)
-            body = pos + _HEADER.size
             if body + size > len(data):
                 break  # torn last record: that save never completed
             arrays, off = [], body
@@ -288,6 +347,7 @@ class ContentShard:
             if recs:
                 keys, refs = (np.concatenate(c) for c in zip(*recs))
                 self.near[t].add(keys, [refs])
+        return stamps, pos
 
     def stats(self) -> dict[str, int]:
         """Entries and bytes held (array payload), lookups and candidates checked."""

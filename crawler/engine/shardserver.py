@@ -83,6 +83,8 @@ class ShardServer:
         restarted: this process follows one that did not stop cleanly (a restart after a
             crash or a lost machine, or a run that took over a dead run's output): its
             predecessor may still have requests open (crawler.engine.assembly.unclean_hold_s).
+        crawl_id: what the crawl's state files are stamped with (crawler.recovery.stamps):
+            a store of another crawl or shard is refused.
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class ShardServer:
         on_exit: Callable[[], Awaitable[None]] | None = None,
         run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
         restarted: bool = False,
+        crawl_id: str | None = None,
     ) -> None:
         self.shard_id = shard_id
         self.incarnation = incarnation
@@ -111,7 +114,7 @@ class ShardServer:
         self._on_exit = on_exit
         # state_dir is resolved here, on this process's node (statefiles.here): with a
         # remote output the store lives on this node's disk and is rebuilt from OUT.
-        opened = state.open_shard_store(cfg, shard_id, state_dir, clock, run_blocking) if state_dir else None
+        opened = state.open_shard(cfg, shard_id, state_dir, clock, crawl_id, run_blocking) if state_dir else None
         self.fence = build_fence(cfg, epoch, clock)
         self.watchdog = ShardWatchdog(clock, cfg.runtime.driver_timeout_s, self.fence, self, name=shard_id)
         self.topology = Topology.of(shard_ids, cfg.runtime.regions, cfg.placement.default_region)

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from crawler.clock import Clock
 from crawler.config.settings import CrawlConfig
 from crawler.content.index import ContentIndexGroup, ContentShard, ShardReply, ShardRequest
+from crawler.errors import DamagedStateError, ForeignStateError
+from crawler.recovery import stamps
+
+log = logging.getLogger(__name__)
 
 
 def save_snapshot(path: str, data: bytes) -> None:
@@ -35,15 +40,62 @@ class BudgetPool:
     With ``path`` the pages granted so far are saved before a lease returns, so a
     restarted pool does not hand out again what it already gave (``max_pages`` holds
     across a restart of the pool; pages leased to a shard that then crashed are spent).
+
+    The file is stamped with ``identity`` (crawler.recovery.stamps). A file that is missing,
+    cannot be read as a count, or is another crawl's is rebuilt from ``spent()``: the
+    pages the rows in OUT show fetched (crawler.recovery.statefiles.pages_spent), which is
+    what the budget counts. Rebuilt, not refused: the rows are the truth of what was
+    spent, nothing is lost (leases a crashed shard held unused become available again),
+    and a refusal would only ask the operator to do by hand what this does. Without
+    ``spent`` such a file is refused with one line (:class:`DamagedStateError`).
     """
 
-    def __init__(self, max_pages: int | None, path: str | None = None) -> None:
+    def __init__(self, max_pages: int | None, path: str | None = None, *, identity: str | None = None,
+                 spent: Callable[[], int] | None = None) -> None:
         self.max_pages = max_pages
         self.path = path
+        self.identity = identity
         self.granted = 0
-        if path and os.path.exists(path):
+        self.rebuilt = ""  # why the count was rebuilt from the rows ("": it was not)
+        if path and max_pages is not None:  # an unlimited crawl never reads nor writes it
+            self._open(path, spent)
+
+    def _open(self, path: str, spent: Callable[[], int] | None) -> None:
+        problem = ""
+        try:
             with open(path, encoding="utf-8") as f:
-                self.granted = int(json.load(f)["granted"])
+                data = json.load(f)
+            granted = data["granted"] if isinstance(data, dict) else None
+            if isinstance(granted, bool) or not isinstance(granted, int) or granted < 0:
+                raise ValueError(f"'granted' is {granted!r}, not a count of pages")
+            stamps.check(path, data.get(stamps.STAMP_KEY), self.identity)
+            self.granted = granted
+            if self.identity is not None and data.get(stamps.STAMP_KEY) is None:
+                self._save()  # a file made before stamps: stamped now
+            return
+        except FileNotFoundError:
+            problem = "missing"
+        except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            problem = f"damaged ({exc})"
+        except ForeignStateError as exc:
+            problem = str(exc)
+        if spent is None:
+            if problem == "missing":
+                return
+            raise DamagedStateError(f"{path}: the page budget is {problem}: delete it to start the count over")
+        self.granted = spent()
+        if problem != "missing":
+            self.rebuilt = problem
+            log.warning("%s: the page budget was %s; rebuilt from the rows in the output: %d pages spent",
+                        path, problem, self.granted)
+        self._save()
+
+    def _save(self) -> None:
+        assert self.path is not None
+        data: dict[str, Any] = {"granted": self.granted}
+        if self.identity is not None:
+            data[stamps.STAMP_KEY] = self.identity
+        save_snapshot(self.path, json.dumps(data).encode())
 
     def lease(self, n: int) -> int:
         """Take up to ``n`` pages; 0 once the budget is spent."""
@@ -53,7 +105,7 @@ class BudgetPool:
         if give:
             self.granted += give
             if self.path:
-                save_snapshot(self.path, json.dumps({"granted": self.granted}).encode())
+                self._save()
         return give
 
     def remaining(self) -> int | None:
@@ -135,17 +187,19 @@ class ContentIndexService:
     One batch at a time (verdicts depend on every earlier batch); a batch is one call per
     shard, carrying the previous batch's additions. Shards save every ``every_s`` of
     ``clock`` and on :meth:`save`; after a restart, duplicates of pages indexed since the
-    last save are missed (stored as originals); nothing else is lost.
+    last save are missed (stored as originals); nothing else is lost. ``crawl``: the
+    crawl's identity, each log stamped with it (crawler.recovery.stamps).
     """
 
     def __init__(self, distance: int, tables: int, clock: Clock, *, path: str | None = None, every_s: float = 30.0,
-                 shards: int = 1, handles: Sequence[ShardHandle] | None = None) -> None:
+                 shards: int = 1, handles: Sequence[ShardHandle] | None = None, crawl: str | None = None) -> None:
         self.path = path
         self._clock = clock
         self._every_s = every_s
         self._last_save = clock.now()
         if handles is None:
-            handles = [LocalShard(ContentShard(distance, tables, shard_log(path, i) if path else None))
+            handles = [LocalShard(ContentShard(distance, tables, shard_log(path, i) if path else None,
+                                               stamps.part(crawl, stamps.content_part(i))))
                        for i in range(shards)]
         self.handles = list(handles)
         self.group = ContentIndexGroup(distance, tables, len(self.handles))

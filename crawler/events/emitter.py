@@ -39,8 +39,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 from crawler.clock import Clock, wait_event
 from crawler.config.settings import EventsConfig
-from crawler.errors import StorageError
+from crawler.errors import DamagedStateError, StorageError
 from crawler.output import OutcomeRow
+from crawler.recovery import stamps
 from crawler.events.sinks import EventSink, build_sink, dumps
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ EVENT_FIELDS = (
 )
 #: While the log is full, the shard's dispatch is held this long, renewed until it is not.
 HOLD_S = 0.5
+#: The fix a refusal of an event log names (its events would be sent under another crawl's name).
+EVENTS_FIX = f"remove it (events it held that were not sent are then not sent), or {stamps.FIX}"
 
 
 def _iso(value: Any) -> str | None:
@@ -119,20 +122,48 @@ class MemoryEventLog:
 
 class EventLog:
     """Events waiting for the sink, in a SQLite file (committed before the URLs are acked,
-    so they survive a crash; WAL, ``synchronous=NORMAL`` like the shard's store)."""
+    so they survive a crash; WAL, ``synchronous=NORMAL`` like the shard's store). With
+    ``identity`` the file's stamp is checked, or set (crawler.recovery.stamps)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, identity: str | None = None) -> None:
         self.path = path
         os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open the event log {path!r}: {exc}") from exc
+        try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, data TEXT NOT NULL)")
             self._count = self._db.execute("SELECT count(*) FROM events").fetchone()[0]
-        except sqlite3.Error as exc:
-            raise StorageError(f"cannot open the event log {path!r}: {exc}") from exc
+            if identity is not None:
+                self._claim(identity)
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StorageError(f"cannot open the event log {path!r}: {exc}") from exc
+            raise DamagedStateError(f"{path} is not a readable event log ({exc}): {EVENTS_FIX}") from exc
+        except BaseException:
+            self._db.close()
+            raise
         self._lock = threading.Lock()
+
+    def _claim(self, identity: str) -> None:
+        self._db.execute("CREATE TABLE IF NOT EXISTS stamp (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        row = self._db.execute("SELECT value FROM stamp WHERE key=?", (stamps.STAMP_KEY,)).fetchone()
+        if stamps.check(self.path, None if row is None else row[0], identity, EVENTS_FIX):
+            self._db.execute("INSERT OR REPLACE INTO stamp VALUES (?, ?)", (stamps.STAMP_KEY, identity))
+
+    @staticmethod
+    def read_stamp(path: str) -> str | None:
+        """The stamp of the event log at ``path`` (None: none yet), read without writing."""
+        try:
+            return stamps.read_sqlite_stamp(path, "stamp")
+        except sqlite3.OperationalError as exc:
+            raise StorageError(f"cannot read the event log {path!r}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise DamagedStateError(f"{path} is not a readable event log ({exc}): {EVENTS_FIX}") from exc
 
     def add(self, events: Iterable[dict[str, Any]]) -> None:
         rows = [(dumps(e),) for e in events]

@@ -65,11 +65,12 @@ import sqlite3
 import threading
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypedDict
 
-from crawler.errors import StorageError
+from crawler.errors import DamagedStateError, StorageError
 from crawler.frontier.urlitem import UrlItem
 from crawler.output import OutcomeRow
 from crawler.freshness.recrawl import Previous, Schedule
 from crawler.seen import url_hash64
+from crawler.recovery.stamps import SHARD_FIX
 from crawler.urls import url_hash as _url_hash
 
 
@@ -220,6 +221,10 @@ class UrlTable:
             self.db.execute("PRAGMA wal_autocheckpoint=4000")
             self.db.executescript(_SCHEMA)
             self._migrate()
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):  # locked, unreadable: not the file's fault
+                raise StorageError(f"cannot open the frontier store {path!r}: {exc}") from exc
+            raise DamagedStateError(f"{path} is not a readable frontier store ({exc}): {SHARD_FIX}") from exc
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open the frontier store {path!r}: {exc}") from exc
         self.lock = threading.Lock()
@@ -301,6 +306,11 @@ class FrontierStore:
         self.hosts = HostRows(self._t)
         self.audit = AuditPages(self._t)
         self.decisions = DecisionLog(self._t)
+
+    @property
+    def table(self) -> UrlTable:
+        """The connection, lock and transaction under this store (crawler.frontier.audit)."""
+        return self._t
 
     @property
     def journal(self) -> Callable[[str, Any], int] | None:

@@ -17,6 +17,14 @@ never the only copy (docs/invariants.md #11):
   replacing what the node's disk holds. A seen set older than the crash re-admits URLs
   the shards' stores already hold: each costs a duplicate delivery, counted, never a
   fetch (the owner's store refuses it).
+
+With a local output the stores are the only copy, and a store can still forget: a cut
+write-ahead log drops committed work (crawler.recovery.walcheck), a store can be removed
+or replaced. The rows in OUT/pages are the truth of what was fetched, so before a run the
+driver settles each shard's store against its rows (:func:`settle_local`, from
+crawler.recovery.preflight): the newest part files on an ordinary resume, every row of the
+shard after damage. Every store is opened with its stamp checked (:func:`open_shard`,
+crawler.recovery.stamps).
 """
 
 from __future__ import annotations
@@ -28,17 +36,23 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from crawler.recovery import statelog
+from crawler.recovery import stamps, statelog
 from crawler.clock import Clock
 from crawler.config.settings import CrawlConfig
+from crawler.errors import StorageError
+from crawler.events.emitter import EVENT_OUTCOMES, EventLog, page_event
+from crawler.frontier.audit import StoreAudit
 from crawler.frontier.urlitem import UrlItem
 from crawler.frontier.store import FrontierStore
-from crawler.output import OutcomeRow, open_fs, read_pages
+from crawler.output import PAGES_SCHEMA, OutcomeRow, open_fs, read_pages
+from crawler.output.fs import list_names
+from crawler.output.layout import PAGES_DIR, part_seq
 from crawler.recovery.statelog import RemoteDir, Restored, StateLog, discard
 
 log = logging.getLogger(__name__)
@@ -216,3 +230,132 @@ def reconcile_store(store: FrontierStore, rows: list[dict[str, Any]]) -> int:
     store.recover(replay_all=True)
     store.add([UrlItem(r["url"], r["depth"] or 0) for r in rows])
     return store.finish_from_output([r["url"] for r in rows])
+
+
+# -- the identity and the rows of a shard's store ---------------------------------------
+
+
+def open_shard(cfg: CrawlConfig, shard_id: str, sdir: str, clock: Clock, crawl: str | None,
+               run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread) -> ShardState:
+    """:func:`open_shard_store`, with the store's stamp (and its event log's) checked or set
+    (crawler.recovery.stamps): another crawl's or shard's store is refused with one line."""
+    opened = open_shard_store(cfg, shard_id, sdir, clock, run_blocking)
+    try:
+        identity = stamps.part(crawl, stamps.shard_part(shard_id))
+        if opened.log is None:
+            StoreAudit(opened.store).claim(identity)
+        else:  # rebuilt from OUT: the copy to put back is there (removing it would lose the queue)
+            StoreAudit(opened.store).claim(identity, where=remote_path(cfg.output.path, shard_id) + "/", fix=stamps.FIX)
+        events = events_path(opened.store.path)
+        if os.path.exists(events) or (crawl is not None and cfg.events.sink != "none"):
+            EventLog(events, stamps.part(crawl, stamps.events_part(shard_id))).close()
+    except BaseException:
+        opened.store.close()
+        raise
+    return opened
+
+
+def events_path(store_path: str) -> str:
+    """The shard's event log beside its store (crawler.engine.assembly builds the emitter on it)."""
+    return os.path.splitext(store_path)[0] + ".events.sqlite"
+
+
+def shard_parts(out: str, options: dict | None, shard_id: str) -> list[str]:
+    """Paths of the part files ``shard_id`` wrote (its writer id is the shard id), oldest first."""
+    fs, root = open_fs(out, options)
+    pages = f"{root.rstrip('/')}/{PAGES_DIR}"
+    found = sorted((seq, name) for name in list_names(fs, pages) if (seq := part_seq(name, shard_id)) is not None)
+    return [f"{pages}/{name}" for _, name in found]
+
+
+def part_rows(out: str, options: dict | None, path: str) -> list[dict[str, Any]]:
+    """The :data:`ROW_COLUMNS` of one part file."""
+    fs, _ = open_fs(out, options)
+    try:
+        table = pads.dataset([path], format="parquet", filesystem=fs, schema=PAGES_SCHEMA).to_table(columns=list(ROW_COLUMNS))
+    except Exception as exc:  # pyarrow and OS errors alike
+        raise StorageError(f"reading {path} failed: {exc}") from exc
+    return table.to_pylist()
+
+
+@dataclass
+class Settled:
+    """What :func:`settle_local` found: part files read, how many held rows the store had
+    not acked, the rows it acked from OUT, and why it read every row (damage) if it did."""
+
+    parts_read: int = 0
+    unacked_parts: int = 0
+    settled: int = 0
+    damaged: str = ""
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    last_ack: float | None = None  # damaged: the fetch time of the store's last surviving ack
+
+
+def settle_local(cfg: CrawlConfig, shard_id: str, store: FrontierStore, *, cut: str | None = None) -> Settled:
+    """Bring a local output's shard store level with the rows its shard wrote to OUT/pages.
+
+    The rows are the truth of what was fetched (crawler.frontier.audit): a URL with a row
+    is never fetched again because the store forgot its ack. Acks are committed in the
+    order of the part files, so the store is behind by the newest parts only: they are
+    read from the newest back to the first part the store has acked (one part on an
+    ordinary resume), and their rows acked. Damage means more may be missing than a
+    crash between a part and its ack explains: ``cut`` (the store's write-ahead log was
+    cut short: crawler.recovery.walcheck), two or more part files unacked, or a part none
+    of whose URLs the store holds (lost admissions). Then every row of the shard is read
+    (O(rows of the shard), once), and URLs the store lost are added back, done.
+    """
+    out, options = cfg.output.path, dict(cfg.output.storage_options) or None
+    audit = StoreAudit(store)
+    found = Settled(damaged=cut or "")
+    pending: list[dict[str, Any]] = []
+    if not cut:
+        for path in reversed(shard_parts(out, options, shard_id)):
+            rows = part_rows(out, options, path)
+            found.parts_read += 1
+            todo, present = audit.unacked(rows)
+            if rows and not present:
+                found.damaged = f"{store.path} holds none of the URLs of {path}"
+                break
+            if not todo:
+                break
+            found.unacked_parts += 1
+            pending.extend(todo)
+        if found.unacked_parts >= 2:
+            found.damaged = f"{store.path} has not acked the rows of {found.unacked_parts} part files"
+    first = cfg.recrawl.initial_interval_s
+    if found.damaged:
+        log.warning("%s: %s; reading every row of %s from %s", shard_id, found.damaged, shard_id, out)
+        found.last_ack = audit.last_fetch()
+        found.rows = audit.settle(rows_since(shard_id, out, options, None), first_interval_s=first, add_missing=True)
+    else:
+        found.rows = audit.settle(pending, first_interval_s=first, add_missing=False)
+    found.settled = len(found.rows)
+    if found.rows:
+        log.info("%s: %d URLs whose rows were in %s without their ack are done", shard_id, found.settled, out)
+    return found
+
+
+def log_events(cfg: CrawlConfig, shard_id: str, store_path: str, rows: list[dict[str, Any]], crawl: str | None) -> int:
+    """Log the ``page.fetched`` events of rows acked by :func:`settle_local` (their events
+    may never have been logged: at least once, docs/invariants.md #6). Returns how many."""
+    if not rows or cfg.events.sink == "none":
+        return 0
+    events = [page_event(r) for r in event_rows(rows) if r.outcome in EVENT_OUTCOMES]
+    elog = EventLog(events_path(store_path), stamps.part(crawl, stamps.events_part(shard_id)))
+    try:
+        elog.add(events)
+    finally:
+        elog.close()
+    return len(events)
+
+
+def pages_spent(out: str, options: dict | None) -> int:
+    """Pages the rows in OUT show fetched: what ``limits.max_pages`` counts (a URL refused
+    by robots.txt is a row and no fetch). Every row of the crawl: read when the page
+    budget's file is missing or damaged (crawler.engine.sharedservices.BudgetPool)."""
+    rows = read_pages(out, options, dedupe=False, columns=["outcome", "error"])
+    if rows.num_rows == 0:
+        return 0
+    fetched = pc.and_(pc.not_equal(rows["outcome"], "robots_blocked"),
+                      pc.invert(pc.fill_null(pc.starts_with(rows["error"], "robots.txt unreachable"), False)))
+    return int(pc.sum(fetched.cast("int64")).as_py() or 0)

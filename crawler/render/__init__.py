@@ -3,5 +3,6 @@
 Modules: ``settings`` (config section), ``decide`` (when to render), ``gate`` (every
 request a browser makes goes through the shard's rules), ``cdp`` (DevTools client),
 ``page`` (one render), ``waitrule``, ``browser`` (processes and pool), ``renderer``
-(the shard's side: hand over, fall back). docs/invariants.md #12.
+(the shard's side: hand over, fall back), ``sizing`` (how many render actors on Ray, and
+their CPUs). docs/invariants.md #12.
 """

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 __all__ = ["RenderJob", "RenderReply", "SubRequest", "SubResponse", "FAIL_REASONS"]
 
 #: Why a render gave no page (counted as ``render_fallback_<reason>``; the raw page is stored).
-FAIL_REASONS = ("timeout", "crash", "cap", "protocol", "launch", "not_html")
+FAIL_REASONS = ("timeout", "crash", "cap", "protocol", "launch", "not_html", "unavailable")
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from crawler.render.decide import Decision, RenderDecider, render_gained
 from crawler.render.gate import RenderGate
 from crawler.render.jobs import RenderJob, RenderReply, SubRequest, SubResponse
 
-__all__ = ["RenderService", "RenderedPage", "Renderer"]
+__all__ = ["NoRenderService", "RenderService", "RenderedPage", "Renderer"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,18 @@ class RenderService(Protocol):
     CancelledError and, for remote services, the transport's errors)."""
 
     async def render(self, job: RenderJob, subfetch: Callable[[SubRequest], Awaitable[SubResponse]]) -> RenderReply: ...
+
+
+class NoRenderService:
+    """The service of a crawl that renders nothing although ``render.mode`` asks for it
+    (on Ray: no render actor could be placed, actors/placement.py): every render falls
+    back at once as ``unavailable``, counted, and the raw page is stored."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    async def render(self, job: RenderJob, subfetch: Callable[[SubRequest], Awaitable[SubResponse]]) -> RenderReply:
+        return RenderReply(None, "unavailable", detail=self.why)
 
 
 @dataclass(slots=True)

@@ -12,7 +12,11 @@ from typing import Literal
 from crawler.config.typed import positive
 from crawler.errors import ConfigError
 
-__all__ = ["RenderConfig", "RESOURCE_TYPES", "validate_render"]
+__all__ = ["MIN_ACTOR_CPUS", "RenderConfig", "RESOURCE_TYPES", "validate_render"]
+
+#: The least a render actor reserves (``cores_per_actor``, and what crawler.render.sizing
+#: gives an actor when less than ``cores_per_actor`` is left).
+MIN_ACTOR_CPUS = 0.25
 
 #: CDP resource types a ``render.block`` list may name (lower-cased).
 RESOURCE_TYPES = ("image", "font", "media", "stylesheet", "script", "xhr", "fetch", "texttrack", "eventsource",
@@ -25,8 +29,8 @@ class RenderConfig:
 
     mode: Literal["never", "auto", "always"] = "never"
     browser: str | None = None  # None: chromium (or chromium-headless-shell...) on PATH
-    actors: int | Literal["auto"] = "auto"  # render actors on Ray; auto: one per cores_per_actor CPUs
-    cores_per_actor: int = 2
+    actors: int | Literal["auto"] = "auto"  # render actors on Ray; auto: sized by crawler.render.sizing
+    cores_per_actor: float = 2.0  # CPUs a render actor reserves, at most (less when less is left)
     processes: int = 1  # browsers per render actor (or per local crawl)
     tabs: int = 4  # renders at a time per browser
     timeout_s: float = 20.0  # the whole render, from hand-over to DOM
@@ -48,10 +52,12 @@ class RenderConfig:
 
 def validate_render(obj: RenderConfig, prefix: str) -> None:
     """Value checks of the section (types are checked by crawler.config.typed)."""
-    positive(obj, prefix, "cores_per_actor", "processes", "tabs", "timeout_s", "max_wait_s", "max_requests",
+    positive(obj, prefix, "processes", "tabs", "timeout_s", "max_wait_s", "max_requests",
              "max_bytes", "host_min_renders", "script_cache_entries", "script_cache_bytes", "recycle_renders",
              "recycle_s", "recycle_rss_mb")
     positive(obj, prefix, "quiet_s", "script_cache_ttl_s", allow_zero=True)
+    if obj.cores_per_actor < MIN_ACTOR_CPUS:
+        raise ConfigError(f"{prefix}cores_per_actor: must be at least {MIN_ACTOR_CPUS}, got {obj.cores_per_actor}")
     if obj.actors != "auto" and obj.actors < 1:
         raise ConfigError(f"{prefix}actors: must be 'auto' or >= 1, got {obj.actors!r}")
     if not 0.0 <= obj.spot_check_share <= 1.0:

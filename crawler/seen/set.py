@@ -31,8 +31,9 @@ from crawler.errors import ConfigError, StorageError
 from crawler.seen.bloom import BLOOM_BACKENDS, DEFAULT_BLOOM, Bloom, make_bloom
 from crawler.seen.hashing import MASK64, url_hash64
 from crawler.seen.ondisk import SeenOnDisk
-from crawler.seen.snapshot import SNAPSHOT_VERSION
-from crawler.seen.store import DiskStore, ExactStore
+from crawler.seen.snapshot import SNAPSHOT_VERSION, BadSnapshot, read_bloom_file
+from crawler.seen.store import SEEN_FIX, DiskStore, ExactStore
+from crawler.recovery.stamps import check
 
 __all__ = ["SeenSet"]
 
@@ -101,6 +102,7 @@ class SeenSet:
         path: str | os.PathLike[str] | None = None,
         cache_size: int = 100_000,
         durable: bool = True,
+        identity: str | None = None,
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ConfigError(f"seen capacity: must be a positive integer, got {capacity!r}")
@@ -119,6 +121,7 @@ class SeenSet:
         self.path: str | None = os.fspath(path) if path is not None else None
         self.cache_size = cache_size
         self.durable = bool(durable)
+        self.identity = identity  # the files' stamp (crawler.recovery.stamps); None: unchecked
         self._bloom: Bloom = self._make_bloom(None)
         self._store: ExactStore | DiskStore | None = ExactStore() if self.exact else None
         self._disk: DiskStore | None = None
@@ -166,7 +169,10 @@ class SeenSet:
         files = SeenOnDisk(
             path, self._snapshot_header(), exact=self.exact, cache_size=self.cache_size, durable=self.durable
         )
+        if not self.exact:
+            claim_bloom_identity(self.bloom_path or "", self.identity)
         opened = files.open(self._make_bloom, self._bloom)
+        claim_disk_identity(files, self.identity)
         self._files, self._disk = files, files.disk
         if files.disk is not None:
             self._store = files.disk
@@ -180,13 +186,16 @@ class SeenSet:
         self.bloom_rebuild_seconds = opened.loaded.rebuild_seconds
 
     def _snapshot_header(self) -> dict:
-        return {
+        header = {
             "version": SNAPSHOT_VERSION,
             "exact": self.exact,
             "bloom": self.bloom_backend,
             "capacity": self.capacity,
             "error_rate": self.error_rate,
         }
+        if not self.exact and self.identity is not None:
+            header["identity"] = self.identity  # a Bloom-only set's stamp (its database's, in exact mode)
+        return header
 
     def snapshot_bloom(self) -> None:
         """Write the Bloom filter to ``<path>.bloom`` (atomically: temp file + rename).
@@ -432,3 +441,29 @@ class SeenSet:
     def disk_bytes(self) -> int:
         """Bytes on disk: database, WAL and Bloom snapshot (0 in memory mode)."""
         return 0 if self._files is None else self._files.disk_bytes()
+
+
+def claim_bloom_identity(bloom_path: str, identity: str | None) -> None:
+    """A Bloom-only set's stamp is in its snapshot's header (written with every snapshot):
+    refuse another crawl's (crawler.recovery.stamps). A damaged snapshot is left to the
+    open, which refuses it with its own message."""
+    if identity is None:
+        return
+    try:
+        found = read_bloom_file(bloom_path)
+    except BadSnapshot:
+        return
+    if found is not None:
+        check(bloom_path, found[0].get("identity"), identity, SEEN_FIX)
+
+
+def claim_disk_identity(files: SeenOnDisk, identity: str | None) -> None:
+    """An exact set's stamp is in its database (crawler.seen.store.DiskStore.claim_identity);
+    a refused set's files are closed again."""
+    if files.disk is None:
+        return
+    try:
+        files.disk.claim_identity(identity)
+    except BaseException:
+        files.close()
+        raise

@@ -20,7 +20,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from crawler.errors import ConfigError, StorageError
+from crawler.errors import ConfigError, DamagedStateError, StorageError
+from crawler.recovery.stamps import FIX, STAMP_KEY, check, read_sqlite_stamp
 from crawler.seen.hashing import MASK64
 
 __all__ = ["PAGE_CACHE_KIB", "DiskStore", "ExactStore", "HotSet"]
@@ -125,6 +126,10 @@ class HotSet:
         return sys.getsizeof(self._young) + sys.getsizeof(self._old) + 40 * len(self)
 
 
+#: The fix a refusal of a seen store names: a seen set that starts over loses no URL, the
+#: shards' stores still refuse every URL they hold (a duplicate delivery each, no fetch).
+SEEN_FIX = f"remove it and its .bloom file to start the seen set over, or {FIX}"
+
 _I64_MAX = (1 << 63) - 1
 _TWO64 = 1 << 64
 _APP_ID = 0x5EE75E7  # PRAGMA application_id: marks a file as a seen-set store
@@ -197,7 +202,7 @@ class DiskStore:
         except sqlite3.DatabaseError as exc:
             conn.close()
             self._conn = None
-            raise StorageError(f"seen store {path}: not a readable SQLite database: {exc}") from exc
+            raise DamagedStateError(f"{path} is not a readable seen store ({exc}): {SEEN_FIX}") from exc
         except BaseException:
             conn.close()
             self._conn = None
@@ -232,6 +237,28 @@ class DiskStore:
         conn.execute(f"PRAGMA application_id={_APP_ID}")
         conn.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
         conn.execute("COMMIT")
+
+    def claim_identity(self, identity: str | None) -> None:
+        """Check the store's stamp (crawler.recovery.stamps); stamp a store that has none."""
+        if identity is None:
+            return
+        try:
+            self.conn.execute("CREATE TABLE IF NOT EXISTS stamp (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            row = self.conn.execute("SELECT value FROM stamp WHERE key = ?", (STAMP_KEY,)).fetchone()
+            if check(self.path, None if row is None else row[0], identity, SEEN_FIX):
+                self.conn.execute("INSERT OR REPLACE INTO stamp VALUES (?, ?)", (STAMP_KEY, identity))
+        except sqlite3.Error as exc:
+            raise StorageError(f"seen store {self.path}: {exc}") from exc
+
+    @staticmethod
+    def read_stamp(path: str) -> str | None:
+        """The stamp of the seen store at ``path`` (None: none yet), read without writing."""
+        try:
+            return read_sqlite_stamp(path, "stamp")
+        except sqlite3.OperationalError as exc:
+            raise StorageError(f"seen store {path}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise DamagedStateError(f"{path} is not a readable seen store ({exc}): {SEEN_FIX}") from exc
 
     @property
     def conn(self) -> sqlite3.Connection:

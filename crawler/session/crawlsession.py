@@ -43,7 +43,9 @@ from crawler.recovery.crawlrecord import CrawlRecord, crawl_state_dir, mark_fini
 from crawler.session.runtime import Plan, Runtime
 from crawler.engine.status import ShardStatus
 from crawler.events.sinks import sink_factory
-from crawler.recovery.statefiles import is_remote
+from crawler.recovery.preflight import Preflight, check_local_state
+from crawler.recovery.stamps import crawl_id
+from crawler.recovery.statefiles import here, is_remote
 from crawler.session.steering import Steering
 from crawler.session.termination import TerminationDetector
 from crawler.frontier.store import UrlStatus
@@ -118,6 +120,7 @@ class CrawlSession:
         self.lease: Lease | None = None
         self.ended = "stopped"  # why wait() returned: finished, duration or stopped
         self.fenced: str | None = None
+        self.preflight: Preflight | None = None  # what the check of a local output's state did
         self._heartbeat_task: asyncio.Future[None] | None = None
         self.steering = Steering(cfg, runtime, self._owner, self.detector)
 
@@ -154,9 +157,14 @@ class CrawlSession:
             sdir = crawl_state_dir(self.cfg)
         ids = shard_ids(n, self.cfg.runtime.regions)
         self.topology = Topology.of(ids, self.cfg.runtime.regions, self.cfg.placement.default_region)
+        crawl = crawl_id(self.record.fingerprint, self.record.started_at) if self.record is not None else None
+        if sdir is not None:  # foreign or damaged state: one line now, before anything opens it
+            self.preflight = await self._run_blocking(check_local_state, self.cfg, here(sdir), ids, n_seen, crawl,
+                                                      self.seeds)
         self._started = True
         after_crash = self.lease is not None and self.lease.took_over
-        await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch, after_crash))
+        await self.runtime.start(Plan(self.cfg, ids, n_seen, sdir, tuple(self.seeds), epoch,
+                                      after_crash=after_crash, crawl_id=crawl))
         self.ready = True  # the shards run: steering calls reach them from now on
         if self._heartbeat_task is None:
             self._heartbeat_task = asyncio.ensure_future(self._heartbeat())

@@ -36,10 +36,11 @@ def merge_status(statuses: Sequence[ShardStatus]) -> dict[str, Any]:
     return total
 
 
-def render_summary(c: dict[str, int]) -> dict[str, Any]:
+def render_summary(c: dict[str, int], pool: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``render`` part of stats.json from the shards' ``render_*`` counters
     (crawler.render): decisions by reason, renders, fallbacks by reason, what the gate
-    refused by reason, the browser's requests and bytes, script cache hits."""
+    refused by reason, the browser's requests and bytes, script cache hits; and on Ray
+    the render pool (``pool``: actors, CPUs each, or why there was none)."""
 
     def group(prefix: str) -> dict[str, int]:
         return {k[len(prefix):]: v for k, v in sorted(c.items()) if k.startswith(prefix)}
@@ -58,6 +59,7 @@ def render_summary(c: dict[str, int]) -> dict[str, Any]:
         "script_cache_hits": c.get("render_script_cache_hits", 0),
         "script_cache_revalidated": c.get("render_script_cache_revalidated", 0),
         "waits": group("render_wait_"),
+        "pool": pool,
     }
 
 
@@ -146,7 +148,7 @@ def crawl_stats(
         "seen": services.get("seen", {}),
         "content": services.get("content", {}),
         "resumed_urls": resumed,
-        "render": render_summary(c) if cfg.render.mode != "never" else None,
+        "render": render_summary(c, services.get("render_pool")) if cfg.render.mode != "never" else None,
         "regions": regions_summary(finals) if cfg.runtime.regions else None,
         "mode": mode,
         "config_fingerprint": cfg.fingerprint(),

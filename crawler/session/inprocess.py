@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config.settings import CrawlConfig
 from crawler.placement.hashring import HashRing
-from crawler.recovery import statefiles as state
+from crawler.recovery import stamps, statefiles as state
 from crawler.engine.scheduler import Fetcher, ShardScheduler
 from crawler.seen import SeenGroup, SeenSet
 from crawler.session.runtime import Plan
@@ -75,10 +75,12 @@ class LocalRuntime(ShardCalls):
             for name in [*content_log_names(cfg), "budget.json"]:
                 state.fetch_local(out, opts, name, os.path.join(sdir, name))
         cap = seen_capacity_per_shard(cfg, plan.seen_shards)
+        crawl = plan.crawl_id if sdir else None  # each state file is stamped with it (crawler.recovery.stamps)
         self.seen = [
             SeenSet(
                 cap, d.seen_error_rate, exact=d.seen_exact, bloom=d.seen_bloom,
                 **({"path": os.path.join(sdir, f"seen-{i:03d}.sqlite")} if sdir else {}),
+                identity=stamps.part(crawl, stamps.seen_part(i)),
             )
             for i in range(plan.seen_shards)
         ]
@@ -90,8 +92,10 @@ class LocalRuntime(ShardCalls):
             path=os.path.join(sdir, CONTENT_LOG) if sdir else None,
             every_s=cfg.runtime.content_snapshot_interval_s,
             shards=cfg.runtime.content_shards,
+            crawl=crawl,
         )
-        pool = BudgetPool(cfg.limits.max_pages, os.path.join(sdir, "budget.json") if sdir else None)
+        pool = BudgetPool(cfg.limits.max_pages, os.path.join(sdir, "budget.json") if sdir else None,
+                          identity=stamps.part(crawl, stamps.BUDGET_PART), spent=lambda: state.pages_spent(out, opts))
 
         async def lease(n: int) -> int:
             return pool.lease(n)
@@ -106,7 +110,7 @@ class LocalRuntime(ShardCalls):
 
             self.render_pool = build_pool(cfg, self.clock)  # one pool for every shard here
         for sid in plan.shard_ids:
-            opened = state.open_shard_store(cfg, sid, sdir, self.clock) if sdir else None
+            opened = state.open_shard(cfg, sid, sdir, self.clock, crawl) if sdir else None
             self.shards[sid] = build_shard(
                 cfg,
                 sid,

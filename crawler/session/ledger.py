@@ -25,6 +25,7 @@ are missing and a sample of them: in ``stats.json``, in the summary, by ``crawl 
 from __future__ import annotations
 
 import logging
+import signal
 from typing import Any, Iterable, Mapping
 
 import pyarrow.compute as pc
@@ -196,3 +197,29 @@ def describe(ledger: Mapping[str, Any]) -> str:
         lines.append(f"missing: {missing.get('count', 0)} URLs" + (
             ", e.g. " + " ".join(missing["sample"]) if missing.get("sample") else ""))
     return "\n".join(lines)
+
+
+#: Exit status of a crawl stopped by a signal: 128 + the signal's number, like a shell.
+EXIT_BY_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def exit_status(stats: dict[str, Any], *, signum: int | None = None, api_stop: bool = False) -> int:
+    """The exit status of a run that ran (the README's table; 2 is a refusal, raised before):
+
+    * 0: finished with a ledger that balances; already finished; ran its duration
+      (``recrawl.duration_s``); stopped through the control API (``POST /stop``: the
+      operator asked for a clean, resumable stop and got it);
+    * 130 / 143: stopped by SIGINT / SIGTERM (clean and resumable too);
+    * 1: ended with a problem: a ledger that does not balance (DESIGN invariant 13), or
+      unfinished without anyone asking (events still owed, fenced by another run).
+    """
+    if stats.get("already_finished"):
+        return 0
+    if signum is not None:
+        return EXIT_BY_SIGNAL.get(signal.Signals(signum), 1)
+    led = stats.get("ledger")
+    if led is not None and not led.get("balanced", True):
+        return 1
+    if stats.get("finished") or stats.get("ended") == "duration" or (api_stop and not stats.get("fenced")):
+        return 0
+    return 1

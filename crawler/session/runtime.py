@@ -34,6 +34,7 @@ class Plan:
     # The run took the output from a run that did not stop cleanly: that run's shards may
     # still have requests open (crawler.engine.assembly.unclean_hold_s).
     after_crash: bool = False
+    crawl_id: str | None = None  # what state files are stamped with (crawler.recovery.stamps)
 
 
 class Runtime(Protocol):

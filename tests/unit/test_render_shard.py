@@ -118,7 +118,7 @@ async def inline(fn, *args):
     return fn(*args)
 
 
-def crawl(tmp_path, browser_kw=None, timeout_s: float = 20.0, seeds=("/",)):
+def crawl(tmp_path, browser_kw=None, timeout_s: float = 20.0, seeds=("/",), service=None):
     cfg = config.from_dict({
         "seeds": [url("/")], "politeness": {"interval_s": INTERVAL}, "sitemaps": {"enabled": False},
         "output": {"path": str(tmp_path / "out"), "row_flush_interval_s": 1.0},
@@ -139,7 +139,7 @@ def crawl(tmp_path, browser_kw=None, timeout_s: float = 20.0, seeds=("/",)):
 
     shard = build_shard(cfg, "shard-000", seeds=[url("/")], seen=Seen(), content=no_dups, budget=Unlimited(),
                         deliver=deliver, owner_of=lambda h: "shard-000", clock=clock, rng=random.Random(1),
-                        fetcher=server, run_blocking=inline, render_service=browser)
+                        fetcher=server, run_blocking=inline, render_service=service or browser)
 
     async def scenario():
         shard.accept([UrlItem(url(p), 0) for p in seeds])

@@ -31,9 +31,10 @@ from typing import Any
 
 from crawler.clock import MockClock
 from crawler.config import settings as config
-from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError
+from crawler.errors import REFUSALS, CrawlError
 from crawler.recovery.lease import Holder
 from crawler.session.crawlsession import CrawlSession
+from crawler.session.ledger import exit_status
 import crawler.testing.sim.loop as simloop
 from crawler.testing.sim.cluster import Cluster, SimActor
 from crawler.testing.sim.nemesis import FaultPlan, Nemesis, draw_plan
@@ -245,7 +246,7 @@ class World:
             return
         try:
             stats = task.result()
-        except (ConfigError, OutputExistsError, OutputLeasedError) as exc:
+        except REFUSALS as exc:
             record.exit, record.error = 2, f"{type(exc).__name__}: {exc}"
             await self._close(runtime)
             return
@@ -279,14 +280,6 @@ class World:
         except (FileNotFoundError, OSError, ValueError):
             return False
         return bool(data.get("finished"))
-
-
-def exit_status(stats: dict[str, Any]) -> int:
-    """``python -m jobs.crawl``'s exit status of a run that returned ``stats`` (jobs/crawl.py
-    ``run_crawl``; no signals and no control API in the simulation)."""
-    if stats.get("already_finished") or stats.get("finished") or stats.get("ended") == "duration":
-        return 0
-    return 1
 
 
 def _quiet(task: "asyncio.Future[Any]") -> None:

@@ -1,0 +1,68 @@
+"""Named regression seeds: each a defect the simulator reproduced, and the faults that did it.
+
+A regression is a seed (it decides the web, the timing and every random draw), a shape
+(how many shards, seen shards and workers) and an explicit fault plan, so it keeps
+meeting its fault even when the nemesis's own draws change. ``before`` is what the
+checker said on the code before the fix (``benchmarks/results/simulate_regressions.json``
+holds both runs); tests/unit/test_sim.py runs each and requires it to pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from crawler.testing.sim.nemesis import Fault, FaultPlan
+from crawler.testing.sim.world import Shape
+
+TWO_SHARDS = Shape(hosts=4, shards=2, seen_shards=1, workers=2)
+ONE_SHARD = Shape(hosts=4, shards=1, seen_shards=1, workers=2)
+
+
+@dataclass(frozen=True)
+class Regression:
+    """One defect as a simulated crawl."""
+
+    finding: str  # what went wrong, in one line
+    seed: int
+    shape: Shape
+    plan: FaultPlan
+    before: str  # the first violation the checker reported before the fix
+
+
+def _plan(*faults: Fault) -> FaultPlan:
+    return FaultPlan(list(faults))
+
+
+REGRESSIONS: dict[str, Regression] = {
+    "driver_pause_refused_deliveries": Regression(
+        "a driver paused past driver_timeout_s: deliveries refused, pages acked as internal-error rows, links dropped",
+        1, TWO_SHARDS, _plan(Fault("driver_stall", 3.0, 16.0)), ""),
+    "driver_killed_during_pause": Regression(
+        "the driver killed during a pause and the job resubmitted: URLs lost, the resume ends finished, exit 0",
+        1, TWO_SHARDS,
+        _plan(Fault("driver_kill", 3.0, 0.0, (("resubmit_after", 30.0), ("stalled_first", True)))), ""),
+    "zombie_incarnation": Regression(
+        "a partitioned shard declared dead comes back and writes beside its successor",
+        1, ONE_SHARD, _plan(Fault("partition", 4.0, 30.0, (("machine", 0),))), ""),
+    "restore_misses_a_segment": Regression(
+        "a listing that misses a middle object during a restart: a silent partial restore",
+        2, TWO_SHARDS,
+        _plan(Fault("store_list", 2.0, 60.0, (("list_lag_s", 0.0), ("list_drop", 0.6), ("list_shuffle", False))),
+              Fault("shard_crash", 6.0, 0.0, (("shard", 0),))), ""),
+    "clock_skew": Regression(
+        "machines' wall clocks up to a minute apart: a healthy shard fenced for good",
+        1, TWO_SHARDS, _plan(Fault("clock_skew", 0.0, 0.0, (("max_offset_s", 60.0), ("max_drift", 1e-4)))), ""),
+    "budget_refunded_after_node_loss": Regression(
+        "a node lost with its disk: host budgets and trap cuts refunded, trap hosts crawled past their limit",
+        1, ONE_SHARD, _plan(Fault("machine_loss", 8.0, 40.0, (("machine", 0), ("wipe_disk", True)))), ""),
+    "loop_blocked_past_the_lease": Regression(
+        "a shard's loop blocked longer than the lease: fenced by time, rows lost",
+        1, TWO_SHARDS, _plan(Fault("loop_block", 4.0, 40.0, (("shard", 0),))), ""),
+    "late_listing_ledger": Regression(
+        "an object store that lists late: the ledger miscounts, the run still exits 0 and marks the crawl finished",
+        1, TWO_SHARDS,
+        _plan(Fault("store_list", 2.0, 60.0, (("list_lag_s", 5.0), ("list_drop", 0.0), ("list_shuffle", True)))), ""),
+    "store_write_failures": Regression(
+        "object-store PUTs failing while a run starts and stops: the lease and the state copies end the run with a traceback",
+        1, TWO_SHARDS, _plan(Fault("store_put", 0.5, 30.0, (("put_fail", 0.5), ("put_unknown", 0.2)))), ""),
+}
