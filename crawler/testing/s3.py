@@ -35,6 +35,10 @@ def create_bucket(endpoint: str, bucket: str) -> None:
     the crawler: the tests need no boto3 of their own)."""
     import s3fs
 
-    fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint,
-                                                                          "region_name": "us-east-1"})
-    fs.mkdir(bucket)
+    # No region_name: s3fs sends it as the bucket's LocationConstraint, and S3 (moto too)
+    # refuses "us-east-1" there (InvalidLocationConstraint); S3_ENV names the region.
+    fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint})
+    try:
+        fs.mkdir(bucket)
+    except FileExistsError:
+        pass  # moto keeps its buckets per process, not per server: a second server has it already
