@@ -40,7 +40,13 @@ class OutputLeasedError(StorageError):
 
 
 class FencedError(StorageError):
-    """This run's lease was taken over: it may no longer fetch, write or ack."""
+    """This run's lease was taken over, or a newer incarnation of this shard claimed its
+    generation: it may no longer fetch, write or ack."""
+
+
+class StateGapError(StorageError):
+    """A shard's state in OUT has a hole that listing again did not fill (a missing or
+    unreadable object): it is not restored partly; the message names what is missing."""
 
 
 class DeliveryError(CrawlError):

@@ -27,7 +27,7 @@ import zlib
 from pathlib import Path
 from typing import Sequence
 
-from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError, PathError, StorageError
+from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError, PathError, StateGapError, StorageError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -290,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except (ConfigError, OutputExistsError, OutputLeasedError) as exc:
+    except (ConfigError, OutputExistsError, OutputLeasedError, StateGapError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except CrawlError as exc:

@@ -27,7 +27,7 @@ from crawler import eventloop
 from crawler.session import ledger
 from crawler.config.settings import CrawlConfig
 from crawler.control.api import ControlApi
-from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError
+from crawler.errors import ConfigError, CrawlError, OutputExistsError, OutputLeasedError, StateGapError
 from crawler.session.handle import CrawlHandle
 from crawler.output.fs import check_output_folder
 from crawler.session.crawlsession import CrawlSession
@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config, args.out, args.overrides)
         stats, code = run_crawl(cfg, local=args.local, address=args.address, progress=not args.no_progress, force=args.force)
-    except (ConfigError, OutputExistsError, OutputLeasedError) as exc:
+    except (ConfigError, OutputExistsError, OutputLeasedError, StateGapError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except CrawlError as exc:  # raised on purpose, with a message that says it all (as `crawl run`)
