@@ -216,7 +216,11 @@ class SimRuntime(ShardCalls):
             epoch=plan.epoch, incarnation=f"{self.run}.{number}", clock=process.clock,
             fetcher=build_fetcher(cfg, process.clock, transport=self.web.transport(process)),
             run_blocking=process.run_blocking,
-            restarted=number > 1 or plan.after_crash,
+            restarted=number > 1 or plan.after_crash, crawl_id=plan.crawl_id,
+            # The restore's waits between listings would block the whole simulation: it
+            # lists again at once, and a gap that does not fill fails the start, which the
+            # cluster retries a moment later (as Ray restarts a failed actor).
+            restore_sleep=lambda _s: None,
         )
 
     async def heartbeat(self) -> None:
