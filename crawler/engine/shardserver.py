@@ -225,6 +225,13 @@ class ShardServer:
     async def vet_seeds(self, urls: list[str]) -> list[str | None]:
         return await self.endpoint.vet_seeds(urls)
 
+    async def held_keys(self, after: int | None, limit: int) -> list[int]:
+        """The URL ledger's audit: keys this shard holds (crawler.session.ledgeraudit)."""
+        return await self.endpoint.held_keys(after, limit)
+
+    async def held_ids(self, after: int | None, limit: int) -> list[tuple[int, int, str]]:
+        return await self.endpoint.held_ids(after, limit)
+
     async def status(self) -> ShardStatus:
         self.watchdog.contact()
         self.ensure_running()

@@ -63,6 +63,9 @@ class SeenReplica:
     async def forget_hashes(self, hashes: list[int]) -> int:
         return self.set.forget_hashes(hashes)
 
+    async def key_page(self, after: int | None, limit: int) -> list[int]:
+        return self.set.key_page(after, limit)
+
     async def ship(self, wall: float) -> None:
         if self.remote is not None:
             state.ship(self.set.backup, self.remote[0], self.name, wall, self.remote[1])
@@ -242,6 +245,12 @@ class SimRuntime(ShardCalls):
     async def seen_forget(self, urls: list[str]) -> int:
         assert self._seen is not None
         return await self._seen.forget(urls)
+
+    async def seen_keys(self, index: int, after: int | None, limit: int) -> list[int]:
+        return await self.cluster.call(self.driver, self.seen_actors[index], "key_page", after, limit)
+
+    async def seen_forget_keys(self, index: int, keys: list[int]) -> int:
+        return await self.cluster.call(self.driver, self.seen_actors[index], "forget_hashes", keys)
 
     def _shard_ids(self) -> list[str]:
         return list(self.shards)
