@@ -181,10 +181,10 @@ class HostShard:
         return await self.server.vet_seeds(urls)
 
     async def held_keys(self, after: int | None, limit: int) -> list[int]:
-        return await self.endpoint.held_keys(after, limit)
+        return await self.server.held_keys(after, limit)
 
     async def held_ids(self, after: int | None, limit: int) -> list[tuple[int, int, str]]:
-        return await self.endpoint.held_ids(after, limit)
+        return await self.server.held_ids(after, limit)
 
     async def render_answer(self, req: Any) -> Any:
         """A request a browser made while rendering one of this shard's pages

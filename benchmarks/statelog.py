@@ -5,9 +5,11 @@ runtime, its output on a loopback S3 (moto's server on 127.0.0.1), with the ship
 defaults for the state log (``runtime.state_log_interval_s``) and snapshots
 (``runtime.state_ship_interval_s``). Reported per shard, from each shard's own counters
 (crawler.recovery.statelog.StateLog.stats): object-store requests per second for state (log
-segments, snapshots, compaction), log and snapshot bytes per admitted URL; then what a
-restart reads: each shard's state rebuilt from OUT on an empty folder (one listing, the
-newest snapshot, the segments after it), timed.
+segments and the fence check after each, snapshots, compaction), log and snapshot bytes
+per admitted URL; then what a restart does: each shard's state rebuilt from OUT on an
+empty folder by a new incarnation (its claim, two listings, the previous generation's
+claim, the newest snapshot, the segments after it found by name, its base written to its
+claim: crawler.recovery.restore), timed.
 
     python -m benchmarks.statelog [--hosts 60] [--out benchmarks/results/statelog.json]
 """

@@ -61,7 +61,14 @@ class DamagedStateError(UnusableStateError):
 
 
 class FencedError(StorageError):
-    """This run's lease was taken over: it may no longer fetch, write or ack."""
+    """This run's lease was taken over, or a newer incarnation of this shard claimed its
+    generation: it may no longer fetch, write or ack."""
+
+
+class StateGapError(RefusedError):
+    """A shard's state in OUT has a hole that listing again did not fill (a missing or
+    unreadable object): it is not restored partly; the message names what is missing
+    (a refusal: exit 2 at the command line)."""
 
 
 class DeliveryError(CrawlError):

@@ -43,6 +43,7 @@ from crawler.frontier.refreshfeed import RefreshFeed
 from crawler.render.build import build_renderer
 from crawler.render.renderer import RenderService
 from crawler.freshness.sitemaps import SitemapReader
+from crawler.recovery.incarnation import Incarnation
 from crawler.recovery.statelog import Restored, StateLog
 from crawler.robots import RobotsCache, RobotsClient
 from crawler.engine.linkrouter import LinkRouter, SeenService
@@ -94,8 +95,9 @@ def build_fetcher(cfg: CrawlConfig, clock: Clock = SYSTEM_CLOCK, **kw: Any) -> F
     )
 
 
-def build_writer(cfg: CrawlConfig, shard_id: str, clock: Clock) -> ResultWriter:
-    """The shard's Parquet/blob writer (its files are named after the shard)."""
+def build_writer(cfg: CrawlConfig, shard_id: str, clock: Clock, incarnation: Incarnation | None = None) -> ResultWriter:
+    """The shard's Parquet/blob writer (its files are named after the shard and, with an
+    incarnation, its generation, whose fence it checks before each write)."""
     o = cfg.output
     return ResultWriter(
         o.path,
@@ -109,6 +111,8 @@ def build_writer(cfg: CrawlConfig, shard_id: str, clock: Clock) -> ResultWriter:
         # event loop would cost ~15 us per page for nothing.
         verify_bodies=False,
         compresslevel=o.blob_compresslevel,
+        generation=incarnation.gen if incarnation is not None else None,
+        fence=incarnation.check if incarnation is not None else None,
     )
 
 
@@ -122,6 +126,15 @@ def build_fence(cfg: CrawlConfig, epoch: int | None, clock: Clock) -> Fence | No
         return None
     store = LeaseStore(cfg.output.path, dict(cfg.output.storage_options) or None)
     return Fence(store, epoch, clock, FENCE_CHECK_INTERVAL_S)
+
+
+def _fenced_by(restored: Restored | None, gate: Gate) -> Gate:
+    """``gate``, closed too once a write found a newer incarnation of the shard (DESIGN
+    invariant 15; answered from that verdict, no read of its own)."""
+    inc = restored.incarnation if restored is not None else None
+    if inc is None:
+        return gate
+    return lambda: not inc.fenced and gate()
 
 
 def _flush_hooks(checkpointer: Checkpointer | None, emitter: EventEmitter | None) -> Callable[[bool], Awaitable[None]] | None:
@@ -414,7 +427,7 @@ def build_shard(
     )
     feed = RefreshFeed(store, frontier, clock) if rc.enabled and store is not None else None
     outbox = Outbox(
-        writer if writer is not None else build_writer(cfg, shard_id, clock),
+        writer if writer is not None else build_writer(cfg, shard_id, clock, restored.incarnation if restored else None),
         store,
         clock,
         interval_s=cfg.output.outbox_interval_s,
@@ -466,7 +479,7 @@ def build_shard(
         state_log=state_log,
         regions=regions,
         events=emitter,
-        gate=gate if gate is not None else (fence.ok if fence is not None else always_open),
+        gate=_fenced_by(restored, gate if gate is not None else (fence.ok if fence is not None else always_open)),
         hold=hold,
         claims=claims,
         on_start=on_start,

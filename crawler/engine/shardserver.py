@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -85,6 +86,8 @@ class ShardServer:
             predecessor may still have requests open (crawler.engine.assembly.unclean_hold_s).
         crawl_id: what the crawl's state files are stamped with (crawler.recovery.stamps):
             a store of another crawl or shard is refused.
+        restore_sleep: how the restore waits between listings of OUT when it finds a gap
+            (crawler.recovery.restore: the constructor blocks, as an actor's may).
     """
 
     def __init__(
@@ -106,6 +109,7 @@ class ShardServer:
         run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
         restarted: bool = False,
         crawl_id: str | None = None,
+        restore_sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.shard_id = shard_id
         self.incarnation = incarnation
@@ -114,7 +118,8 @@ class ShardServer:
         self._on_exit = on_exit
         # state_dir is resolved here, on this process's node (statefiles.here): with a
         # remote output the store lives on this node's disk and is rebuilt from OUT.
-        opened = state.open_shard(cfg, shard_id, state_dir, clock, crawl_id, run_blocking) if state_dir else None
+        opened = (state.open_shard(cfg, shard_id, state_dir, clock, crawl_id, run_blocking, sleep=restore_sleep)
+                  if state_dir else None)
         self.fence = build_fence(cfg, epoch, clock)
         self.watchdog = ShardWatchdog(clock, cfg.runtime.driver_timeout_s, self.fence, self, name=shard_id)
         self.topology = Topology.of(shard_ids, cfg.runtime.regions, cfg.placement.default_region)
@@ -219,6 +224,13 @@ class ShardServer:
 
     async def vet_seeds(self, urls: list[str]) -> list[str | None]:
         return await self.endpoint.vet_seeds(urls)
+
+    async def held_keys(self, after: int | None, limit: int) -> list[int]:
+        """The URL ledger's audit: keys this shard holds (crawler.session.ledgeraudit)."""
+        return await self.endpoint.held_keys(after, limit)
+
+    async def held_ids(self, after: int | None, limit: int) -> list[tuple[int, int, str]]:
+        return await self.endpoint.held_ids(after, limit)
 
     async def status(self) -> ShardStatus:
         self.watchdog.contact()

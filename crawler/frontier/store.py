@@ -303,14 +303,10 @@ class FrontierStore:
         self.path = path
         self._t = UrlTable(path, durable=durable, cache_kib=cache_kib, journal=journal)
         self._db, self._lock = self._t.db, self._t.lock
+        self.table = self._t  # the connection, lock and transaction under it (crawler.frontier.audit)
         self.hosts = HostRows(self._t)
         self.audit = AuditPages(self._t)
         self.decisions = DecisionLog(self._t)
-
-    @property
-    def table(self) -> UrlTable:
-        """The connection, lock and transaction under this store (crawler.frontier.audit)."""
-        return self._t
 
     @property
     def journal(self) -> Callable[[str, Any], int] | None:

@@ -2,9 +2,11 @@
 
 This is the public contract indexers read (see :mod:`crawler.output.layout`)::
 
-    OUT/pages/part-<writer_id>-<seq:06d>.parquet   one OutcomeRow per URL outcome, zstd
-    OUT/blobs/packs/<writer_id>-<seq:06d>.pack     the bodies of one flush, a zstd frame each
-    OUT/blobs/<sha[0:2]>/<sha[2:4]>/<sha>.gz       one gzip file per body (older outputs)
+    OUT/pages/part-<name>-<seq:06d>.parquet   one OutcomeRow per URL outcome, zstd
+    OUT/blobs/packs/<name>-<seq:06d>.pack     the bodies of one flush, a zstd frame each
+    OUT/blobs/<sha[0:2]>/<sha[2:4]>/<sha>.gz  one gzip file per body (older outputs)
+
+(``<name>``: the writer's id, with a shard's generation: ``shard-000-g00000003``.)
 
 Modules, each importing only the ones before it (nothing imports back up)::
 

@@ -1,6 +1,7 @@
 """The blob store: page bodies, written in one pack per flush, read back by key.
 
-The crawl writes each flush's new bodies as one **pack** (``OUT/blobs/packs/<writer>-<seq>.pack``):
+The crawl writes each flush's new bodies as one **pack** (``OUT/blobs/packs/<name>-<seq>.pack``,
+``<name>`` a writer and its generation, never reused: crawler.output.layout):
 the zstd frames of the bodies back to back, published whole or not at all (a rename
 locally, one PUT on object storage) with one fsync, where a file per body cost a create,
 an fsync and a rename per page (the largest output cost in the profile:

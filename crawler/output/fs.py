@@ -7,6 +7,11 @@ is published atomically (docs/invariants.md #6: what is acked must be whole):
   in the same directory, fsynced, then renamed with ``os.replace`` (atomic on POSIX), and
   the directory fsynced so the new name itself survives a power loss;
 * on object storage, as one single PUT, which is atomic by nature.
+
+A name that must be taken once (a shard incarnation's generation: DESIGN invariant 15) is
+created with :func:`create_new`, the one conditional create every caller uses: ``O_EXCL``
+locally, ``If-None-Match: *`` on S3 (s3fs ``mode="create"``), and on any other store a
+write read back, which is not atomic (:func:`atomic_create` says which).
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ import tempfile
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
 
 from crawler.errors import ConfigError, PathError, StorageError
 from crawler.output.layout import temp_name
 
 __all__ = [
     "OUTPUT_MARKS",
+    "atomic_create",
     "check_new_file",
     "check_output_folder",
     "create_new",
@@ -115,41 +122,81 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes, *, fsync: boo
         fs.pipe_file(path, data)
 
 
-def create_new(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> bool:
-    """Create ``path`` with ``data`` only if nothing is there; True if this call created it.
+def atomic_create(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether :func:`create_new` on ``fs`` is atomic: two racing creators cannot both win.
 
-    The one conditional write the crawler relies on (docs/invariants.md #9 and #15): two
-    callers racing for one name, exactly one wins. Locally ``O_CREAT | O_EXCL`` on a
-    hidden temporary name, then ``os.link`` to the name (atomic, and fails if it
-    exists), so the name never shows a half-written file. On an object store one PUT with
-    ``If-None-Match: *`` (fsspec's ``mode="create"``: s3fs and S3 since 2024; a 412 comes
-    back as FileExistsError). A store that ignores the condition overwrites: callers read
-    back what they created.
-    """
-    if is_local(fs):
-        directory, name = os.path.split(path)
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, temp_name(name))
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+    True for the local disk (``O_EXCL``), S3 through s3fs (``If-None-Match: *``: AWS S3
+    since 2024-08, and moto; a store that ignores the header is an S3 look-alike this
+    cannot detect) and fsspec's in-memory store (tests). Any other fsspec store gets
+    fsspec's generic ``mode="create"``: an existence check, then a write."""
+    if is_local(fs) or isinstance(fs, MemoryFileSystem) or getattr(fs, "create_is_atomic", False):
+        return True
+    try:
+        from s3fs import S3FileSystem
+    except ImportError:  # s3fs is an optional dependency of fsspec
+        return False
+    return isinstance(fs, S3FileSystem)
+
+
+def _read_or_none(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
+    try:
+        if is_local(fs):
+            with open(path, "rb") as f:
+                return f.read()
+        return fs.cat_file(path)
+    except FileNotFoundError:
+        return None
+
+
+def create_new(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> bool:
+    """Create ``path`` holding ``data`` unless something is there already: True if ``path``
+    now holds ``data`` because of this call, False if another writer took it first.
+
+    ``data`` must be unique to the caller (it holds a random token): a reply lost after
+    the object was created, or a store's own retry of the request, is then told apart
+    from a rival's object by reading it back. Locally the file is created with
+    ``O_EXCL``, fsynced, and its folder fsynced (a crash mid-write leaves a file that is
+    not ``data``: the name is taken, by nobody, which is safe). Locally the bytes go to a
+    hidden temporary name first and are linked to ``path`` (a link fails if the name
+    exists): a reader never sees a half-written claim. Elsewhere it is one PUT
+    with ``mode="create"``; on a store where that is not atomic (:func:`atomic_create`)
+    the object is also read back after the write, so a rival that overwrote it first is
+    seen -- one that overwrites it after that read is not. Other failures raise
+    StorageError."""
+    try:
+        if is_local(fs):
+            directory, name = os.path.split(path)
+            os.makedirs(directory, exist_ok=True)
+            tmp = os.path.join(directory, temp_name(name))
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return False
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.link(tmp, path)  # FileExistsError: the name is someone's already
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
             fsync_path(directory)
             return True
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-    try:
         fs.pipe_file(path, data, mode="create")
     except FileExistsError:
-        return False
-    return True
+        return _read_or_none(fs, path) == data
+    except OSError as exc:  # a lost reply, S3's 409 for a concurrent conditional write: what is there decides
+        try:
+            there = _read_or_none(fs, path)
+        except Exception as again:  # botocore/aiohttp/OS errors alike
+            raise StorageError(f"cannot create {path!r}: {exc}; reading it back: {again}") from exc
+        if there is None:
+            raise StorageError(f"cannot create {path!r}: {exc}") from exc
+        return there == data
+    except Exception as exc:  # botocore/aiohttp errors that are not OSError
+        raise StorageError(f"cannot create {path!r}: {exc}") from exc
+    return atomic_create(fs) or _read_or_none(fs, path) == data
 
 
 def ensure_dir(fs: fsspec.AbstractFileSystem, path: str) -> None:

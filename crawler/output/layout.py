@@ -1,8 +1,13 @@
 """Where things live under an output root ``OUT`` (a local folder or ``s3://bucket/prefix``)::
 
-    OUT/pages/part-<writer_id>-<seq:06d>.parquet   one row per URL outcome (PAGES_SCHEMA), zstd
-    OUT/blobs/packs/<writer_id>-<seq:06d>.pack     the bodies of that flush: one zstd frame each
-    OUT/blobs/<sha[0:2]>/<sha[2:4]>/<sha>.gz       one gzip file per body (older outputs)
+    OUT/pages/part-<name>-<seq:06d>.parquet   one row per URL outcome (PAGES_SCHEMA), zstd
+    OUT/blobs/packs/<name>-<seq:06d>.pack     the bodies of that flush: one zstd frame each
+    OUT/blobs/<sha[0:2]>/<sha[2:4]>/<sha>.gz  one gzip file per body (older outputs)
+
+``<name>`` is the writer's id and, for a shard, the generation its incarnation claimed
+(:func:`generation_name`: ``shard-000-g00000003``). Generations are claimed once each
+(crawler.recovery.incarnation), so two incarnations of one shard never write the same
+name, even when an old one comes back from a partition (DESIGN invariant 15).
 
 A body in a pack is named by ``blobs/packs/<pack>:<offset>:<length>:<sha256>``: where
 its frame starts, how long it is, and the SHA-256 of the decoded body it must match.
@@ -34,6 +39,7 @@ __all__ = [
     "parse_pack_key",
     "check_sha256",
     "check_writer_id",
+    "generation_name",
     "part_name",
     "part_seq",
     "temp_name",
@@ -49,9 +55,11 @@ PART_RE = re.compile(r"part-.+-\d{6,}\.parquet")
 
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
 _KEY_RE = re.compile(r"blobs/([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{64})\.gz")
-_PACK_KEY_RE = re.compile(r"blobs/packs/([A-Za-z0-9][A-Za-z0-9_.=-]{0,127}-\d{6,}\.pack):(\d{1,15}):(\d{1,15}):([0-9a-f]{64})")
+_PACK_KEY_RE = re.compile(r"blobs/packs/([A-Za-z0-9][A-Za-z0-9_.=-]{0,139}-\d{6,}\.pack):(\d{1,15}):(\d{1,15}):([0-9a-f]{64})")
 # Not starting with "." or "_" (hidden from dataset discovery) or "-" (ambiguous in names).
 _WRITER_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=-]{0,127}")
+# A writer id with its generation (generation_name): 10 characters longer.
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=-]{0,139}")
 _TEMP_SUFFIX = ".tmp"
 _TEMP_RE = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
 
@@ -69,9 +77,23 @@ def blob_key(sha256_hex: str) -> str:
     return f"{BLOBS_DIR}/{sha[0:2]}/{sha[2:4]}/{sha}.gz"
 
 
+def generation_name(writer_id: str, generation: int | None) -> str:
+    """What a writer's files are named after: its id, and the generation its incarnation
+    claimed if it has one (``shard-000-g00000003``)."""
+    check_writer_id(writer_id)
+    if generation is None:
+        return writer_id
+    if not isinstance(generation, int) or isinstance(generation, bool) or not 0 < generation < 10**8:
+        raise ValueError(f"generation must be an int in 1..99999999, got {generation!r}")
+    return f"{writer_id}-g{generation:08d}"
+
+
 def pack_name(writer_id: str, seq: int) -> str:
-    """Basename of the pack holding the bodies of a writer's ``seq``-th flush."""
-    return f"{check_writer_id(writer_id)}-{seq:06d}.pack"
+    """Basename of the pack holding the bodies of a writer's ``seq``-th flush (``writer_id``:
+    a :func:`generation_name`)."""
+    if not isinstance(writer_id, str) or _NAME_RE.fullmatch(writer_id) is None:
+        check_writer_id(writer_id)  # the error names the rule
+    return f"{writer_id}-{seq:06d}.pack"
 
 
 def pack_seq(name: str, writer_id: str) -> int | None:

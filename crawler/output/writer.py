@@ -10,11 +10,19 @@ Guarantees (docs/invariants.md #5 and #6):
 * Rows are idempotent on ``(url, content_sha256)`` (``(url, outcome)`` when
   there is no body hash): the writer drops repeats it has seen recently, and
   :func:`crawler.output.read_pages` drops repeats across writers and crashes.
+* A shard's writer names its files after the generation its incarnation claimed
+  (crawler.recovery.incarnation) and checks, before each write, that no newer incarnation
+  has claimed one since (DESIGN invariant 15): two incarnations never write the same name,
+  so an old one back from a partition can neither overwrite its successor's parts and
+  packs nor be overwritten by them. What it still writes between its last check and its
+  PUT is a part or pack under its own name, holding pages it did fetch: rows that read
+  as duplicates at worst, never a row or body lost.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,6 +37,7 @@ from crawler.output.layout import (
     blob_sha,
     check_sha256,
     check_writer_id,
+    generation_name,
     pack_name,
     pack_seq,
     part_name,
@@ -58,9 +67,13 @@ class ResultWriter:
     If a flush fails, its rows and bodies go back to the buffer and StorageError is raised;
     the next flush retries them.
 
-    ``writer_id`` must be unique among live writers of one output (one per shard). A writer
-    that restarts with the same id continues the sequence after the highest existing part,
-    so it never overwrites its earlier output.
+    ``writer_id`` must be unique among live writers of one output (one per shard). Without
+    a ``generation``, a writer that restarts with the same id continues the sequence after
+    the highest existing part, so it never overwrites its earlier output -- unless two
+    incarnations list before either writes. With a ``generation`` (claimed once, by
+    crawler.recovery.incarnation) its files are ``<writer_id>-g<generation>-<seq>``,
+    starting at 0 with no listing, and ``fence()`` is called before each flush writes: it
+    raises FencedError once a newer incarnation exists (the rows stay buffered, unacked).
     """
 
     def __init__(
@@ -79,6 +92,8 @@ class ResultWriter:
         dedupe_capacity: int = 200_000,
         fsync: bool = True,
         on_durable: Callable[[list[str]], None] | None = None,
+        generation: int | None = None,
+        fence: Callable[[], None] | None = None,
     ) -> None:
         check_writer_id(writer_id)
         if rows_per_file < 1:
@@ -88,6 +103,9 @@ class ResultWriter:
         self._fs, self._root = open_fs(out, storage_options)
         self._pages = f"{self._root}/{PAGES_DIR}"
         self.writer_id = writer_id
+        self.generation = generation
+        self._name = generation_name(writer_id, generation)  # what its files are named after
+        self._fence = fence
         self._rows_per_file = rows_per_file
         self._interval = float(flush_interval_s)
         self._clock = clock
@@ -116,10 +134,22 @@ class ResultWriter:
     # -- startup ---------------------------------------------------------------
 
     def _recover(self) -> int:
-        """Next sequence number after this writer's existing parts; drop its stale temps."""
+        """Next sequence number after this writer's existing parts; drop its stale temps.
+
+        A writer with a generation starts at 0: nobody else ever wrote its names. It lists
+        only a local folder, for temps of its own id's older generations."""
         ensure_dir(self._fs, self._pages)
-        top = -1
         local = is_local(self._fs)
+        if self.generation is not None:
+            if local:
+                for name in list_names(self._fs, self._pages):
+                    target = temp_target(name)
+                    if target is not None and self._older_generation(target):
+                        # A crashed incarnation's, between write and rename. Should that
+                        # incarnation still run, its rename fails: its flush is not acked.
+                        remove_quietly(f"{self._pages}/{name}")
+            return 0
+        top = -1
         for name in list_names(self._fs, self._pages):
             seq = part_seq(name, self.writer_id)
             if seq is not None:
@@ -137,6 +167,12 @@ class ResultWriter:
             if seq is not None:
                 top = max(top, seq)
         return top + 1
+
+    def _older_generation(self, part: str) -> bool:
+        """Whether ``part`` is a part file of this writer's id from an older generation."""
+        assert self.generation is not None
+        m = re.fullmatch(rf"part-{re.escape(self.writer_id)}-g(\d{{8}})-\d{{6,}}\.parquet", part)
+        return m is not None and int(m.group(1)) < self.generation
 
     # -- buffering -------------------------------------------------------------
 
@@ -232,8 +268,10 @@ class ResultWriter:
             filled: list[int] = []
             packed = False
             try:
+                if self._fence is not None:
+                    self._fence()  # before this flush's first write
                 if bodies:  # bodies before rows, always
-                    keys = self.blobs.write_pack(pack_name(self.writer_id, self._seq), bodies)
+                    keys = self.blobs.write_pack(pack_name(self._name, self._seq), bodies)
                     packed = True
                     blob_col = cols[I_BLOB]
                     for i, sha in enumerate(cols[I_SHA]):
@@ -285,7 +323,7 @@ class ResultWriter:
     def _write_part(self, data: bytes) -> None:
         # Remotely a retry after an unknown outcome reuses the name with a superset of
         # rows, which is harmless.
-        path = f"{self._pages}/{part_name(self.writer_id, self._seq)}"
+        path = f"{self._pages}/{part_name(self._name, self._seq)}"
         publish(self._fs, path, data, fsync=self._fsync)
 
     def close(self) -> None:

@@ -7,8 +7,9 @@ each process keeps them on the disk of the node it runs on, under ``RAYCRAWL_LOC
 (:func:`local_dir`, resolved on that node by :func:`here`), and that disk is a cache,
 never the only copy (docs/invariants.md #11):
 
-* a shard's store is rebuilt from OUT when the shard starts (:func:`open_shard_store`):
-  snapshot plus the log of changes since (crawler.recovery.statelog), then :func:`reconcile_store`
+* a shard's store is rebuilt from OUT when the shard starts (:func:`open_shard_store`),
+  by a new incarnation that claimed its generation first (crawler.recovery.incarnation):
+  snapshot plus the log of changes since, verified (crawler.recovery.restore), then :func:`reconcile_store`
   marks done every URL whose row reached OUT after the snapshot and flags every queued
   URL ``replay`` (its page's links bypass the seen filter when it is fetched: they may
   have been marked seen by a fetch whose links never arrived);
@@ -30,19 +31,23 @@ crawler.recovery.stamps).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import logging
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from crawler.recovery import stamps, statelog
+from crawler.recovery import incarnation as incarnations
+from crawler.recovery import stamps
+from crawler.recovery.restore import restore
 from crawler.clock import Clock
 from crawler.config.settings import CrawlConfig
 from crawler.errors import StorageError
@@ -53,7 +58,8 @@ from crawler.frontier.store import FrontierStore
 from crawler.output import PAGES_SCHEMA, OutcomeRow, open_fs, read_pages
 from crawler.output.fs import list_names
 from crawler.output.layout import PAGES_DIR, part_seq
-from crawler.recovery.statelog import RemoteDir, Restored, StateLog, discard
+from crawler.recovery.statedir import RemoteDir, Restored, discard
+from crawler.recovery.statelog import StateLog
 
 log = logging.getLogger(__name__)
 
@@ -168,34 +174,46 @@ class ShardState:
 
     store: FrontierStore
     log: StateLog | None = None  # None: a local output (the store is on the output's disk)
-    restored: Restored | None = None  # what OUT held for this shard when it started
+    # What OUT held for this shard when it started, and the incarnation (its generation
+    # and fence: crawler.recovery.incarnation), which a local output has too.
+    restored: Restored | None = None
 
 
 def open_shard_store(cfg: CrawlConfig, shard_id: str, sdir: str, clock: Clock,
-                     run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread) -> ShardState:
-    """The shard's store under ``sdir`` (a :func:`state_dir` spec, resolved here).
+                     run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread, *,
+                     sleep: Callable[[float], None] = time.sleep) -> ShardState:
+    """The shard's store under ``sdir`` (a :func:`state_dir` spec, resolved here), opened
+    by a new incarnation of the shard: it claims the next generation under
+    ``OUT/state/<shard>/`` first (crawler.recovery.incarnation; its writer names its parts
+    and packs after it, and stops once a newer one exists: docs/invariants.md #15).
 
-    With a remote output the store is rebuilt from OUT (crawler.recovery.statelog.restore: newest
-    snapshot plus the changes logged since), whatever the node's disk holds, and every
-    change from now on is journaled to OUT (its object-store calls through ``run_blocking``)."""
+    With a remote output the store is then rebuilt from OUT (crawler.recovery.restore:
+    newest snapshot plus the changes logged since, verified; ``sleep`` waits between
+    listings when a gap is seen), whatever the node's disk holds; what it read goes into
+    the claim, and every change from now on is journaled to OUT (its object-store calls
+    through ``run_blocking``). StateGapError if OUT's state has a hole that does not fill."""
     out, options = cfg.output.path, dict(cfg.output.storage_options) or None
     local = os.path.join(here(sdir), f"{shard_id}.sqlite")
-    if not is_remote(out):
-        return ShardState(FrontierStore(local))
     remote = RemoteDir(out, options, shard_id)
-    found = statelog.restore(remote, local)
-    # The events that waited for the sink at the snapshot (a local log may be stale).
+    listed = remote.names()
+    inc = incarnations.claim(remote, clock, listed=listed)
+    if not is_remote(out):
+        return ShardState(FrontierStore(local), None, Restored(inc.gen, [], None, 0, 0, incarnation=inc))
+    # The events that waited for the sink at the snapshot come with it (a local log may be stale).
     events = os.path.splitext(local)[0] + ".events.sqlite"
     discard(events)
-    if found.events is not None:
-        remote.get_file(found.events.path, events)
-    slog = StateLog(remote, found.gen, clock, interval_s=cfg.runtime.state_log_interval_s, run_blocking=run_blocking)
+    wanted = events if cfg.events.sink != "none" else None
+    found = dataclasses.replace(restore(remote, local, inc.gen, events_path=wanted, sleep=sleep), incarnation=inc)
+    inc.record_base(found.base())
+    # A store restored from a snapshot alone is that snapshot: not copied again until it changes.
+    slog = StateLog(remote, inc.gen, clock, interval_s=cfg.runtime.state_log_interval_s, fence=inc,
+                    snapped=None if found.records else 0, run_blocking=run_blocking)
     store = FrontierStore(local, journal=slog.append)
     store.replay(found.records)
     if found.anything:
-        log.info("%s: restored from OUT: generation %d, snapshot %s, %d segments, %d changes, %d bytes",
+        log.info("%s: restored from OUT: generation %d, snapshot %s, %d segments, %d changes, %d bytes, %d listings",
                  shard_id, found.gen, found.snapshot.path if found.snapshot else None, found.segments,
-                 len(found.records), found.bytes_read)
+                 len(found.records), found.bytes_read, found.listings)
     return ShardState(store, slog, found)
 
 
@@ -236,10 +254,11 @@ def reconcile_store(store: FrontierStore, rows: list[dict[str, Any]]) -> int:
 
 
 def open_shard(cfg: CrawlConfig, shard_id: str, sdir: str, clock: Clock, crawl: str | None,
-               run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread) -> ShardState:
+               run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread, *,
+               sleep: Callable[[float], None] = time.sleep) -> ShardState:
     """:func:`open_shard_store`, with the store's stamp (and its event log's) checked or set
     (crawler.recovery.stamps): another crawl's or shard's store is refused with one line."""
-    opened = open_shard_store(cfg, shard_id, sdir, clock, run_blocking)
+    opened = open_shard_store(cfg, shard_id, sdir, clock, run_blocking, sleep=sleep)
     try:
         identity = stamps.part(crawl, stamps.shard_part(shard_id))
         if opened.log is None:

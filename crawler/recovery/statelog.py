@@ -15,191 +15,80 @@ what is buffered as one object every ``interval_s`` (a *segment*), and
 :meth:`StateLog.synced` returns once every change appended so far is in one. A delivery
 of URLs to a shard is acknowledged only after that (crawler.engine.scheduler
 ``accept_durably``): the sender keeps the batch, and retries it, until the receiver made
-it durable. A snapshot of the store is written every ``runtime.state_ship_interval_s``;
-then the segments it covers are deleted (compaction).
+it durable. A snapshot of the store is written every ``runtime.state_ship_interval_s``
+when something changed since the last one; then the objects it covers are deleted
+(compaction).
 
-Layout of ``OUT/state/<shard>/``::
-
-    snap-<gen>-<seq>-<wall ms>.sqlite   the store as of change <seq> of generation <gen>
-    events-<gen>-<seq>-<wall ms>.sqlite the events then waiting for the sink (with a sink)
-    log-<gen>-<first>-<last>.json.z     changes first..last of generation <gen> (zlib JSON)
-
-Each incarnation of a shard writes a new *generation*: one more than any in OUT when it
-started. A restart (:func:`restore`) reads one listing, the newest snapshot and the
-segments after it, and replays their changes in (generation, seq) order, each once. It
-never starts from a file already on the node's disk: that may be older than OUT (a node
-that comes back with its folder), so an older local copy never wins.
+Each incarnation of a shard claims a new *generation* before it reads anything
+(crawler.recovery.incarnation), and checks before each write that no newer one exists
+(DESIGN invariant 15). A segment is named by its generation and its first change, so
+the next one's name is known: a restart (crawler.recovery.restore) finds the segments
+after a snapshot by reading those names, not by trusting a listing, and a segment that
+failed is written again under the same name with the same bytes (never a different
+superset that a delayed first attempt could land over). Outputs written before this
+layout are still read. The folder's names and its access are crawler.recovery.statedir.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-import re
 import tempfile
-import zlib
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 from crawler.clock import Clock, wait_event
-from crawler.output import open_fs
+from crawler.errors import FencedError
+from crawler.recovery.statedir import (  # the folder's names and access, used here and re-exported
+    SIDECARS,
+    Mark,
+    Piece,
+    Record,
+    RemoteDir,
+    Restored,
+    covered,
+    decode,
+    discard,
+    encode,
+    parse_piece,
+    segment_name,
+    snapshot_name,
+)
+
+__all__ = ["SIDECARS", "Fence", "Mark", "Piece", "Record", "RemoteDir", "Restored", "StateLog", "covered", "decode",
+           "discard", "encode", "parse_piece", "segment_name", "snapshot_name"]
 
 log = logging.getLogger(__name__)
 
-#: A position in a shard's history: (generation, seq). Generations compare first.
-Mark = tuple[int, int]
-#: One change: ``[kind, payload]`` (JSON).
-Record = list[Any]
 
-_NAME = re.compile(r"^(snap|events|log)-(\d{8})-(\d{12})-(\d{12,14})\.(sqlite|json\.z)$")
+class Fence(Protocol):
+    """May this incarnation still write? (crawler.recovery.incarnation.Incarnation)"""
+
+    def check(self, fresh: bool = False) -> None:
+        """Raise FencedError once a newer incarnation exists; ``fresh``: read the store now,
+        else a verdict up to the fence's interval old will do."""
+
+    @property
+    def fenced(self) -> bool:
+        """The last verdict (no read)."""
+
+    def needs_read(self, fresh: bool = False) -> bool:
+        """Whether :meth:`check` would read the store (then it runs off the event loop)."""
+
+    def note_snapshot(self, name: str) -> None:
+        """Record the newest snapshot's name where a restart looks first (the claim)."""
 
 
 @dataclass(frozen=True)
-class Piece:
-    """One object of a shard's remote state: a snapshot (``first == last``: the change it
-    covers; ``wall_ms``: when it was taken) or a log segment (changes first..last)."""
-
-    kind: str
-    gen: int
+class _Segment:
     first: int
-    last: int
-    wall_ms: int
-    path: str
-
-
-def parse_piece(path: str) -> Piece | None:
-    """The :class:`Piece` a file name describes, or None for anything else."""
-    m = _NAME.match(path.rsplit("/", 1)[-1])
-    if m is None:
-        return None
-    kind, gen, a, b = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
-    if kind in ("snap", "events"):
-        return Piece(kind, gen, a, a, b, path)
-    return Piece("log", gen, a, b, 0, path)
-
-
-def snapshot_name(gen: int, seq: int, wall: float, kind: str = "snap") -> str:
-    return f"{kind}-{gen:08d}-{seq:012d}-{int(wall * 1000):014d}.sqlite"
-
-
-def segment_name(gen: int, first: int, last: int) -> str:
-    return f"log-{gen:08d}-{first:012d}-{last:012d}.json.z"
-
-
-def encode(records: list[Record]) -> bytes:
-    return zlib.compress(json.dumps(records, separators=(",", ":")).encode(), 6)
-
-
-def decode(data: bytes) -> list[Record]:
-    return json.loads(zlib.decompress(data))
-
-
-#: Files SQLite and the seen set keep beside a store: a copy replaces them all.
-SIDECARS = ("", "-wal", "-shm", "-journal", ".bloom")
-
-
-def discard(local_path: str) -> None:
-    """Remove a local state file and its sidecars (WAL, shared memory, Bloom snapshot)."""
-    for suffix in SIDECARS:
-        try:
-            os.remove(local_path + suffix)
-        except FileNotFoundError:
-            pass
-
-
-class RemoteDir:
-    """``OUT/state/<name>/`` through fsspec: list, put, get, remove (one request each)."""
-
-    def __init__(self, out: str, options: dict | None, name: str) -> None:
-        self.fs, root = open_fs(out, options)
-        self.base = f"{root.rstrip('/')}/state/{name}"
-        self.requests = 0  # object-store requests made (benchmarks/statelog.py)
-
-    def list(self) -> list[Piece]:
-        self.requests += 1
-        self.fs.invalidate_cache(self.base)
-        try:
-            names = self.fs.ls(self.base, detail=False)
-        except FileNotFoundError:
-            return []
-        return [p for p in (parse_piece(n) for n in names) if p is not None]
-
-    def put(self, name: str, data: bytes) -> None:
-        self.requests += 1
-        self.fs.pipe_file(f"{self.base}/{name}", data)
-
-    def put_file(self, name: str, local: str) -> None:
-        self.requests += 1
-        self.fs.put_file(local, f"{self.base}/{name}")
-
-    def get(self, path: str) -> bytes:
-        self.requests += 1
-        return self.fs.cat_file(path)
-
-    def get_file(self, path: str, local: str) -> None:
-        self.requests += 1
-        self.fs.get_file(path, local)
-
-    def remove(self, paths: list[str]) -> None:
-        if paths:
-            self.requests += 1  # one multi-object delete
-            self.fs.rm(paths)
-
-
-@dataclass
-class Restored:
-    """What :func:`restore` found in OUT for one shard."""
-
-    gen: int  # the generation the new incarnation writes
-    records: list[Record]  # changes after the snapshot, in order, each once
-    snapshot: Piece | None
-    segments: int  # segments read
-    bytes_read: int
-    events: Piece | None = None  # the events pending at the snapshot (crawler.events.emitter)
+    records: list[Record]
+    data: bytes
 
     @property
-    def snapshot_wall(self) -> float | None:
-        return None if self.snapshot is None else self.snapshot.wall_ms / 1000.0
-
-    @property
-    def anything(self) -> bool:
-        return self.snapshot is not None or bool(self.records)
-
-
-def restore(remote: RemoteDir, local_path: str) -> Restored:
-    """Rebuild a shard's state from OUT: the newest snapshot to ``local_path`` (replacing
-    any local file), and the changes logged after it. The caller replays the changes
-    into the store (crawler.frontier.store.FrontierStore.replay)."""
-    discard(local_path)
-    pieces = remote.list()
-    snaps = sorted((p for p in pieces if p.kind == "snap"), key=lambda p: (p.gen, p.last))
-    snap = snaps[-1] if snaps else None
-    size = 0
-    if snap is not None:
-        os.makedirs(os.path.dirname(os.path.abspath(local_path)) or ".", exist_ok=True)
-        remote.get_file(snap.path, local_path + ".part")
-        size += os.path.getsize(local_path + ".part")
-        os.replace(local_path + ".part", local_path)
-    applied: Mark = (snap.gen, snap.last) if snap is not None else (0, 0)
-    records: list[Record] = []
-    segments = 0
-    for seg in sorted((p for p in pieces if p.kind == "log"), key=lambda p: (p.gen, p.first, p.last)):
-        if (seg.gen, seg.last) <= applied:
-            continue  # covered by the snapshot, or a retried write of changes read already
-        data = remote.get(seg.path)
-        size += len(data)
-        segments += 1
-        for i, rec in enumerate(decode(data)):
-            mark = (seg.gen, seg.first + i)
-            if mark > applied:
-                records.append(rec)
-                applied = mark
-    gen = max((p.gen for p in pieces), default=0) + 1
-    events = next((p for p in pieces if p.kind == "events" and snap is not None and (p.gen, p.last) == (snap.gen, snap.last)),
-                  None)
-    return Restored(gen, records, snap, segments, size, events)
+    def last(self) -> int:
+        return self.first + len(self.records) - 1
 
 
 class StateLog:
@@ -212,30 +101,43 @@ class StateLog:
         interval_s: the longest a change waits in memory before its segment is written
             (the durability window of a delivery, and its added latency).
         run_blocking: runs object-store calls off the event loop.
+        fence: checked before every write and, before a change counts as durable, after
+            its segment's write (None: unfenced, tests only).
+        snapped: the change of this generation the newest snapshot in OUT matches (0: the
+            store is what a snapshot holds, e.g. restored from one with nothing after it);
+            None: no snapshot matches the store, so the first :meth:`snapshot` is due.
     """
 
     def __init__(
         self, remote: RemoteDir, gen: int, clock: Clock, *, interval_s: float,
         run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
+        fence: Fence | None = None, snapped: int | None = None,
     ) -> None:
         self.remote = remote
         self.gen = gen
         self._clock = clock
         self._interval_s = interval_s
         self._run_blocking = run_blocking
+        self._fence = fence
+        self._snapped = snapped
         self._buf: list[Record] = []
         self._buf_first = 1
+        self._cut: _Segment | None = None  # taken from the buffer, not yet written: written again as is
+        self._cuts: list[tuple[int, int]] = []  # (first, last) of segments cut, for snapshot anchors
         self.seq = 0  # the last change appended
         self.durable = 0  # the last change in a written segment
+        self.fenced: FencedError | None = None  # set once a newer incarnation exists
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._running = False
         self._written = asyncio.Event()  # set (and replaced) after every write attempt
+        self._compactions: asyncio.Future[None] | None = None  # the last one started in the background
         self.segments_written = 0
         self.bytes_written = 0  # log segments
         self.snapshot_bytes = 0  # snapshots
         self.records_written = 0
         self.snapshots_written = 0
+        self.snapshots_skipped = 0  # nothing changed since the last one
         self.write_failures = 0
 
     def append(self, kind: str, payload: Any) -> int:
@@ -256,54 +158,92 @@ class StateLog:
         Concurrent callers share the next timed write (group commit: one segment per
         ``interval_s`` however many deliveries arrived); with no timer running (before
         :meth:`run`, after :meth:`stop`) the caller writes. A failed write keeps the
-        changes buffered, and the caller waits for the retry.
+        changes buffered, and the caller waits for the retry. Raises FencedError once a
+        newer incarnation exists: what is not durable by then never will be here (the
+        sender keeps it, and delivers it to the successor).
         """
         upto = self.seq if upto is None else upto
         while self.durable < upto:
+            if self.fenced is not None:
+                raise self.fenced
             if self._running:
                 await self._written.wait()
                 continue
             try:
                 await self.flush()
+            except FencedError:
+                raise
             except Exception as exc:  # noqa: BLE001 - the object store failed: keep the changes, retry
                 log.warning("%s: writing a state segment failed (will retry): %r", self.remote.base, exc)
                 await self._clock.sleep(min(2.0, max(0.05, self._interval_s)))
 
+    async def _check(self, fresh: bool) -> None:
+        if self._fence is None:
+            return
+        try:
+            if self._fence.needs_read(fresh):
+                await self._run_blocking(self._fence.check, fresh)
+            else:
+                self._fence.check(fresh)
+        except FencedError as exc:
+            self.fenced = exc
+            raise
+
     async def flush(self) -> None:
-        """Write what is buffered as one segment (nothing if the buffer is empty)."""
+        """Write what is buffered (nothing if the buffer is empty).
+
+        The fence is checked before each PUT and again after it, before the changes count
+        as durable: a segment that lands after a successor claimed the shard is never
+        acknowledged, so the only changes a successor can miss are ones nobody was told
+        are safe (crawler.recovery.incarnation)."""
         async with self._lock:
-            if not self._buf:
-                return
-            records, first = self._buf, self._buf_first
-            self._buf = []
-            last = first + len(records) - 1
-            data = encode(records)
-            try:
-                await self._run_blocking(self.remote.put, segment_name(self.gen, first, last), data)
-            except BaseException:
-                self.write_failures += 1
-                self._buf = records + self._buf  # in order, first again
-                self._buf_first = first
-                raise
-            self.durable = last
-            self.segments_written += 1
-            self.records_written += len(records)
-            self.bytes_written += len(data)
+            upto = self.seq  # what is appended later waits for the next flush (its waiters are woken first)
+            while self.durable < upto:
+                if self.fenced is not None:
+                    raise self.fenced
+                if self._cut is None:
+                    if not self._buf:
+                        return
+                    records, self._buf = self._buf, []
+                    self._cut = _Segment(self._buf_first, records, encode(records))
+                    self._cuts.append((self._cut.first, self._cut.last))
+                seg = self._cut
+                await self._check(fresh=False)
+                try:
+                    await self._run_blocking(self.remote.put, segment_name(self.gen, seg.first), seg.data)
+                    await self._check(fresh=True)
+                except FencedError:
+                    raise
+                except BaseException:
+                    self.write_failures += 1
+                    raise
+                self._cut = None
+                self.durable = seg.last
+                self.segments_written += 1
+                self.records_written += len(seg.records)
+                self.bytes_written += len(seg.data)
 
     async def run(self) -> None:
-        """Write a segment every ``interval_s`` while changes are buffered, until :meth:`stop`."""
+        """Write a segment every ``interval_s`` while changes are buffered, until :meth:`stop`
+        (or until a newer incarnation exists)."""
         self._running = True
         try:
             while not await wait_event(self._clock, self._stop, self._interval_s):
-                if self._buf:
+                if self._buf or self._cut is not None:
                     try:
                         await self.flush()
+                    except FencedError as exc:
+                        log.error("%s: %s", self.remote.base, exc)
+                        return
                     except Exception as exc:  # noqa: BLE001 - kept in the buffer; retried next round
                         log.warning("%s: writing a state segment failed (will retry): %r", self.remote.base, exc)
-                    self._wake_waiters()
+                    finally:
+                        self._wake_waiters()
         finally:
             self._running = False
             self._wake_waiters()  # waiters write themselves from now on
+            if self._compactions is not None:
+                await asyncio.gather(self._compactions, return_exceptions=True)
 
     def _wake_waiters(self) -> None:
         done, self._written = self._written, asyncio.Event()
@@ -312,32 +252,82 @@ class StateLog:
     def stop(self) -> None:
         self._stop.set()
 
-    async def snapshot(self, backup_at: Callable[[str], int], events: Callable[[str], None] | None = None) -> None:
-        """Write a snapshot and delete what it covers (compaction).
+    def _segment_start(self, seq: int) -> int:
+        """The first change of the segment that holds (or will hold) change ``seq + 1``."""
+        nxt = seq + 1
+        for first, last in reversed(self._cuts):
+            if first <= nxt <= last:
+                return first
+        if self._buf and self._buf_first <= nxt:
+            return self._buf_first  # buffered, or appended next to what is buffered
+        return nxt  # not appended yet, with nothing buffered: it starts the next segment
+
+    async def snapshot(self, backup_at: Callable[[str], int], events: Callable[[str], None] | None = None) -> bool:
+        """Write a snapshot and delete what it covers (compaction); False if nothing
+        changed since the last snapshot (an idle shard is not copied again and again).
 
         ``backup_at(dest)`` writes a consistent copy of the store to ``dest`` and returns the
         seq of the last change in it (read under the store's lock: crawler.frontier.store).
         Changes after it stay in their segments; changes up to it that are still buffered
-        are written later and skipped by :func:`restore`. ``events(dest)``, if given, copies
-        the shard's pending events; they are written beside the snapshot first.
+        are written later and skipped by a restart. ``events(dest)``, if given, copies the
+        shard's pending events; they are written beside the snapshot first, under the same
+        name, so a restart takes the copy that goes with the snapshot it starts from.
+
+        Then (in the background while :meth:`run` runs) the snapshot's name goes into the
+        incarnation's claim, and compaction deletes
+        only what the new snapshot covers (:func:`covered`), after a fresh fence check: an
+        incarnation that has a successor deletes nothing, and one whose delete lands after
+        that check removes only objects older than a snapshot it wrote and named before
+        the check, which its successor therefore finds and starts from (or from a newer one).
         """
+        if self.fenced is not None:
+            raise self.fenced
+        if self._snapped is not None and self.seq == self._snapped:
+            self.snapshots_skipped += 1
+            return False
+        if self._fence is not None and self._fence.fenced:  # the last verdict: no read on the outbox's path
+            await self._check(fresh=False)
         wall = self._clock.wall()
         with tempfile.TemporaryDirectory(prefix="raycrawl-snap-") as tmp:
             local = os.path.join(tmp, "store.sqlite")
             seq = await self._run_blocking(backup_at, local)
+            anchor = self._segment_start(seq)
             if events is not None:
                 pending = os.path.join(tmp, "events.sqlite")
                 await self._run_blocking(events, pending)
-                await self._run_blocking(self.remote.put_file, snapshot_name(self.gen, seq, wall, "events"), pending)
+                await self._run_blocking(self.remote.put_file, snapshot_name(self.gen, seq, anchor, wall, "events"), pending)
                 self.snapshot_bytes += os.path.getsize(pending)
-            await self._run_blocking(self.remote.put_file, snapshot_name(self.gen, seq, wall), local)
+            name = snapshot_name(self.gen, seq, anchor, wall)
+            await self._run_blocking(self.remote.put_file, name, local)
             self.snapshot_bytes += os.path.getsize(local)
+        self._snapped = seq
         self.snapshots_written += 1
-        covered: Mark = (self.gen, seq)
-        pieces = await self._run_blocking(self.remote.list)
-        old = [p.path for p in pieces if (p.kind == "log" and (p.gen, p.last) <= covered)
-               or (p.kind in ("snap", "events") and (p.gen, p.last) < covered)]
-        await self._run_blocking(self.remote.remove, old)
+        self._cuts = [c for c in self._cuts if c[1] >= anchor]
+        new = parse_piece(self.remote.path(name))
+        assert new is not None
+        if self._running:  # off the caller's path (the outbox waits for this): run() awaits it at its end
+            self._compactions = asyncio.ensure_future(self._compact(new, self._compactions))
+        else:
+            await self._compact(new, None)
+        return True
+
+    async def _compact(self, new: Piece, before: asyncio.Future[None] | None) -> None:
+        """Name ``new`` in the claim, then delete what it covers (one at a time, in order)."""
+        if before is not None:
+            await asyncio.gather(before, return_exceptions=True)
+        try:
+            await self._check(fresh=True)
+            if self._fence is not None:
+                await self._run_blocking(self._fence.note_snapshot, new.path.rsplit("/", 1)[-1])
+            pieces = await self._run_blocking(self.remote.list)
+            await self._run_blocking(self.remote.remove, [p.path for p in pieces if covered(p, new)])
+        except FencedError:
+            if not self._running:
+                raise
+        except Exception as exc:  # noqa: BLE001 - the snapshot is written; the next one compacts
+            if not self._running:
+                raise
+            log.warning("%s: compaction after %s failed: %r", self.remote.base, new.path, exc)
 
     def stats(self) -> dict[str, int]:
         return {
@@ -347,6 +337,7 @@ class StateLog:
             "state_bytes": self.bytes_written,
             "state_snapshot_bytes": self.snapshot_bytes,
             "state_snapshots": self.snapshots_written,
+            "state_snapshots_skipped": self.snapshots_skipped,
             "state_write_failures": self.write_failures,
             "state_requests": self.remote.requests,
             "state_pending": self.pending(),

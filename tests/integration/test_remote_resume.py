@@ -19,7 +19,7 @@ import yaml
 
 from crawler.testing.fixtures import crawl_config_for
 
-from tests.integration.procs import _wait_requests, check_nothing_lost
+from tests.integration.procs import REMOTE_UNACKED_WINDOW_S, _wait_requests, check_nothing_lost
 
 
 def test_killed_s3_crawl_resumes_on_a_machine_with_empty_state(web, tmp_path, s3_server):
@@ -61,7 +61,7 @@ def test_killed_s3_crawl_resumes_on_a_machine_with_empty_state(web, tmp_path, s3
     assert second.returncode == 0, stderr[-3000:]
     assert "resuming the unfinished crawl" in stderr
 
-    check_nothing_lost(web, [killed_at])
+    check_nothing_lost(web, [killed_at], window_s=REMOTE_UNACKED_WINDOW_S)
 
     # crawl stats reads an s3:// output (and rechecks the ledger against its rows).
     env = dict(os.environ, **aws_env)

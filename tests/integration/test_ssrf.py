@@ -169,8 +169,8 @@ def test_gzip_bomb_is_cut_at_max_body_bytes_with_bounded_memory(server, tmp_path
 # --------------------------------------------------------------- stored bodies are data
 
 
-_BLOB_KEY = re.compile(r"^blobs/packs/(shard-\d+-\d{6}\.pack):(\d+):(\d+):([0-9a-f]{64})$")
-_PACK = re.compile(r"^blobs/packs/shard-\d+-\d{6}\.pack$")
+_BLOB_KEY = re.compile(r"^blobs/packs/(shard-\d+-g\d{8}-\d{6}\.pack):(\d+):(\d+):([0-9a-f]{64})$")
+_PACK = re.compile(r"^blobs/packs/shard-\d+-g\d{8}-\d{6}\.pack$")
 
 
 def test_bodies_and_urls_that_look_like_paths_stay_data(server, tmp_path):

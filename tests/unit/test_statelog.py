@@ -19,8 +19,9 @@ from crawler.frontier.urlitem import UrlItem
 from crawler.frontier.store import FrontierStore
 from crawler.output import OutcomeRow
 from crawler.freshness.recrawl import Schedule
+from crawler.recovery.restore import restore
 from crawler.recovery.statefiles import open_shard_store, state_dir
-from crawler.recovery.statelog import RemoteDir, StateLog, restore, segment_name, encode
+from crawler.recovery.statelog import RemoteDir, StateLog, segment_name, encode
 
 
 def _cfg(out: str) -> config.CrawlConfig:
@@ -162,9 +163,11 @@ def test_a_failed_write_keeps_the_changes_and_a_repeated_segment_is_applied_once
         assert slog.pending() == 0
 
     asyncio.run(run())
-    # The failed write landed ("log-1-1-2") and the retry wrote "log-1-1-3": each change once.
-    assert sorted(p.path.rsplit("/", 1)[-1] for p in remote.list()) == [segment_name(1, 1, 2), segment_name(1, 1, 3)]
-    found = restore(remote, str(tmp_path / "b.sqlite"))
+    # The failed write landed and the retry wrote the same segment again, byte for byte
+    # (never a superset a delayed first attempt could land over); change 3 went into the next.
+    assert sorted(p.path.rsplit("/", 1)[-1] for p in remote.list()) == [segment_name(1, 1), segment_name(1, 3)]
+    assert slog.write_failures == 1 and slog.segments_written == 2
+    found = restore(remote, str(tmp_path / "b.sqlite"), 2)
     again = FrontierStore(str(tmp_path / "b.sqlite"))
     again.replay(found.records)
     assert again.url_status("http://a.test/p/0")["fetches"] == 1
@@ -173,13 +176,13 @@ def test_a_failed_write_keeps_the_changes_and_a_repeated_segment_is_applied_once
 
 def test_a_late_segment_of_an_older_generation_is_neither_replayed_nor_kept(out, tmp_path):
     remote = RemoteDir(out, None, "shard-000")
-    remote.put(segment_name(1, 1, 1), encode([["add", [["http://old.test/", "old.test", 0, None, 0]]]]))
+    remote.put(segment_name(1, 1), encode([["add", [["http://old.test/", "old.test", 0, None, 0]]]]))
     store = FrontierStore(str(tmp_path / "s.sqlite"))
     slog = StateLog(remote, 2, MockClock(), interval_s=0.5)
     store.journal = slog.append
     store.add(_items("new", 1))
     asyncio.run(slog.snapshot(lambda dest: store.backup(dest, lambda: slog.seq)))
-    found = restore(remote, str(tmp_path / "r.sqlite"))
+    found = restore(remote, str(tmp_path / "r.sqlite"), 3)
     assert found.records == [] and found.gen == 3
     assert not [p for p in remote.list() if p.kind == "log"]
 
@@ -187,7 +190,7 @@ def test_a_late_segment_of_an_older_generation_is_neither_replayed_nor_kept(out,
 def test_events_waiting_for_the_sink_come_back_with_the_snapshot(out, tmp_path, monkeypatch):
     from crawler.events.emitter import EventLog
 
-    cfg = _cfg(out)
+    cfg = config.from_dict({"seeds": ["http://a.test/"], "output": {"path": out}, "events": {"sink": "file"}})
 
     async def run():
         st = _open(cfg, str(tmp_path / "a"), monkeypatch)

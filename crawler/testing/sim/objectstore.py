@@ -147,6 +147,7 @@ class SimFileSystem(AbstractFileSystem):
     protocol = PROTOCOL
     root_marker = ""
     cachable = False
+    create_is_atomic = True  # mode="create" checks and writes in one step (crawler.output.fs.atomic_create)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

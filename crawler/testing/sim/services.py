@@ -63,6 +63,9 @@ class SeenReplica:
     async def forget_hashes(self, hashes: list[int]) -> int:
         return self.set.forget_hashes(hashes)
 
+    async def key_page(self, after: int | None, limit: int) -> list[int]:
+        return self.set.key_page(after, limit)
+
     async def ship(self, wall: float) -> None:
         if self.remote is not None:
             state.ship(self.set.backup, self.remote[0], self.name, wall, self.remote[1])
@@ -216,7 +219,11 @@ class SimRuntime(ShardCalls):
             epoch=plan.epoch, incarnation=f"{self.run}.{number}", clock=process.clock,
             fetcher=build_fetcher(cfg, process.clock, transport=self.web.transport(process)),
             run_blocking=process.run_blocking,
-            restarted=number > 1 or plan.after_crash,
+            restarted=number > 1 or plan.after_crash, crawl_id=plan.crawl_id,
+            # The restore's waits between listings would block the whole simulation: it
+            # lists again at once, and a gap that does not fill fails the start, which the
+            # cluster retries a moment later (as Ray restarts a failed actor).
+            restore_sleep=lambda _s: None,
         )
 
     async def heartbeat(self) -> None:
@@ -238,6 +245,12 @@ class SimRuntime(ShardCalls):
     async def seen_forget(self, urls: list[str]) -> int:
         assert self._seen is not None
         return await self._seen.forget(urls)
+
+    async def seen_keys(self, index: int, after: int | None, limit: int) -> list[int]:
+        return await self.cluster.call(self.driver, self.seen_actors[index], "key_page", after, limit)
+
+    async def seen_forget_keys(self, index: int, keys: list[int]) -> int:
+        return await self.cluster.call(self.driver, self.seen_actors[index], "forget_hashes", keys)
 
     def _shard_ids(self) -> list[str]:
         return list(self.shards)

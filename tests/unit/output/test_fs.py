@@ -57,3 +57,29 @@ def test_listing_a_file_as_a_directory_is_a_storage_error(tmp_path):
     fs, root = open_fs(str(tmp_path))
     with pytest.raises(StorageError):
         list_names(fs, f"{root}/plain")
+
+
+def test_a_name_created_once_has_one_owner_locally_and_in_memory(tmp_path):
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from crawler.output.fs import atomic_create, create_new
+
+    for fs, path in ((open_fs(str(tmp_path))[0], str(tmp_path / "state" / "s" / "gen-00000001.json")),
+                     (MemoryFileSystem(), f"/create-{os.getpid()}-{id(tmp_path)}/gen-00000001.json")):
+        assert atomic_create(fs)
+        assert create_new(fs, path, b"mine") is True  # the folder is made if need be
+        assert create_new(fs, path, b"theirs") is False  # taken: the object is not replaced
+        assert create_new(fs, path, b"mine") is True  # a retry of the same request is told apart
+        assert fs.cat_file(path) == b"mine"
+
+
+def test_a_store_without_conditional_writes_is_read_back(tmp_path):
+    """A filesystem not known to create atomically: its create is read back."""
+    from fsspec.implementations.dirfs import DirFileSystem
+
+    from crawler.output.fs import atomic_create, create_new
+
+    fs = DirFileSystem(path=str(tmp_path), fs=open_fs(str(tmp_path))[0])
+    path = "gen-00000001.json"
+    assert not atomic_create(fs)
+    assert create_new(fs, path, b"mine") and not create_new(fs, path, b"theirs")

@@ -65,3 +65,18 @@ def test_writer_ids_that_cannot_name_files_are_refused(bad):
 def test_writer_ids_that_can():
     for good in ("w0", "shard-003", "host.a=1", "x" * 128):
         assert check_writer_id(good) == good
+
+
+def test_a_generation_goes_into_the_names_of_a_writers_files():
+    from crawler.output.layout import generation_name, pack_key, pack_name, parse_pack_key
+
+    name = generation_name("shard-000", 3)
+    assert name == "shard-000-g00000003" and generation_name("shard-000", None) == "shard-000"
+    assert part_name(name, 0) == "part-shard-000-g00000003-000000.parquet"
+    assert part_seq("part-shard-000-g00000003-000000.parquet", "shard-000") is None  # not the plain writer's
+    long = generation_name("x" * 128, 99_999_999)
+    key = pack_key(pack_name(long, 1), 0, 10, "ab" * 32)
+    assert parse_pack_key(key) == (f"blobs/packs/{long}-000001.pack", 0, 10, "ab" * 32)
+    for bad in (0, -1, 10**8, True, "3"):
+        with pytest.raises(ValueError):
+            generation_name("shard-000", bad)

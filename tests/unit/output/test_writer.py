@@ -369,3 +369,46 @@ def test_a_restarted_writer_never_reuses_the_name_of_a_pack_left_without_rows(tm
         again.add([r], b)
     assert sorted(os.listdir(tmp_path / "blobs" / "packs")) == ["w0-000000.pack", "w0-000001.pack"]
     assert part_files(tmp_path) == ["part-w0-000001.parquet"]
+
+
+def test_a_writer_with_a_generation_names_files_after_it_and_lists_nothing(tmp_path, monkeypatch):
+    """Generations are claimed once each (crawler.recovery.incarnation): the writer starts at
+    0 without reading the folder, and clears only temps of its own id's older generations."""
+    import crawler.output.writer as writer_module
+
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    (pages / ".part-w0-g00000001-000004.parquet.deadbeef00000000deadbeef00000000.tmp").write_bytes(b"crash")
+    (pages / ".part-w0-g00000009-000000.parquet.deadbeef00000000deadbeef00000000.tmp").write_bytes(b"newer")
+    (pages / "part-w0-g00000001-000004.parquet").write_bytes(b"never read")  # an older generation's part
+    w = ResultWriter(str(tmp_path), "w0", generation=2)
+    assert sorted(os.listdir(pages)) == [".part-w0-g00000009-000000.parquet.deadbeef00000000deadbeef00000000.tmp",
+                                         "part-w0-g00000001-000004.parquet"]
+    calls = []
+    monkeypatch.setattr(writer_module, "list_names", lambda *a: calls.append(a) or [])
+    r, b = page("http://a.test/1", b"<html>1</html>")
+    w.add([r], b)
+    w.flush()
+    assert calls == []
+    assert "part-w0-g00000002-000000.parquet" in os.listdir(pages)
+    assert os.listdir(tmp_path / "blobs" / "packs") == ["w0-g00000002-000000.pack"]
+
+
+def test_a_fenced_writer_writes_nothing_and_keeps_its_rows(tmp_path):
+    from crawler.errors import FencedError
+
+    fenced = []
+
+    def fence() -> None:
+        if fenced:
+            raise FencedError("shard-000: generation 3 was claimed by a newer incarnation")
+
+    w = ResultWriter(str(tmp_path), "w0", generation=2, fence=fence)
+    r, b = page("http://a.test/1", b"<html>1</html>")
+    w.add([r], b)
+    fenced.append(True)
+    with pytest.raises(FencedError):
+        w.flush()
+    assert w.pending_rows() == 1
+    assert not (tmp_path / "pages").exists() or os.listdir(tmp_path / "pages") == []
+    assert not (tmp_path / "blobs").exists()
