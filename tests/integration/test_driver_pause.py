@@ -45,6 +45,7 @@ import yaml
 
 from crawler.config import settings as config
 from crawler.config.settings import CrawlConfig
+from crawler.output import read_pages
 from crawler.output.fs import open_fs
 from crawler.output.reader import list_parts
 from crawler.testing.fixtures import crawl_config_for
@@ -128,7 +129,8 @@ class _Driver:
             time.sleep(0.02)
 
     def stop(self) -> float:
-        """SIGSTOP the driver (its PID alone); returns when, once /proc says it is stopped."""
+        """SIGSTOP the driver (its PID alone); once /proc says it is stopped, returns the
+        time it was signalled."""
         at = time.monotonic()
         os.kill(self.pid, signal.SIGSTOP)
         deadline = time.monotonic() + 5
@@ -212,8 +214,6 @@ def _durable_rows(cfg: CrawlConfig) -> dict[str, float]:
 
 def _summary(web, cfg: CrawlConfig, stats: dict[str, Any], exit_status: int | None) -> dict[str, Any]:
     """What a user sees of the run: pages never fetched or fetched twice, the verdict."""
-    from crawler.output import read_pages
-
     must, failing = web.web.must_fetch(), set(web.web.failure_urls())
     counts = Counter(web.request_counts())
     rows = read_pages(cfg.output.path, dict(cfg.output.storage_options) or None, dedupe=False,
