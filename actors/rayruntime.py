@@ -30,6 +30,7 @@ from crawler.engine.sharedservices import CONTENT_LOG
 from crawler.session.shardcalls import ShardCalls, merge_seen_stats
 from crawler.placement.topology import Topology
 from crawler.engine.status import ShardStatus
+from crawler.errors import ShardFailedError
 from crawler.render.sizing import ClusterCpus, RenderPlan, check_shards_fit, plan_render_pool
 from actors.placement import Pending, cluster_cpus, render_unplaced, reserve, reserved, wait_placed
 
@@ -289,8 +290,23 @@ class RayRuntime(ShardCalls):
                 await asyncio.wait_for(asyncio.gather(*(s.status.remote() for s in self.shards.values())), STATUS_TIMEOUT_S)
             )
         except (RayActorError, asyncio.TimeoutError) as exc:
+            self._check_alive()
             log.warning("a shard did not answer (restarting?): %s", type(exc).__name__)
             return None
+
+    def _check_alive(self) -> None:
+        """Raise ShardFailedError for a shard that is gone for good (out of restarts, or its
+        constructor failing every time): Ray drops a dead actor's name, while a restarting
+        one keeps it. A session that only waited would wait forever."""
+        import ray
+
+        from actors.host_shard import shard_actor_name
+
+        for sid in self.shards:
+            try:
+                ray.get_actor(shard_actor_name(self.crawl_name, sid))
+            except ValueError as exc:
+                raise ShardFailedError(f"{sid} is dead for good (Ray restarted it runtime.max_restarts times): {exc}") from exc
 
     async def stop(self) -> list[ShardStatus]:
         finals = await asyncio.wait_for(

@@ -35,6 +35,7 @@ COUNTERS: Mapping[str, str] = MappingProxyType({
     "accepted": "URLs this shard queued from delivered batches and seeds (after admission)",
     "requests": "HTTP requests sent: pages, robots.txt and sitemaps (not the renderer's subrequests)",
     "robots_requests": "robots.txt requests (redirects included)",
+    "robots_retries": "robots.txt fetches that failed (timeout, reset, 5xx) and were asked again before the host counted as unreachable",
     "retries": "fetches retried after a transient failure",
     "internal_errors": "URLs that cost a bug (logged with its traceback): should stay 0",
     "refresh_fetches": "rows of refetches of known URLs (recrawl)",

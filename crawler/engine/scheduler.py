@@ -187,6 +187,7 @@ class ShardScheduler:
         self._final_counts: dict[str, int] | None = None
         self._started = False
         self._gated = False  # the last dispatch found the gate shut
+        self._robots_misses: dict[str, int] = {}  # origins whose robots.txt failed, in a row
 
     # -- input ----------------------------------------------------------------------
 
@@ -416,6 +417,19 @@ class ShardScheduler:
     async def _refresh_robots(self, org: str, host: str) -> None:
         rules, requests = await self.robots.refresh(org, host, self._fetch)
         self.counters["robots_requests"] += requests
+        misses = self._robots_misses.get(org, 0) + 1
+        if rules.unreachable is not None and misses < self.settings.attempts:
+            # robots.txt could not be had (a timeout, a reset, a 5xx): like a page that
+            # fails that way, it is asked again after the host's (widened) interval before
+            # the host counts as unreachable and its URLs are refused. Nothing of the host
+            # is fetched meanwhile: complete disallow while it is unreachable (RFC 9309
+            # 2.3.1.4). A lost robots.txt response -- a slow server, or this shard's own
+            # loop stalled past the deadline -- so costs a retry, not a whole host.
+            self._robots_misses[org] = misses
+            self.counters["robots_retries"] += 1
+            self.robots.cache.drop([org])
+            return
+        self._robots_misses.pop(org, None)
         self.politeness.set_crawl_delay(host, rules.crawl_delay)
         if self.sitemaps is not None:
             self.frontier.push(self.sitemaps.plan(org, host, rules.sitemaps, rules.allowed))

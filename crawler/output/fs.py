@@ -20,6 +20,7 @@ import contextlib
 import os
 import posixpath
 import tempfile
+from typing import Callable, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -28,12 +29,15 @@ from fsspec.implementations.memory import MemoryFileSystem
 from crawler.errors import ConfigError, PathError, StorageError
 from crawler.output.layout import temp_name
 
+T = TypeVar("T")
+
 __all__ = [
     "OUTPUT_MARKS",
     "atomic_create",
     "check_new_file",
     "check_output_folder",
     "create_new",
+    "retried",
     "ensure_dir",
     "fsync_path",
     "is_local",
@@ -197,6 +201,23 @@ def create_new(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> bool:
     except Exception as exc:  # botocore/aiohttp errors that are not OSError
         raise StorageError(f"cannot create {path!r}: {exc}") from exc
     return atomic_create(fs) or _read_or_none(fs, path) == data
+
+
+def retried(call: Callable[[], T], what: str, attempts: int = 4) -> T:
+    """``call()``, again after a transient failure of the store (an OSError that is not
+    "missing", "exists" or "forbidden"), up to ``attempts`` times; then StorageError naming
+    ``what``. For small whole-object writes a run cannot do without (``stats.json``,
+    ``crawl.json``): s3fs retries each request itself, this covers what outlasts that,
+    so a passing fault of the store is not a run that ends with a traceback."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except (FileNotFoundError, FileExistsError, PermissionError):
+            raise
+        except OSError as exc:
+            if attempt == attempts:
+                raise StorageError(f"{what} failed {attempts} times: {exc}") from exc
+    raise AssertionError("unreachable")
 
 
 def ensure_dir(fs: fsspec.AbstractFileSystem, path: str) -> None:

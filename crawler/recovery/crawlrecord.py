@@ -23,6 +23,7 @@ from crawler.config.settings import CrawlConfig
 from crawler.errors import OutputExistsError, RefusedError, StorageError
 from crawler.recovery.statefiles import here, state_dir
 from crawler.output import open_fs
+from crawler.output.fs import retried
 
 
 @dataclass
@@ -69,9 +70,13 @@ def save_record(cfg: CrawlConfig, rec: CrawlRecord) -> None:
     fs, path = _record_path(cfg)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     tmp = path + ".tmp"
-    with fs.open(tmp, "w") as f:
-        json.dump(asdict(rec), f, indent=2)
-    fs.mv(tmp, path)
+
+    def write() -> None:
+        with fs.open(tmp, "w") as f:
+            json.dump(asdict(rec), f, indent=2)
+        fs.mv(tmp, path)
+
+    retried(write, f"writing {path}")
 
 
 def _start_over(cfg: CrawlConfig) -> None:
@@ -86,7 +91,7 @@ def _start_over(cfg: CrawlConfig) -> None:
         fs.rm(f"{root}/stats.json")
     if fs.exists(f"{root}/state"):
         for path in fs.ls(f"{root}/state", detail=False):
-            if path.rsplit("/", 1)[-1] != "lease.json":
+            if path.rsplit("/", 1)[-1] not in ("lease.json", "epochs"):  # the lease this run holds
                 fs.rm(path, recursive=True)
     local = here(crawl_state_dir(cfg))  # this machine's cache of it, for a remote output
     if os.path.isdir(local):

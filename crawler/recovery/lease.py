@@ -199,6 +199,8 @@ def _zombie(pid: int) -> bool:
 
 #: How often a newcomer looks at a holder's beat while it decides whether it lives.
 WATCH_S = 0.5
+#: How many times a start asks a store that fails to answer (the lease's reads and writes).
+ACQUIRE_ATTEMPTS = 4
 #: After taking over from a holder that did not release, the newcomer waits this long
 #: before its own shards start: any old shard that still fetches rereads the epochs
 #: within crawler.engine.assembly.FENCE_CHECK_INTERVAL_S (0.5 s) and stops.
@@ -286,7 +288,18 @@ class Lease:
         return self._clock.wall() >= cur.renewed_at + cur.ttl_s + self.margin_s
 
     async def acquire(self) -> int:
-        """Take the output (see the module docstring); returns our epoch."""
+        """Take the output (see the module docstring); returns our epoch. A store that
+        fails to answer is asked again a few times (LeaseUnknownError after that)."""
+        for attempt in range(1, ACQUIRE_ATTEMPTS + 1):
+            try:
+                return await self._acquire()
+            except LeaseUnknownError:
+                if attempt == ACQUIRE_ATTEMPTS:
+                    raise
+                await self._clock.sleep(WATCH_S * attempt)
+        raise AssertionError("unreachable")
+
+    async def _acquire(self) -> int:
         while True:
             cur = await self._io(self.store.newest)
             if cur is not None and not cur.released:

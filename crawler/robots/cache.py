@@ -293,7 +293,8 @@ class RobotsCache:
         }
 
     def drop(self, origins: Sequence[str]) -> None:
-        """Forget the rules of ``origins`` (their host now lives on another shard)."""
+        """Forget the rules of ``origins`` (their host now lives on another shard, or its
+        robots.txt failed and will be asked again)."""
         for origin in origins:
             self._entries.pop(origin, None)
 

@@ -252,7 +252,8 @@ class CrawlSession:
         if self.record is not None and self.topology is not None and self.fenced is None:
             # While the shards still run and hold the output: a lost URL goes back to its owner.
             marks = await ledgeraudit.marks_at_stop(
-                self.runtime, self.cfg, self.seeds, self.topology.ids, self.record.seen_shards, self._owner, finished=finished
+                self.runtime, self.cfg, self.seeds, self.topology.ids, self.record.seen_shards, self._owner, finished=finished,
+                run_blocking=self._run_blocking,
             )
         lost = bool(marks and (marks.get("lost") or marks.get("failed")))
         finished = finished and not lost  # lost URLs are queued again: the next run fetches them

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from crawler.output.fs import retried
 from crawler.config.settings import CrawlConfig, to_dict
 from crawler.output import OUTCOMES, open_fs
 from crawler.engine.status import ShardStatus
@@ -86,8 +87,13 @@ def write_stats(cfg: CrawlConfig, stats: dict[str, Any]) -> str:
     fs, root = open_fs(cfg.output.path, dict(cfg.output.storage_options) or None)
     path = f"{root.rstrip('/')}/stats.json"
     fs.makedirs(root, exist_ok=True)
-    with fs.open(path, "w") as f:
-        json.dump(stats, f, indent=2, sort_keys=True, default=str)
+    data = json.dumps(stats, indent=2, sort_keys=True, default=str)
+
+    def write() -> None:
+        with fs.open(path, "w") as f:
+            f.write(data)
+
+    retried(write, f"writing {path}")
     return path
 
 

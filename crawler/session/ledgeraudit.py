@@ -222,6 +222,7 @@ async def settle_lost(
     shard_ids: Sequence[str],
     seen_shards: int,
     owner_of: Callable[[str], str],
+    run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
 ) -> dict[str, Any]:
     """At the end of a finished crawl (every shard idle, nothing in flight): audit the seen
     marks, name the lost URLs from the output (crawler.session.relink), queue the named
@@ -236,7 +237,7 @@ async def settle_lost(
     if not found.lost:
         return marks
     log.error("%d URLs are marked seen and held by no shard: naming them from the output", found.lost)
-    named = await asyncio.to_thread(relink.find, cfg, seeds, found.lost_keys)
+    named = await run_blocking(relink.find, cfg, seeds, found.lost_keys)
     marks["sample"] = [f.url for f in list(named.values())[:SAMPLE]]
     by_owner: dict[str, list[UrlItem]] = {}
     for f in named.values():
@@ -277,6 +278,7 @@ async def marks_at_stop(
     owner_of: Callable[[str], str],
     *,
     finished: bool,
+    run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
 ) -> dict[str, Any]:
     """``marks`` for the ledger of a run about to stop its shards: :func:`settle_lost` when
     the crawl finished, else why they were not audited. An audit that fails is reported
@@ -286,7 +288,7 @@ async def marks_at_stop(
     if not finished:
         return ledger.not_checked("unfinished")
     try:
-        return await settle_lost(runtime, cfg, seeds, shard_ids, seen_shards, owner_of)
+        return await settle_lost(runtime, cfg, seeds, shard_ids, seen_shards, owner_of, run_blocking)
     except Exception as exc:  # noqa: BLE001 - the stop goes on: rows flushed, stats written, resumable
         log.exception("auditing the seen marks failed")
         return {"checked": False, "failed": True, "why": f"the audit failed: {exc!r}"}

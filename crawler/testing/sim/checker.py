@@ -131,6 +131,7 @@ def _once(world: "World", rows: list[dict[str, Any]]) -> list[str]:
     attempts = world.cfg.fetch.attempts
     durable = _durable_rows(world)
     ends = _ends(world)
+    stops = _stops(world)
     out: list[str] = []
     for url, reqs in world.web.requests_by_url().items():
         expected = truth.expected_requests(url, attempts)
@@ -152,10 +153,26 @@ def _once(world: "World", rows: list[dict[str, Any]]) -> list[str]:
             again = following[0].start
             if end is not None and end <= again and (first_durable is None or first_durable > again):
                 excused += len(group)
+        # A process stopped while its request was open (a pause, a blocked loop) finds its
+        # deadline passed when it runs again: the request timed out as far as it can
+        # tell, and it is retried -- in flight at a fault too.
+        for earlier, later in zip(reqs, reqs[1:]):
+            if earlier.process == later.process and any(
+                    earlier.start <= t <= later.start for t in stops.get(earlier.process, ())):
+                excused += 1
         if len(reqs) - excused > expected:
             who = ", ".join(f"{r.process}@{r.start:.2f}" for r in reqs)
             out.append(f"{url} requested {len(reqs)} times (expected {expected}; {excused} in flight at a fault): {who}")
     return _limit("requested twice", out)
+
+
+def _stops(world: "World") -> dict[str, list[float]]:
+    """When each process was stopped (SIGSTOP: a pause or a blocked loop)."""
+    found: dict[str, list[float]] = {}
+    for at, kind, subject, _detail in world.cluster.events:
+        if kind == "stopped":
+            found.setdefault(subject, []).append(at)
+    return found
 
 
 def _durable_rows(world: "World") -> dict[str, float]:

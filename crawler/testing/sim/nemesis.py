@@ -40,7 +40,7 @@ KINDS = (
 
 #: The window in which faults start (simulated seconds after the first run starts): a
 #: test-sized crawl runs for roughly this long.
-FAULT_WINDOW_S = (1.0, 30.0)
+FAULT_WINDOW_S = (0.5, 10.0)
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,18 @@ class Nemesis:
     def _pick(self, items: list[Any], index: int) -> Any:
         return items[index % len(items)] if items else None
 
+    def _stop(self, process: Any, duration: float) -> None:
+        """SIGSTOP ``process`` for ``duration`` seconds (a pause, or a loop blocked that long)."""
+        cluster = self.world.cluster
+        cluster.record("stopped", process.name, f"{duration:.1f}s")
+        process.stop()
+
+        def cont() -> None:
+            cluster.record("continued", process.name)
+            process.cont()
+
+        self.world.clock.call_later(duration, cont)
+
     def _apply(self, fault: Fault) -> None:
         w = self.world
         cluster, clock, kind = w.cluster, w.clock, fault.kind
@@ -151,8 +163,7 @@ class Nemesis:
         if kind == "driver_stall":
             driver = w.driver
             if driver is not None:
-                driver.stop()
-                clock.call_later(fault.duration, driver.cont)
+                self._stop(driver, fault.duration)
         elif kind == "driver_kill":
             w.kill_driver(resubmit_after=fault.get("resubmit_after"), stall_first=fault.get("stalled_first"))
         elif kind in ("shard_crash", "loop_block"):
@@ -162,9 +173,7 @@ class Nemesis:
             if kind == "shard_crash":
                 cluster.crash(shard)
             else:
-                process = shard.current.process
-                process.stop()
-                clock.call_later(fault.duration, process.cont)
+                self._stop(shard.current.process, fault.duration)
         elif kind == "machine_loss":
             machine = self._pick(w.workers, fault.get("machine"))
             if machine is None or not machine.up:

@@ -20,7 +20,7 @@ from crawler.config.settings import CrawlConfig
 from crawler.engine.sharedservices import BudgetPool, ContentIndexService, shard_log
 from crawler.engine.shardserver import ShardServer, ShardServices
 from crawler.engine.status import ShardStatus
-from crawler.errors import ServiceUnavailableError
+from crawler.errors import ServiceUnavailableError, ShardFailedError
 from crawler.engine.assembly import build_fetcher
 from crawler.frontier.urlitem import UrlItem
 from crawler.recovery import statefiles as state
@@ -267,6 +267,9 @@ class SimRuntime(ShardCalls):
                 asyncio.gather(*(self.cluster.call(self.driver, a, "status") for a in self.shards.values())),
                 STATUS_TIMEOUT_S))
         except (ActorUnavailable, asyncio.TimeoutError) as exc:
+            for sid, actor in self.shards.items():
+                if actor.dead:  # as RayRuntime._check_alive finds it: the actor's name is gone
+                    raise ShardFailedError(f"{sid} is dead for good (out of restarts)") from exc
             log.info("a shard did not answer (restarting?): %s", type(exc).__name__)
             return None
 

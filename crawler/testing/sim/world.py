@@ -203,6 +203,7 @@ class World:
 
         self._resubmit_after = resubmit_after
         if stall_first:
+            self.cluster.record("stopped", driver.name, "until killed")
             driver.stop()
             self.clock.call_later(min(20.0, resubmit_after / 2), kill)
         else:
@@ -240,6 +241,8 @@ class World:
         await asyncio.wait((task, killed), return_when=asyncio.FIRST_COMPLETED)
         killed.cancel()
         record.ended = self.clock.now()
+        if task.done():
+            driver.kill()  # the command exited: its pid is gone (the next run's lease sees it)
         if not task.done():
             task.add_done_callback(_quiet)
             record.error = "driver killed"
