@@ -39,7 +39,7 @@ async def call_service(call: Callable[[], Awaitable[T]], what: str, give_up_s: f
     it as ``RayTaskError`` with the actor's exception as ``cause``: a shard fenced while
     its driver is silent, the object store failing: crawler.errors.retry_later). Past
     ``give_up_s`` either ends as :class:`ServiceUnavailableError`, itself a "not now" the
-    caller may wait out (the link router does: DESIGN invariant 13). Any other error in
+    caller may wait out (the link router does: docs/invariants.md #13). Any other error in
     the actor is raised at once, as Ray gives it (an instance of its cause's class too).
 
     Safe only for calls that may run twice (Ray cannot say whether a call cut short by

@@ -10,8 +10,8 @@ link is submitted until the destination has accepted it: :meth:`LinkRouter.pendi
 includes buffered links and links inside a flush that has not completed. ``sent`` and
 ``delivered`` batch counters let the driver check that no batch is between shards.
 
-A delivery that fails is never a web outcome (DESIGN invariant 13). A receiver that cannot
-take the batch *now* (fenced while its driver is silent or its lease unreadable,
+A delivery that fails is never a web outcome (docs/invariants.md #13). A receiver that
+cannot take the batch *now* (fenced while its driver is silent or its lease unreadable,
 restarting, its object store failing, a timeout: crawler.errors.retry_later) is asked
 again with backoff on the injected clock for as long as the run lives, so the pages that
 yielded the links wait, unacked. Any other error is a bug: the batch is tried
@@ -262,7 +262,7 @@ class LinkRouter:
             except Exception as exc:  # noqa: BLE001 - classified: a refusal waits, a bug is bounded
                 self.batches_failed += 1
                 if retry_later(exc):
-                    # The receiver cannot take it now (DESIGN invariant 13): wait, never give up.
+                    # The receiver cannot take it now (docs/invariants.md #13): wait, never give up.
                     self.batches_refused += 1
                     refusals += 1
                     if refusals == 1:
@@ -280,7 +280,8 @@ class LinkRouter:
                 delay = min(MAX_BACKOFF_S, delay * 2)
                 continue
             if refusals:
-                log.warning("delivery to %s taken after %d refusals (%.1f s)", owner, refusals, self._clock.now() - since)
+                waited = self._clock.now() - since
+                log.warning("delivery to %s taken after %d refusals (%.1f s)", owner, refusals, waited)
             self.novel += len(items)
             return True
         self.links_unsent += len(items)

@@ -12,7 +12,7 @@ For each URL the frontier hands out (at most one per host, when the host is due)
    owners *before* the row goes to the :class:`~crawler.engine.outbox.Outbox` (a crash in
    between re-fetches the page and re-sends its links).
 
-An error while processing a URL is not a web outcome (DESIGN invariant 13): a page whose
+An error while processing a URL is not a web outcome (docs/invariants.md #13): a page whose
 links a receiver refuses for now stays in flight, unacked, while the router asks again;
 any other error goes to :class:`~crawler.engine.internalerrors.InternalErrors` (a stop
 leaves the URL for the resume, "not now" defers it, a bug is counted and retried).

@@ -1,4 +1,4 @@
-"""An internal error is not a web outcome (DESIGN invariant 13), on the mock clock.
+"""An internal error is not a web outcome (docs/invariants.md #13), on the mock clock.
 
 Two in-process shards, ``shard-a`` owning ``a.test`` and ``shard-b`` owning ``b.test``,
 each with its durable store, a shared seen set and a scripted server. What a user would
