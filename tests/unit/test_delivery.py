@@ -18,7 +18,7 @@ from typing import Callable
 from crawler.clock import MockClock
 from crawler.config import settings as config
 from crawler.engine.assembly import build_shard
-from crawler.engine.scheduler import GATE_POLL_S, ShardScheduler
+from crawler.engine.scheduler import GATE_RETRY_S, IDLE_WAIT_S, ShardScheduler
 from crawler.errors import ServiceUnavailableError
 from crawler.frontier.store import FrontierStore
 from crawler.frontier.urlitem import UrlItem
@@ -80,11 +80,11 @@ class Crawl:
     """Two shards over one server and one seen set; ``gates``/``content`` per shard."""
 
     def __init__(self, tmp: Path, clock: MockClock, server: ScriptedServer, seen: Seen,
-                 gates: dict[str, Callable[[], bool]] | None = None, content=None) -> None:
+                 gates: dict[str, Callable[[], bool]] | None = None, content=None, max_in_flight: int = 16) -> None:
         self.tmp, self.clock, self.server, self.seen = tmp, clock, server, seen
         self.cfg = config.from_dict({
             "seeds": [SEED], "scope": "any", "politeness": {"interval_s": 0.5},
-            "fetch": {"attempts": 3, "backoff_s": 1.0, "max_backoff_s": 1.0},
+            "fetch": {"attempts": 3, "backoff_s": 1.0, "max_backoff_s": 1.0, "max_in_flight": max_in_flight},
             "output": {"path": str(tmp / "out"), "row_flush_interval_s": 1.0, "outbox_interval_s": 0.25},
         })
         self.shards: dict[str, ShardScheduler] = {}
@@ -283,7 +283,7 @@ def test_a_service_that_cannot_answer_now_defers_the_page_without_a_row(tmp_path
 
 def test_a_shut_gate_is_polled_not_spun(tmp_path):
     """While a shard's gate is shut (its driver silent) with work due, the loop asks the
-    gate every GATE_POLL_S, not on every turn: a 10 s silence costs ~200 looks, not a
+    gate every GATE_RETRY_S, not on every turn: a 10 s silence costs ~100 looks, not a
     core, and the work starts as soon as the gate opens."""
 
     async def scenario() -> None:
@@ -301,11 +301,44 @@ def test_a_shut_gate_is_polled_not_spun(tmp_path):
         crawl = Crawl(tmp_path, clock, server, Seen(), gates={"shard-a": gate})
         crawl.start()
         await clock.run_until(lambda: bool(server.log))
-        assert 10.0 <= server.log[0][1] <= 10.0 + GATE_POLL_S
+        assert 10.0 <= server.log[0][1] <= 10.0 + GATE_RETRY_S
         shut_looks = [t for t in looks if t < 10.0]
-        assert len(shut_looks) <= 10.0 / GATE_POLL_S + 5
+        assert len(shut_looks) <= 10.0 / GATE_RETRY_S + 5
         await clock.run_until(crawl.done)
         await crawl.stop()
         assert crawl.rows() == {u: ["fetched"] for u in PAGES}
+
+    asyncio.run(scenario())
+
+
+def test_a_shard_whose_slots_all_wait_on_a_receiver_does_not_spin(tmp_path):
+    """One fetch slot, taken by a page whose links shard-b refuses for 30 s, while
+    another host's pages are due: the loop waits for the slot to free (a task's end wakes
+    it), instead of turning without a pause for 30 s."""
+
+    async def scenario() -> None:
+        clock = MockClock()
+        c_pages = [f"http://c.test/{i}" for i in range(4)]
+        web = {**WEB, "http://c.test/": [(200, html(*c_pages), 0.1)], **{u: [(200, html(), 0.1)] for u in c_pages}}
+        server = ScriptedServer(clock, web)
+        turns: list[float] = []
+
+        def counting() -> bool:  # asked once per turn of shard-a's loop
+            turns.append(clock.now())
+            return True
+
+        crawl = Crawl(tmp_path, clock, server, Seen(), gates={"shard-a": counting, "shard-b": ShutFor(clock, 0.0, REFUSAL_S)},
+                      max_in_flight=1)
+        crawl.a.accept([UrlItem("http://c.test/", 0)])
+        crawl.start()
+        await clock.run_until(lambda: crawl.fetches().get(SEED) == 1 and len(server.log) >= 4)
+        start = clock.now()
+        await clock.run_until(lambda: clock.now() >= REFUSAL_S - 1.0)
+        assert not crawl.a.status().idle and crawl.a.status().queued > 0  # due work, no free slot
+        waiting = [t for t in turns if start <= t < REFUSAL_S - 1.0]
+        assert len(waiting) <= (REFUSAL_S - 1.0 - start) / IDLE_WAIT_S + 10
+        await clock.run_until(crawl.done)
+        await crawl.stop()
+        assert crawl.rows() == {u: ["fetched"] for u in set(web)}
 
     asyncio.run(scenario())
