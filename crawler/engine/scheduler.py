@@ -50,10 +50,11 @@ from crawler.freshness.recrawl import conditional_headers
 from crawler.frontier.refreshfeed import RefreshFeed
 from crawler.freshness.sitemaps import SitemapReader
 from crawler.recovery.statelog import StateLog
-from crawler.robots import RobotsClient
+from crawler.robots import RobotsCache, RobotsClient
 from crawler.engine.linkrouter import LinkRouter
 from crawler.engine.status import ShardStatus
 from crawler.policy.hostbudget import HostBudget
+from crawler.policy.traprules import TrapRules
 from crawler.urls import origin
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,23 @@ class SchedulerSettings:
     respect_robots: bool
 
 
+def vet_seeds(urls: Sequence[str], traps: TrapRules, robots: RobotsCache | None) -> list[str | None]:
+    """Why each seed would be refused by a shard, or None (POST /seeds, before the seen
+    check): ``robots`` when the shard's cached rules (``robots``; None when robots.txt is
+    not obeyed) disallow it, ``scope: <rule>`` when it breaks a trap rule (length, query
+    parameters, repeated segments)."""
+    out: list[str | None] = []
+    for url in urls:
+        rule = traps.check(url, 0)
+        if rule is not None:
+            out.append(f"scope: {rule}")
+        elif robots is not None and robots.allowed(url, origin(url)) is False:
+            out.append("robots: disallowed by robots.txt")
+        else:
+            out.append(None)
+    return out
+
+
 class ShardScheduler:
     """Runs one shard: see the module docstring for the order of the steps."""
 
@@ -194,8 +212,9 @@ class ShardScheduler:
         self._started = False
         self._gated = False  # the last dispatch found the gate shut
         self._robots_misses: dict[str, int] = {}  # origins whose robots.txt failed, in a row
-        self._errors = InternalErrors(shard_id, settings.attempts, retry=frontier.retry, fail=self._failed,
-                                      counters=self.counters)
+        self._errors = InternalErrors(  # what an error while processing a URL costs
+            shard_id, settings.attempts, retry=frontier.retry, counters=self.counters,
+            fail=lambda item, error: self._record(item, pipeline.outcome(item, "failed", error=error)))
 
     # -- input ----------------------------------------------------------------------
 
@@ -274,20 +293,8 @@ class ShardScheduler:
         self.pipeline.links.scope.add_seeds(urls)
 
     def vet_seeds(self, urls: Sequence[str]) -> list[str | None]:
-        """Why each seed would be refused here, or None (POST /seeds, before the seen
-        check): ``robots`` when this shard's cached rules disallow it, ``scope: <rule>``
-        when it breaks a trap rule (length, query parameters, repeated segments)."""
-        traps = self.pipeline.links.traps
-        out: list[str | None] = []
-        for url in urls:
-            rule = traps.check(url, 0)
-            if rule is not None:
-                out.append(f"scope: {rule}")
-            elif self.settings.respect_robots and self.robots.cache.allowed(url, origin(url)) is False:
-                out.append("robots: disallowed by robots.txt")
-            else:
-                out.append(None)
-        return out
+        """Why each seed would be refused here, or None (:func:`vet_seeds`)."""
+        return vet_seeds(urls, self.pipeline.links.traps, self.robots.cache if self.settings.respect_robots else None)
 
     def hold(self, seconds: float) -> None:
         """Start no request for ``seconds`` (after a resume: a host contacted just before
@@ -316,8 +323,7 @@ class ShardScheduler:
                 await journal
 
     def stop(self) -> None:
-        """Dispatch nothing more (in-flight fetches are cancelled by :meth:`close`), and
-        retry no delivery: pages whose links wait are left claimed for the resume."""
+        """Dispatch and retry nothing more (in-flight work is cancelled by :meth:`close`)."""
         self._stopping = True
         self.router.stop()
         self._wake.set()
@@ -470,9 +476,8 @@ class ShardScheduler:
             error = res.error or (f"HTTP {res.status}" if res.status is not None else "no response")
             outcome = self.pipeline.outcome(item, final, res, error=error)
         if outcome.links:
-            # Acked (row written) only once its links reached their owners: until then the
-            # page is in flight (not idle, docs/invariants.md #4), however long a receiver
-            # refuses. False: given up (a bug) or abandoned (a stop): InternalErrors.
+            # Acked only once its links reached their owners: in flight (docs/invariants.md #4)
+            # however long a receiver refuses. False: given up (a bug) or a stop: InternalErrors.
             if not await self.router.submit(outcome.links, bypass_seen=item.replay):
                 raise DeliveryError(f"{len(outcome.links)} links could not be delivered to their shards")
         if self.news is not None:  # after delivery: the new URLs it yielded are counted
@@ -487,9 +492,6 @@ class ShardScheduler:
             self._record(item, self.pipeline.outcome(item, "robots_blocked", error="disallowed by robots.txt"))
         else:
             self._record(item, self.pipeline.outcome(item, "failed", error=f"robots.txt unreachable: {cause}"))
-
-    def _failed(self, item: UrlItem, error: str) -> None:
-        self._record(item, self.pipeline.outcome(item, "failed", error=error))
 
     def _record(self, item: UrlItem, outcome: Outcome) -> None:
         """Every fetch of a URL ends as exactly one row (docs/invariants.md #5)."""
