@@ -128,9 +128,11 @@ class HostShard:
         return handle
 
     async def _deliver(self, owner: str, items: list[UrlItem]) -> None:
-        # A peer lost with its node is restarted by Ray (from OUT): the batch waits for
-        # it, and is forgotten only once the peer made it durable.
-        await call_service(lambda: self._peer(owner).accept.remote(items), f"shard {owner}")
+        # A peer restarting (lost with its node, restarted by Ray from OUT) or refusing
+        # for now (fenced: its driver silent) fails this one call as "not now"; the
+        # router waits and asks again for as long as this shard runs, and forgets the
+        # batch only once the peer made it durable (crawler.engine.linkrouter).
+        await call_service(lambda: self._peer(owner).accept.remote(items), f"shard {owner}", give_up_s=0.0)
 
     async def _forward(self, owner: str, method: str, *args: Any) -> Any:
         """The same call on the shard that owns the host now (regions: a moved host)."""

@@ -16,7 +16,7 @@ import ray
 from actors.metrics import SeenMetrics
 from crawler.recovery import stamps, statefiles as state
 from crawler.clock import SYSTEM_CLOCK
-from crawler.errors import ServiceUnavailableError, StorageError
+from crawler.errors import ServiceUnavailableError, StorageError, retry_later
 from crawler.seen import ForgetCall, SeenGroup, SeenSet, ShardCall
 from crawler.content.index import ContentShard, ShardReply, ShardRequest
 from crawler.engine.sharedservices import BudgetPool, ContentIndexService, shard_log
@@ -32,21 +32,35 @@ T = TypeVar("T")
 
 
 async def call_service(call: Callable[[], Awaitable[T]], what: str, give_up_s: float = SERVICE_RETRY_S) -> T:
-    """``await call()``, again while the actor behind it is restarting.
+    """``await call()``, again while the actor behind it is restarting or refuses for now.
+
+    Retried, with backoff, for up to ``give_up_s``: the actor restarting (its node was
+    lost), and an error raised in the actor's method that says "not now" (Ray delivers
+    it as ``RayTaskError`` with the actor's exception as ``cause``: a shard fenced while
+    its driver is silent, the object store failing: crawler.errors.retry_later). Past
+    ``give_up_s`` either ends as :class:`ServiceUnavailableError`, itself a "not now" the
+    caller may wait out (the link router does: docs/invariants.md #13). Any other error in
+    the actor is raised at once, as Ray gives it (an instance of its cause's class too).
 
     Safe only for calls that may run twice (Ray cannot say whether a call cut short by
-    the restart ran): the content index never calls a page a duplicate of itself, and a
-    budget lease granted twice only spends pages sooner (never more than ``max_pages``).
+    the restart ran): the content index never calls a page a duplicate of itself, a
+    budget lease granted twice only spends pages sooner (never more than ``max_pages``),
+    and a shard's ``accept`` is idempotent (its store ignores a URL it holds).
     """
     delay, deadline = 0.05, time.monotonic() + give_up_s
     while True:
         try:
             return await call()
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-            if time.monotonic() >= deadline:
-                raise ServiceUnavailableError(f"{what}: unavailable for {give_up_s:.0f}s ({exc})") from exc
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            failure: Exception = exc
+        except ray.exceptions.RayTaskError as exc:
+            if not retry_later(exc.cause if exc.cause is not None else exc):
+                raise
+            failure = exc
+        if time.monotonic() >= deadline:
+            raise ServiceUnavailableError(f"{what}: unavailable for {give_up_s:.0f}s ({failure})") from failure
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)
 
 
 @ray.remote(num_cpus=0)

@@ -103,3 +103,16 @@ class PlacementError(ConfigError):
 #: exit status 2: bad config or seeds, a path that cannot serve, an output holding another
 #: crawl or leased by another run, state that cannot be used as it is.
 REFUSALS: tuple[type[CrawlError], ...] = (ConfigError, OutputExistsError, OutputLeasedError, RefusedError)
+
+
+#: "The receiver cannot take it now" (docs/invariants.md #13): a fenced or restarting
+#: shard (a silent driver shuts its gate, a lease read failed), a service past its restart
+#: allowance, the object store failing, a timeout, a dropped connection. The sender waits
+#: and tries again; such an error is never a web outcome and never a row.
+RETRY_LATER: tuple[type[BaseException], ...] = (StorageError, ServiceUnavailableError, TimeoutError, ConnectionError)
+
+
+def retry_later(exc: BaseException) -> bool:
+    """Whether ``exc`` says "not now" rather than "this is wrong" (:data:`RETRY_LATER`;
+    a :data:`REFUSALS` error is the user's to fix, not a wait's)."""
+    return isinstance(exc, RETRY_LATER) and not isinstance(exc, REFUSALS)

@@ -37,7 +37,8 @@ COUNTERS: Mapping[str, str] = MappingProxyType({
     "robots_requests": "robots.txt requests (redirects included)",
     "robots_retries": "robots.txt fetches that failed (timeout, reset, 5xx) and were asked again before the host counted as unreachable",
     "retries": "fetches retried after a transient failure",
-    "internal_errors": "URLs that cost a bug (logged with its traceback): should stay 0",
+    "internal_errors": "bugs hit while processing a URL (each logged with its traceback; the URL is tried again, up to fetch.attempts times, then a failed row): should stay 0",
+    "deferred": "URLs put back in the frontier because a service could not answer now (content index, page budget, state store)",
     "refresh_fetches": "rows of refetches of known URLs (recrawl)",
     # -- parse fallbacks (logged at debug, counted here)
     "html_sniff_failed": "bodies whose HTML sniffing raised (treated as not HTML)",

@@ -9,6 +9,17 @@ For termination (docs/invariants.md #4) the router is counted as *busy* from the
 link is submitted until the destination has accepted it: :meth:`LinkRouter.pending`
 includes buffered links and links inside a flush that has not completed. ``sent`` and
 ``delivered`` batch counters let the driver check that no batch is between shards.
+
+A delivery that fails is never a web outcome (docs/invariants.md #13). A receiver that
+cannot take the batch *now* (fenced while its driver is silent or its lease unreadable,
+restarting, its object store failing, a timeout: crawler.errors.retry_later) is asked
+again with backoff on the injected clock for as long as the run lives, so the pages that
+yielded the links wait, unacked. Any other error is a bug: the batch is tried
+``max_attempts`` times and then given up (counted ``links_lost``). A batch given up, or
+abandoned because this shard stops (:meth:`LinkRouter.stop`, counted ``links_unsent``), has
+its seen marks undone, so that no URL stays marked that no shard holds; the pages that
+sent it are told (their future resolves False) and are not acked: they are fetched again
+(a stopped shard's claimed pages on its resume, their links past the seen filter).
 """
 
 from __future__ import annotations
@@ -18,16 +29,24 @@ import logging
 from collections import defaultdict
 from typing import Awaitable, Callable, Protocol, Sequence
 
-from crawler.clock import SYSTEM_CLOCK, Clock, Timer
+from crawler.clock import SYSTEM_CLOCK, Clock, Timer, wait_event
+from crawler.errors import retry_later
 from crawler.frontier.urlitem import UrlItem
 
 log = logging.getLogger(__name__)
 
+#: Backoff between two attempts of one delivery: doubling from the first to the cap.
+FIRST_BACKOFF_S = 0.05
+MAX_BACKOFF_S = 2.0
+
 
 class SeenService(Protocol):
-    """The seen-URL set: ``check_and_add(urls) -> [novel?]`` in one batched call."""
+    """The seen-URL set: ``check_and_add(urls) -> [novel?]`` in one batched call, and
+    ``forget(urls)`` to undo the marks of URLs whose delivery was given up."""
 
     async def check_and_add(self, urls: list[str]) -> Sequence[bool]: ...
+
+    async def forget(self, urls: list[str]) -> int: ...
 
 
 Deliver = Callable[[str, list[UrlItem]], Awaitable[None]]
@@ -54,7 +73,8 @@ class LinkRouter:
             load the buffer fills past it and waits for ``batch_size`` or
             ``flush_interval_s``: fewer, larger seen checks, deliveries and commits.
             ``None`` (the default): no early flush.
-        max_attempts: delivery attempts before a batch is reported lost (logged, counted).
+        max_attempts: attempts of a delivery that fails with a bug (not a refusal:
+            crawler.errors.retry_later) before it is given up (logged, counted).
     """
 
     def __init__(
@@ -91,12 +111,17 @@ class LinkRouter:
         self._in_flush = 0  # links inside a flush that has not finished
         self._timer: Timer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._stop = asyncio.Event()  # set by stop(): no new flush, no more retries
         self.submitted = 0
         self.novel = 0
         self.already_seen = 0
         self.batches_sent = 0
         self.batches_failed = 0
-        self.links_lost = 0
+        self.links_lost = 0  # given up after max_attempts bugs
+        self.links_unsent = 0  # not delivered because this shard stopped
+        self.batches_refused = 0  # attempts a receiver refused for now (retried)
+        self.marks_undone = 0  # seen marks undone after a delivery was given up
+        self.marks_kept = 0  # ... that could not be undone (the seen service failed)
         self.seen_bypassed = 0
 
     def pending(self) -> int:
@@ -108,13 +133,18 @@ class LinkRouter:
 
         Returns a future that resolves to True once every one of these links has been
         accepted by its owner (or dropped as already seen), False if a delivery was given
-        up. ``bypass_seen`` delivers them even if the seen set knows them: used when a
-        page fetched before a crash is fetched again, since its links may have been
-        marked seen without reaching their owner (the owner's table de-duplicates).
+        up or abandoned (module docstring). ``bypass_seen`` delivers them even if the seen
+        set knows them: used when a page fetched before a crash is fetched again, since its
+        links may have been marked seen without reaching their owner (the owner's table
+        de-duplicates). After :meth:`stop` nothing is taken: the future is False at once.
         """
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         if not items:
             fut.set_result(True)
+            return fut
+        if self._stop.is_set():
+            self.links_unsent += len(items)
+            fut.set_result(False)
             return fut
         self._buffer.extend(items)
         self._force.extend([bypass_seen] * len(items))
@@ -139,16 +169,40 @@ class LinkRouter:
             self._timer = self._clock.call_later(self._late_s, self._start_flush)
 
     async def flush(self) -> None:
-        """Flush now and wait until every submitted link has been delivered."""
+        """Flush now and wait until every submitted link has been delivered (or, after
+        :meth:`stop`, abandoned)."""
         self._start_flush()
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def stop(self) -> None:
+        """This shard stops: links still buffered are dropped (not yet seen-checked, so
+        nothing is marked), deliveries waiting to be retried end at once with their marks
+        undone, a delivery call under way is let finish; every page waiting on them is
+        told False. Its URL stays claimed in the store (or queued: its claim was never
+        committed), so a resume fetches it again and re-sends its links (DESIGN
+        invariant 13)."""
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        dropped, self._buffer, self._force = self._buffer, [], []
+        waiters, self._waiters = self._waiters, []
+        self.links_unsent += len(dropped)
+        for w in waiters:
+            if not w.done():
+                w.set_result(False)
+
+    async def close(self) -> None:
+        """:meth:`stop`, then wait for the deliveries under way to end."""
+        self.stop()
+        await self.flush()
 
     def _start_flush(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if not self._buffer:
+        if not self._buffer or self._stop.is_set():
             return
         batch, self._buffer = self._buffer, []
         force, self._force = self._force, []
@@ -165,8 +219,10 @@ class LinkRouter:
             if self.before_flush is not None:
                 self.before_flush()
             # 1. Seen check: one call marks every novel URL seen (first one in the batch wins).
+            marked: set[str] | None = None  # URLs this flush marked (None: not known)
             try:
                 verdicts = await self._seen.check_and_add([i.url for i in batch])
+                marked = {i.url for i, new in zip(batch, verdicts) if new}
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a seen shard down or restarting
@@ -185,7 +241,7 @@ class LinkRouter:
                 else:
                     self.already_seen += 1
             # 2. One delivery per owning shard, concurrently.
-            results = await asyncio.gather(*(self._send(owner, items) for owner, items in by_owner.items()))
+            results = await asyncio.gather(*(self._send(owner, items, marked) for owner, items in by_owner.items()))
             ok = all(results)
         finally:
             self._in_flush -= len(batch)
@@ -193,33 +249,61 @@ class LinkRouter:
                 if not w.done():
                     w.set_result(ok)
 
-    async def _send(self, owner: str, items: list[UrlItem]) -> bool:
+    async def _send(self, owner: str, items: list[UrlItem], marked: set[str] | None) -> bool:
+        """Deliver one owner's batch: True once accepted; False when given up or
+        abandoned, after undoing the seen marks this flush made for it."""
         self.batches_sent += 1
-        ok = await self._retrying(lambda: self._deliver(owner, items), f"delivery to {owner}")
-        if ok is None:
-            self.links_lost += len(items)
-            return False
-        self.novel += len(items)
-        return True
-
-    async def _retrying(self, call: Callable[[], Awaitable], what: str):
-        """At-least-once: retry a failed call with a short backoff; None after max_attempts."""
-        delay = 0.05
-        for attempt in range(1, self._max_attempts + 1):
+        delay, bugs, refusals, since = FIRST_BACKOFF_S, 0, 0, self._clock.now()
+        while not self._stop.is_set():
             try:
-                result = await call()
-                return True if result is None else result
+                await self._deliver(owner, items)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - remote failures of any kind are retried
+            except Exception as exc:  # noqa: BLE001 - classified: a refusal waits, a bug is bounded
                 self.batches_failed += 1
-                log.warning("%s failed (attempt %d/%d): %r", what, attempt, self._max_attempts, exc)
-                if attempt == self._max_attempts:
-                    log.error("%s gave up after %d attempts", what, attempt)
-                    return None
-                await self._clock.sleep(delay)
-                delay = min(2.0, delay * 2)
-        return None
+                if retry_later(exc):
+                    # The receiver cannot take it now (docs/invariants.md #13): wait, never give up.
+                    self.batches_refused += 1
+                    refusals += 1
+                    if refusals == 1:
+                        log.warning("delivery to %s refused (%r): retrying until it is taken", owner, exc)
+                else:
+                    bugs += 1
+                    log.error("delivery to %s failed (attempt %d/%d): %r", owner, bugs, self._max_attempts, exc,
+                              exc_info=exc)
+                    if bugs >= self._max_attempts:
+                        log.error("delivery to %s gave up after %d attempts", owner, bugs)
+                        self.links_lost += len(items)
+                        await self._unmark(items, marked)
+                        return False
+                await wait_event(self._clock, self._stop, delay)
+                delay = min(MAX_BACKOFF_S, delay * 2)
+                continue
+            if refusals:
+                waited = self._clock.now() - since
+                log.warning("delivery to %s taken after %d refusals (%.1f s)", owner, refusals, waited)
+            self.novel += len(items)
+            return True
+        self.links_unsent += len(items)
+        await self._unmark(items, marked)
+        return False
+
+    async def _unmark(self, items: list[UrlItem], marked: set[str] | None) -> None:
+        """Undo the seen marks this flush made for ``items`` (none is held by a shard), so
+        that another page's link to one of them is admitted again and the seen filter
+        counts no URL as admitted that no shard holds (crawler.session.ledger). Marks of a
+        flush whose seen check failed are unknown and stay (that flush bypassed the
+        filter: the ledger knows its count is not exact)."""
+        urls = [i.url for i in items if marked is not None and i.url in marked]
+        if not urls:
+            return
+        try:
+            self.marks_undone += await self._seen.forget(urls)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the seen service failed: counted, and the ledger will say
+            self.marks_kept += len(urls)
+            log.error("undoing %d seen marks failed (%r): they stay marked with no shard holding them", len(urls), exc)
 
     def stats(self) -> dict[str, int]:
         return {
@@ -229,6 +313,10 @@ class LinkRouter:
             "batches_sent": self.batches_sent,
             "batches_failed": self.batches_failed,
             "links_lost": self.links_lost,
+            "links_unsent": self.links_unsent,
+            "batches_refused": self.batches_refused,
+            "links_seen_marks_undone": self.marks_undone,
+            "links_seen_marks_kept": self.marks_kept,
             "links_seen_bypassed": self.seen_bypassed,
             "links_in_transit": self.pending(),
         }

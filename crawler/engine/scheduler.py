@@ -12,6 +12,11 @@ For each URL the frontier hands out (at most one per host, when the host is due)
    owners *before* the row goes to the :class:`~crawler.engine.outbox.Outbox` (a crash in
    between re-fetches the page and re-sends its links).
 
+An error while processing a URL is not a web outcome (docs/invariants.md #13): a page whose
+links a receiver refuses for now stays in flight, unacked, while the router asks again;
+any other error goes to :class:`~crawler.engine.internalerrors.InternalErrors` (a stop
+leaves the URL for the resume, "not now" defers it, a bug is counted and retried).
+
 Every wait is on the injected clock, so the whole loop is unit-tested with ``MockClock``
 and a fake transport (tests/unit/test_scheduler.py). The parts are wired by
 :func:`crawler.engine.assembly.build_shard`.
@@ -37,6 +42,7 @@ from crawler.frontier.urlitem import UrlItem
 from crawler.control.hostpolicy import PolicyChange, name_of
 from crawler.frontier.store import FrontierStore
 from crawler.freshness.news import NewsPolicy
+from crawler.engine.internalerrors import InternalErrors
 from crawler.engine.outbox import Outbox
 from crawler.engine.pipeline import Outcome, PagePipeline
 from crawler.policy.politeness import Politeness
@@ -44,10 +50,11 @@ from crawler.freshness.recrawl import conditional_headers
 from crawler.frontier.refreshfeed import RefreshFeed
 from crawler.freshness.sitemaps import SitemapReader
 from crawler.recovery.statelog import StateLog
-from crawler.robots import RobotsClient
+from crawler.robots import RobotsCache, RobotsClient
 from crawler.engine.linkrouter import LinkRouter
 from crawler.engine.status import ShardStatus
 from crawler.policy.hostbudget import HostBudget
+from crawler.policy.traprules import TrapRules
 from crawler.urls import origin
 
 log = logging.getLogger(__name__)
@@ -127,6 +134,23 @@ class SchedulerSettings:
     respect_robots: bool
 
 
+def vet_seeds(urls: Sequence[str], traps: TrapRules, robots: RobotsCache | None) -> list[str | None]:
+    """Why each seed would be refused by a shard, or None (POST /seeds, before the seen
+    check): ``robots`` when the shard's cached rules (``robots``; None when robots.txt is
+    not obeyed) disallow it, ``scope: <rule>`` when it breaks a trap rule (length, query
+    parameters, repeated segments)."""
+    out: list[str | None] = []
+    for url in urls:
+        rule = traps.check(url, 0)
+        if rule is not None:
+            out.append(f"scope: {rule}")
+        elif robots is not None and robots.allowed(url, origin(url)) is False:
+            out.append("robots: disallowed by robots.txt")
+        else:
+            out.append(None)
+    return out
+
+
 class ShardScheduler:
     """Runs one shard: see the module docstring for the order of the steps."""
 
@@ -188,6 +212,9 @@ class ShardScheduler:
         self._started = False
         self._gated = False  # the last dispatch found the gate shut
         self._robots_misses: dict[str, int] = {}  # origins whose robots.txt failed, in a row
+        self._errors = InternalErrors(  # what an error while processing a URL costs
+            shard_id, settings.attempts, retry=frontier.retry, counters=self.counters,
+            fail=lambda item, error: self._record(item, pipeline.outcome(item, "failed", error=error)))
 
     # -- input ----------------------------------------------------------------------
 
@@ -266,20 +293,8 @@ class ShardScheduler:
         self.pipeline.links.scope.add_seeds(urls)
 
     def vet_seeds(self, urls: Sequence[str]) -> list[str | None]:
-        """Why each seed would be refused here, or None (POST /seeds, before the seen
-        check): ``robots`` when this shard's cached rules disallow it, ``scope: <rule>``
-        when it breaks a trap rule (length, query parameters, repeated segments)."""
-        traps = self.pipeline.links.traps
-        out: list[str | None] = []
-        for url in urls:
-            rule = traps.check(url, 0)
-            if rule is not None:
-                out.append(f"scope: {rule}")
-            elif self.settings.respect_robots and self.robots.cache.allowed(url, origin(url)) is False:
-                out.append("robots: disallowed by robots.txt")
-            else:
-                out.append(None)
-        return out
+        """Why each seed would be refused here, or None (:func:`vet_seeds`)."""
+        return vet_seeds(urls, self.pipeline.links.traps, self.robots.cache if self.settings.respect_robots else None)
 
     def hold(self, seconds: float) -> None:
         """Start no request for ``seconds`` (after a resume: a host contacted just before
@@ -308,8 +323,9 @@ class ShardScheduler:
                 await journal
 
     def stop(self) -> None:
-        """Dispatch nothing more (in-flight fetches are cancelled by :meth:`close`)."""
+        """Dispatch and retry nothing more (in-flight work is cancelled by :meth:`close`)."""
         self._stopping = True
+        self.router.stop()
         self._wake.set()
 
     async def close(self, *, cancel_in_flight: bool = True) -> None:
@@ -320,7 +336,7 @@ class ShardScheduler:
                 t.cancel()
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        await self.router.flush()
+        await self.router.close()
         if self.regions is not None:
             await self.regions.close()
         try:
@@ -341,8 +357,8 @@ class ShardScheduler:
 
     def _idle_wait(self) -> float:
         wake = self.frontier.next_wakeup()
-        if wake is None or self._budget_spent:
-            return IDLE_WAIT_S
+        if wake is None or self._budget_spent or len(self._tasks) >= self.settings.max_in_flight:
+            return IDLE_WAIT_S  # all slots taken (pages waiting on a receiver): a task's end wakes the loop
         if self._gated:
             return GATE_RETRY_S
         return min(IDLE_WAIT_S, max(0.0, max(wake, self._hold.until) - self.clock.now()))
@@ -375,7 +391,8 @@ class ShardScheduler:
         try:
             if item.kind == "sitemap":  # one of our hosts' sitemaps: links, no row
                 assert self.sitemaps is not None
-                await self.sitemaps.read(item, self._fetch, self.frontier.push, self.router.submit)
+                await self.sitemaps.read(item, self._fetch, self.frontier.push,
+                                         lambda links: self.router.submit(links, bypass_seen=item.replay))
                 return
             if self.regions is not None and await self.regions.before_fetch(host, origin(item.url)):
                 # Timed from every region (the probes took the host's slot), or on its way
@@ -401,12 +418,9 @@ class ShardScheduler:
                 return
             await self._handle(item, await self._fetch(host, item.url, conditional_headers(item.prev)))
         except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a bug costs one URL, recorded, not the shard
-            log.exception("internal error processing %s", item.url)
-            self.counters["internal_errors"] += 1
-            if item.kind != "sitemap":  # a sitemap is not an admitted URL: no row
-                self._record(item, self.pipeline.outcome(item, "failed", error=f"internal error: {exc!r}"))
+            raise  # a stop: the URL stays claimed (or queued) and is fetched again on resume
+        except Exception as exc:  # noqa: BLE001 - sorted there: never the shard, never a silent loss
+            self._errors.cost(item, exc, stopping=self._stopping)
         finally:
             self.frontier.release(host)  # whatever happened (docs/invariants.md #4)
 
@@ -462,7 +476,8 @@ class ShardScheduler:
             error = res.error or (f"HTTP {res.status}" if res.status is not None else "no response")
             outcome = self.pipeline.outcome(item, final, res, error=error)
         if outcome.links:
-            # Acked (row written) only once its links reached their owners.
+            # Acked only once its links reached their owners: in flight (docs/invariants.md #4)
+            # however long a receiver refuses. False: given up (a bug) or a stop: InternalErrors.
             if not await self.router.submit(outcome.links, bypass_seen=item.replay):
                 raise DeliveryError(f"{len(outcome.links)} links could not be delivered to their shards")
         if self.news is not None:  # after delivery: the new URLs it yielded are counted
@@ -481,6 +496,7 @@ class ShardScheduler:
     def _record(self, item: UrlItem, outcome: Outcome) -> None:
         """Every fetch of a URL ends as exactly one row (docs/invariants.md #5)."""
         row = outcome.row
+        self._errors.settled(item.url)
         self.counters[row.outcome] += 1
         if item.kind == "refresh":
             self.counters["refresh_fetches"] += 1

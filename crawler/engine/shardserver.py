@@ -49,8 +49,9 @@ class ShardServices:
 
     ``seen``, ``content`` and ``lease_pages`` are the crawl-wide services (seen group,
     content index, page budget); ``deliver`` hands a batch of URLs to another shard's
-    :meth:`ShardServer.accept` and returns once that shard made it durable (it waits
-    for a shard that is restarting); ``forward`` passes an operator call on to the
+    :meth:`ShardServer.accept` and returns once that shard made it durable (a shard
+    restarting or refusing for now raises a crawler.errors.retry_later error: the link
+    router asks again, crawler.engine.linkrouter); ``forward`` passes an operator call on to the
     shard that owns a host now (regions).
     """
 

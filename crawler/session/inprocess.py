@@ -150,6 +150,10 @@ class LocalRuntime(ShardCalls):
         """The seen service of every shard's router (split by hash over the seen sets)."""
         return await self.seen_check(urls)
 
+    async def forget(self, urls: list[str]) -> int:
+        """The seen service's undo: marks of links a router could not deliver."""
+        return await self.seen_forget(urls)
+
     @staticmethod
     def _seen_shard(seen: SeenSet):
         async def call(hashes: list[int]) -> list[bool]:

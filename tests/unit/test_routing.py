@@ -1,13 +1,17 @@
 """LinkRouter on the mock clock: discovered links reach the shard that owns their host,
-once, in one batch per owner per flush; a failed delivery is retried with backoff and
-then counted lost; a batch whose seen check failed is delivered unfiltered; and the
-router counts as busy until the owner has accepted (what termination relies on)."""
+once, in one batch per owner per flush; a receiver that refuses for now is asked again
+for as long as the router runs, and a stop ends the retries at once; a delivery that
+fails with a bug is retried with backoff and then counted lost; a batch given up or
+abandoned has its seen marks undone; a batch whose seen check failed is delivered
+unfiltered; and the router counts as busy until the owner has accepted (what
+termination relies on)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from crawler.clock import MockClock
+from crawler.errors import FencedError
 from crawler.frontier.urlitem import UrlItem
 from crawler.engine.linkrouter import LinkRouter
 
@@ -17,10 +21,12 @@ FLUSH_S = 0.05
 class Seen:
     """The seen-URL service: first sight is novel; optionally fails its first calls."""
 
-    def __init__(self, known: tuple[str, ...] = (), fail: int = 0) -> None:
+    def __init__(self, known: tuple[str, ...] = (), fail: int = 0, forget_fails: bool = False) -> None:
         self.seen = set(known)
         self.fail = fail
+        self.forget_fails = forget_fails
         self.calls: list[list[str]] = []
+        self.forgotten: list[str] = []
 
     async def check_and_add(self, urls: list[str]) -> list[bool]:
         self.calls.append(list(urls))
@@ -34,15 +40,24 @@ class Seen:
             self.seen.add(u)
         return out
 
+    async def forget(self, urls: list[str]) -> int:
+        if self.forget_fails:
+            raise ConnectionError("seen shard down")
+        self.forgotten.extend(urls)
+        gone = self.seen & set(urls)
+        self.seen -= gone
+        return len(gone)
+
 
 class Owners:
     """The shards' accept calls: records what each owner accepted, and when."""
 
     def __init__(self, clock: MockClock, fail: int = 0, hold: asyncio.Event | None = None,
-                 down: set[str] = frozenset()) -> None:
+                 down: set[str] = frozenset(), error: type[Exception] = ConnectionError) -> None:
         self.clock = clock
         self.fail = fail  # the first ``fail`` calls raise
         self.down = down  # owners whose every call raises
+        self.error = error  # what they raise: a refusal (retried for ever) or a bug (bounded)
         self.hold = hold  # while set, accepting waits (a batch between shards)
         self.attempts: list[tuple[str, float]] = []
         self.accepted: dict[str, list[str]] = {}
@@ -52,10 +67,10 @@ class Owners:
         if self.hold is not None:
             await self.hold.wait()
         if owner in self.down:
-            raise ConnectionError(f"{owner} is down")
+            raise self.error(f"{owner} is down")
         if self.fail:
             self.fail -= 1
-            raise ConnectionError(f"{owner} restarting")
+            raise self.error(f"{owner} restarting")
         self.accepted.setdefault(owner, []).extend(i.url for i in items)
 
 
@@ -155,23 +170,79 @@ async def test_a_failed_delivery_is_retried_with_backoff_and_accepted_once() -> 
     assert (st["batches_failed"], st["links_lost"], st["links_novel"]) == (2, 0, 1)
 
 
-async def test_a_delivery_that_keeps_failing_is_given_up_and_its_links_counted_lost() -> None:
+async def test_a_delivery_that_keeps_failing_with_a_bug_is_given_up_and_its_marks_undone() -> None:
     clock = MockClock()
-    owners = Owners(clock, down={"shard-a"})
-    r = router(Seen(), owners, clock, max_attempts=3)
+    seen, owners = Seen(known=("http://a.test/old",)), Owners(clock, down={"shard-a"}, error=RuntimeError)
+    r = router(seen, owners, clock, max_attempts=3)
     lost = r.submit(items("http://a.test/1", "http://a.test/2"))
-    await clock.run_until(lost.done)
-    assert lost.result() is False
+    replayed = r.submit(items("http://a.test/old"), bypass_seen=True)
+    await clock.run_until(lambda: lost.done() and replayed.done())
+    assert lost.result() is False and replayed.result() is False
     assert [t for _, t in owners.attempts] == [FLUSH_S, FLUSH_S + 0.05, FLUSH_S + 0.15]  # max_attempts, then no more
     st = r.stats()
-    assert (st["links_lost"], st["links_novel"], st["batches_failed"]) == (2, 0, 3)
-    assert r.pending() == 0  # given up: no longer in transit, so the crawl can end (the ledger shows the loss)
+    assert (st["links_lost"], st["links_novel"], st["batches_failed"]) == (3, 0, 3)
+    assert r.pending() == 0  # given up: no longer in transit (the pages are not acked: tests/unit/test_delivery.py)
     assert owners.accepted == {}
+    # The marks this flush made are undone, so another page's link admits them again; a
+    # mark it did not make (a replayed link already seen) stays.
+    assert sorted(seen.forgotten) == ["http://a.test/1", "http://a.test/2"]
+    assert seen.seen == {"http://a.test/old"} and st["links_seen_marks_undone"] == 2
+
+
+async def test_a_receiver_that_refuses_for_now_is_asked_again_until_it_takes_the_batch() -> None:
+    """A fenced receiver (its driver silent) is "not now", never "lost": 30 s of
+    refusals, far past max_attempts, and the batch is delivered once it is taken."""
+    clock = MockClock()
+    seen, owners = Seen(), Owners(clock, down={"shard-a"}, error=FencedError)
+    r = router(seen, owners, clock, max_attempts=3)
+    done = r.submit(items("http://a.test/1", "http://b.test/1"))
+    await clock.run_until(lambda: clock.now() >= 30.0)
+    assert not done.done() and r.pending() == 2  # busy the whole time: the crawl cannot end
+    assert len(owners.attempts) > 10
+    gaps = [b - a for (o1, a), (o2, b) in zip(owners.attempts, owners.attempts[1:]) if o1 == o2 == "shard-a"]
+    assert max(gaps) == 2.0  # backoff doubles up to its cap, on the clock
+    owners.down = set()
+    await clock.run_until(done.done)
+    assert done.result() is True
+    assert owners.accepted == {"shard-b": ["http://b.test/1"], "shard-a": ["http://a.test/1"]}
+    st = r.stats()
+    assert st["links_lost"] == 0 and st["batches_refused"] == len(owners.attempts) - 2 and seen.forgotten == []
+
+
+async def test_a_stop_ends_the_retries_at_once_and_undoes_the_marks() -> None:
+    clock = MockClock()
+    seen, owners = Seen(), Owners(clock, down={"shard-a"}, error=FencedError)
+    r = router(seen, owners, clock)
+    waiting = r.submit(items("http://a.test/1"))
+    await clock.run_until(lambda: len(owners.attempts) == 3)
+    r.submit(items("http://a.test/2"))  # buffered, not yet seen-checked
+    r.stop()
+    closing = asyncio.ensure_future(r.close())
+    await clock.settle()
+    # No clock time passed: the stop did not wait for the backoff, nor for the timer.
+    assert closing.done() and waiting.done() and waiting.result() is False
+    assert clock.next_deadline() is None and r.pending() == 0
+    assert len(owners.attempts) == 3 and owners.accepted == {}
+    assert seen.forgotten == ["http://a.test/1"]  # the buffered link was never marked
+    assert r.stats()["links_unsent"] == 2
+    late = r.submit(items("http://a.test/3"))  # a page finishing after the stop
+    assert late.done() and late.result() is False and seen.calls == [["http://a.test/1"]]
+
+
+async def test_marks_that_cannot_be_undone_are_counted() -> None:
+    clock = MockClock()
+    seen, owners = Seen(forget_fails=True), Owners(clock, down={"shard-a"}, error=RuntimeError)
+    r = router(seen, owners, clock, max_attempts=1)
+    lost = r.submit(items("http://a.test/1"))
+    await clock.run_until(lost.done)
+    assert lost.result() is False
+    st = r.stats()
+    assert (st["links_lost"], st["links_seen_marks_undone"], st["links_seen_marks_kept"]) == (1, 0, 1)
 
 
 async def test_a_lost_delivery_costs_only_that_owners_links() -> None:
     clock = MockClock()
-    owners = Owners(clock, down={"shard-a"})
+    owners = Owners(clock, down={"shard-a"}, error=RuntimeError)
     r = router(Seen(), owners, clock, max_attempts=2)
     done = r.submit(items("http://a.test/1", "http://b.test/1", "http://b.test/2"))
     await clock.run_until(done.done)

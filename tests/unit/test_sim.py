@@ -73,12 +73,12 @@ def test_the_checker_catches_a_crawler_that_drops_a_delivery(monkeypatch):
     real_send = LinkRouter._send
     dropped: list[int] = []
 
-    async def lossy_send(self, owner, items):
+    async def lossy_send(self, owner, items, *rest):
         if not dropped and len(items) >= 3:
             dropped.append(len(items))
             self.batches_sent += 1
             return True  # "delivered"
-        return await real_send(self, owner, items)
+        return await real_send(self, owner, items, *rest)
 
     monkeypatch.setattr(LinkRouter, "_send", lossy_send)
     result = run_seed(0, plan=FaultPlan([]))
