@@ -42,6 +42,7 @@ __all__ = [
     "generation_name",
     "part_name",
     "part_seq",
+    "shard_part_order",
     "temp_name",
     "temp_target",
 ]
@@ -159,6 +160,23 @@ def part_seq(name: str, writer_id: str) -> int | None:
     if len(digits) < 6 or not digits.isdigit() or not digits.isascii():
         return None
     return int(digits)
+
+
+def shard_part_order(name: str, shard_id: str) -> tuple[int, int] | None:
+    """(generation, sequence) if ``name`` is a part written by any incarnation of
+    ``shard_id`` (``part-shard-000-g00000002-000007.parquet``; generation 0 for a part
+    written before generations existed), else None: the order the shard wrote them in."""
+    seq = part_seq(name, shard_id)
+    if seq is not None:
+        return 0, seq
+    prefix = f"part-{shard_id}-g"
+    if not name.startswith(prefix):
+        return None
+    gen, _, rest = name[len(prefix):].partition("-")
+    seq = part_seq(f"part-x-{rest}", "x")
+    if len(gen) != 8 or not gen.isdigit() or not gen.isascii() or seq is None:
+        return None
+    return int(gen), seq
 
 
 def temp_name(name: str) -> str:

@@ -57,7 +57,7 @@ from crawler.frontier.urlitem import UrlItem
 from crawler.frontier.store import FrontierStore
 from crawler.output import PAGES_SCHEMA, OutcomeRow, open_fs, read_pages
 from crawler.output.fs import list_names
-from crawler.output.layout import PAGES_DIR, part_seq
+from crawler.output.layout import PAGES_DIR, shard_part_order
 from crawler.recovery.statedir import RemoteDir, Restored, discard
 from crawler.recovery.statelog import StateLog
 
@@ -280,10 +280,10 @@ def events_path(store_path: str) -> str:
 
 
 def shard_parts(out: str, options: dict | None, shard_id: str) -> list[str]:
-    """Paths of the part files ``shard_id`` wrote (its writer id is the shard id), oldest first."""
+    """Paths of the part files ``shard_id`` wrote (every generation of it), oldest first."""
     fs, root = open_fs(out, options)
     pages = f"{root.rstrip('/')}/{PAGES_DIR}"
-    found = sorted((seq, name) for name in list_names(fs, pages) if (seq := part_seq(name, shard_id)) is not None)
+    found = sorted((key, name) for name in list_names(fs, pages) if (key := shard_part_order(name, shard_id)) is not None)
     return [f"{pages}/{name}" for _, name in found]
 
 

@@ -75,3 +75,4 @@ def copy_output(out: str, image: str) -> None:
     lease = os.path.join(image, "state", "lease.json")
     if os.path.exists(lease):
         os.remove(lease)
+    shutil.rmtree(os.path.join(image, "state", "epochs"), ignore_errors=True)  # the claims too

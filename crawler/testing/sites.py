@@ -245,7 +245,7 @@ def _near_duplicates(host: str, render: Callable[[Page], bytes], count: int = 5)
         chosen = [1000 + 37 * k for k in range(count)]
     else:
         chosen, fps = [], []
-        for n in range(1000, 1400):
+        for n in range(1000, 6000):  # usually a few dozen; a web's chrome can make it hundreds
             body = render(make(n)).decode()
             text = html.unescape(re.sub(r"<[^>]*>", " ", body[body.index("<body>"):]))
             fp = simhash64(text)
@@ -254,5 +254,7 @@ def _near_duplicates(host: str, render: Callable[[Page], bytes], count: int = 5)
                 fps.append(fp)
                 if len(chosen) == count:
                     break
+    if len(chosen) < count:  # the index links /v/1-count: a page missing would be a link to nothing
+        raise ValueError(f"found {len(chosen)} of {count} near-duplicate counters for {host}")
     return [Page(host, f"/v/{k}", links=(Link(None, "/"),), text_key="near-dup/v",
                  footer=f"Rendered on 2024-01-05. Page views: {n}") for k, n in enumerate(chosen, 1)]

@@ -178,8 +178,12 @@ def _unfinished_crawl(out: Path, damage: str) -> None:
 
 
 @pytest.mark.parametrize("module", ["jobs.cli", "jobs.crawl"])
-@pytest.mark.parametrize(("damage", "fragment"), [("record", "the crawl record is damaged"), ("store", "cannot resume")])
-def test_a_resume_refused_is_one_line_exit_2(tmp_path, module, damage, fragment):
+@pytest.mark.parametrize(("damage", "fragment", "fix"), [
+    ("record", "the crawl record is damaged", "--force"),
+    # A store that is not SQLite is rebuilt from the output's rows once removed: the fix named.
+    ("store", "is not a readable frontier store", "remove it"),
+])
+def test_a_resume_refused_is_one_line_exit_2(tmp_path, module, damage, fragment, fix):
     """Damaged state in OUT refuses the resume like any other refusal: one line naming
     the fix, exit status 2, nothing fetched, nothing changed but the lease."""
     out = tmp_path / "out"
@@ -193,6 +197,6 @@ def test_a_resume_refused_is_one_line_exit_2(tmp_path, module, damage, fragment)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0] and "--force" in lines[0], proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0] and fix in lines[0], proc.stderr
     assert not (out / "pages").exists()
     assert all(p.read_bytes() == data for p, data in before.items() if p.name != "crawl.json")

@@ -64,11 +64,10 @@ def test_200_seeds_pass(tmp_path):
     assert set(KINDS) <= set(summary["faults_injected"]), summary["faults_injected"]
 
 
-def test_the_checker_catches_a_crawler_that_drops_a_delivery(monkeypatch):
-    """The simulator is only as good as its checker: a router that acknowledges one batch
-    of links without delivering it (the defect class of issue 31) must be caught."""
+def _drop_one_batch(monkeypatch) -> list[int]:
+    """Make the link router acknowledge one batch of links without delivering it (the
+    defect class of issue 31); returns the list that records the batch's size."""
     from crawler.engine.linkrouter import LinkRouter
-    from crawler.testing.sim.nemesis import FaultPlan
 
     real_send = LinkRouter._send
     dropped: list[int] = []
@@ -81,6 +80,34 @@ def test_the_checker_catches_a_crawler_that_drops_a_delivery(monkeypatch):
         return await real_send(self, owner, items, *rest)
 
     monkeypatch.setattr(LinkRouter, "_send", lossy_send)
+    return dropped
+
+
+def test_the_checker_catches_a_crawler_that_drops_a_delivery(monkeypatch):
+    """The simulator is only as good as its checker: with the crawler's own ledger audit
+    blinded, a dropped batch ends a run that says "finished" with URLs that have no
+    outcome, and the checker must say so."""
+    from crawler.session import ledger, ledgeraudit
+    from crawler.testing.sim.nemesis import FaultPlan
+
+    dropped = _drop_one_batch(monkeypatch)
+
+    async def blind(*_args, **_kwargs):
+        return ledger.not_checked("bloom_only")
+
+    monkeypatch.setattr(ledgeraudit, "marks_at_stop", blind)
     result = run_seed(0, plan=FaultPlan([]))
     assert dropped and not result.ok
     assert any("ledger" in v or "no row" in v for v in result.violations), result.violations
+
+
+def test_a_dropped_delivery_fails_the_run_and_the_next_run_fetches_the_lost_urls(monkeypatch):
+    """The same defect with the audit on: the run that lost the batch exits 1 (its ledger
+    does not balance), and the run after it fetches what was lost; the checker agrees."""
+    from crawler.testing.sim.nemesis import FaultPlan
+
+    dropped = _drop_one_batch(monkeypatch)
+    result = run_seed(0, plan=FaultPlan([]))
+    assert dropped
+    assert result.runs[0].exit == 1, result.runs
+    assert result.runs[-1].exit == 0 and result.ok, result.violations

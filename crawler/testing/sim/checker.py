@@ -155,10 +155,11 @@ def _once(world: "World", rows: list[dict[str, Any]]) -> list[str]:
                 excused += len(group)
         # A process stopped while its request was open (a pause, a blocked loop) finds its
         # deadline passed when it runs again: the request timed out as far as it can
-        # tell, and it is retried -- in flight at a fault too.
+        # tell, and it is retried -- in flight at a fault too (sent before the stop, it
+        # may reach the server after it).
         for earlier, later in zip(reqs, reqs[1:]):
             if earlier.process == later.process and any(
-                    earlier.start <= t <= later.start for t in stops.get(earlier.process, ())):
+                    earlier.sent <= t <= later.start for t in stops.get(earlier.process, ())):
                 excused += 1
         if len(reqs) - excused > expected:
             who = ", ".join(f"{r.process}@{r.start:.2f}" for r in reqs)

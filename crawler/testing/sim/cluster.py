@@ -164,7 +164,7 @@ class Cluster:
         self.record("machine_lost", machine.name, "disk lost" if wipe_disk else "disk kept")
         machine.up = False
         for p in machine.processes:
-            p.kill()
+            p.kill(machine_lost=True)
         if wipe_disk:
             machine.wipe_disk()
         self._declare_dead_later(machine)

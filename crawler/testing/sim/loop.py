@@ -115,6 +115,17 @@ class SimLoop(asyncio.SelectorEventLoop):
         super().__init__(_JumpingSelector(clock, clock.now() + limit_s))
         self.mock_clock = clock
         self.set_default_executor(_NoThreads())
+        # A dead process's tasks wait forever on futures nobody else holds: without a
+        # strong reference the garbage collector would close them mid-simulation and run
+        # their ``finally`` blocks (a killed process releasing its lease). Held until done.
+        self._unfinished: set[asyncio.Task[Any]] = set()
+        self.set_task_factory(self._task)
+
+    def _task(self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, **kwargs)
+        self._unfinished.add(task)
+        task.add_done_callback(self._unfinished.discard)
+        return task
 
     def time(self) -> float:
         return self.mock_clock.now()
@@ -152,6 +163,7 @@ def _end(loop: SimLoop) -> None:
             except (SimDeadlock, RuntimeError):
                 pass  # nothing left that can run: drop it
         del pending
+        loop._unfinished.clear()
         asyncio.set_event_loop(None)
         loop.close()
         gc.collect()

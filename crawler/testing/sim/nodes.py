@@ -76,6 +76,7 @@ class Process:
         self._continued = asyncio.Event()
         self._continued.set()
         self._parked: list[Callable[[], Any]] = []
+        self._hangups: list[Callable[[], Any]] = []
         self._io_latency = io_latency
         self.clock = ProcessClock(clock, self, mono_origin)
         machine.processes.append(self)
@@ -108,11 +109,28 @@ class Process:
         for callback in parked:
             callback()
 
-    def kill(self) -> None:
-        """kill -9: the process never runs again."""
+    def kill(self, *, machine_lost: bool = False) -> None:
+        """kill -9: the process never runs again. Its kernel closes its connections (the
+        peers see them hang up: :meth:`on_hangup`) unless the whole machine went dark
+        (``machine_lost``: no kernel is left to say anything)."""
         self.state = "dead"
         self._parked = []
         self._continued.set()  # waiters wake, find it dead, and wait forever
+        hangups, self._hangups = self._hangups, []
+        if not machine_lost:
+            for callback in hangups:
+                callback()
+
+    def on_hangup(self, callback: Callable[[], Any]) -> Callable[[], None]:
+        """Call ``callback`` when this process dies and its connections close; returns
+        how to forget it (the connection ended first)."""
+        self._hangups.append(callback)
+
+        def forget() -> None:
+            if callback in self._hangups:
+                self._hangups.remove(callback)
+
+        return forget
 
     def fire(self, callback: Callable[[], Any]) -> None:
         """Run a timer callback of this process now, later (stopped) or never (dead)."""

@@ -8,8 +8,9 @@ it start and end and the process that sent it. The checker judges politeness, ro
 loopback server's log (tests/integration/checks.py).
 
 A stopped process sends nothing and reads its response only once it continues; a dead one
-never does; a partitioned machine still reaches the web (the partition is inside the
-cluster).
+never does, and the server sees it hang up (its kernel closed the connection) unless its
+machine went dark, when the server's request runs its course; a partitioned machine still
+reaches the web (the partition is inside the cluster).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class WebRequest:
     end: float | None
     status: int | None
     process: str
+    sent: float = 0.0  # when the process sent it (before the trip to the server)
 
 
 class _Response:
@@ -90,20 +92,31 @@ class SimWeb:
         if split is None:
             raise ConnectError(f"simulated web: cannot route {request.url!r}")
         host, path_qs = split
+        sent = self.clock.now()
         await self.clock.sleep(self._latency())  # the request on its way
-        rec = WebRequest(f"http://{host}{path_qs}", host, path_qs, self.clock.now(), None, None, process.name)
+        rec = WebRequest(f"http://{host}{path_qs}", host, path_qs, self.clock.now(), None, None, process.name, sent)
         self.log.append(rec)
         key = (host, path_qs)
         attempt = self._attempts[key] = self._attempts.get(key, 0) + 1
         reply = self.web.reply(host, path_qs, attempt=attempt,
                                accept_gzip="gzip" in request.headers.get("Accept-Encoding", ""))
         delay = reply.delay + self.slow_s
+
+        def hung_up() -> None:  # the client hung up (its task ended, or its process died): the server stops too
+            if rec.end is None:
+                rec.end, rec.status = self.clock.now(), 499
+
+        forget = process.on_hangup(hung_up)
         try:
             if delay:
                 await self.clock.sleep(delay)
         except BaseException:
-            rec.end, rec.status = self.clock.now(), 499  # the client hung up: the server stops too
+            hung_up()
             raise
+        finally:
+            forget()
+        if rec.end is not None:  # hung up while the server worked: nobody reads the answer
+            await process.alive()
         rec.end, rec.status = self.clock.now(), reply.status
         await self.clock.sleep(self._latency())  # the response on its way back
         await process.alive()  # read when the process runs again

@@ -80,3 +80,19 @@ def test_a_generation_goes_into_the_names_of_a_writers_files():
     for bad in (0, -1, 10**8, True, "3"):
         with pytest.raises(ValueError):
             generation_name("shard-000", bad)
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("part-shard-000-000007.parquet", (0, 7)),  # written before generations existed
+    ("part-shard-000-g00000002-000007.parquet", (2, 7)),
+    ("part-shard-000-g00000010-000000.parquet", (10, 0)),
+    ("part-shard-0001-g00000002-000007.parquet", None),  # another shard's
+    ("part-shard-000-g0002-000007.parquet", None),  # not eight digits
+    ("part-shard-000-g00000002-7.parquet", None),
+    ("part-shard-000-g00000002-000007.pack", None),
+    ("part-shard-000-gxxxxxxxx-000007.parquet", None),
+])
+def test_shard_part_order_reads_every_generation_of_one_shard(name, expected):
+    from crawler.output.layout import shard_part_order
+
+    assert shard_part_order(name, "shard-000") == expected
