@@ -255,8 +255,11 @@ class RayRuntime(ShardCalls):
 
     async def ship_state(self) -> None:
         wall = time.time()
+        from actors.serviceactors import call_service
+
         actors = [a for a in (*self.seen_actors, self.content_actor, self.budget_actor) if a is not None]
-        await asyncio.gather(*(a.ship.remote(wall) for a in actors))
+        # Each actor's ship is idempotent: one restarting is waited for, not a failed stop.
+        await asyncio.gather(*(call_service(lambda a=a: a.ship.remote(wall), "copying a service's state") for a in actors))
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
         return await self._seen.check_and_add(urls)
@@ -265,10 +268,16 @@ class RayRuntime(ShardCalls):
         return await self._seen.forget(urls)
 
     async def seen_keys(self, index: int, after: int | None, limit: int) -> list[int]:
-        return await self.seen_actors[index].key_page.remote(after, limit)
+        from actors.serviceactors import call_service
+
+        actor = self.seen_actors[index]  # a page read, safe to ask again of a restarted actor
+        return await call_service(lambda: actor.key_page.remote(after, limit), f"seen shard {index}")
 
     async def seen_forget_keys(self, index: int, keys: list[int]) -> int:
-        return await self.seen_actors[index].forget_hashes.remote(keys)
+        from actors.serviceactors import call_service
+
+        actor = self.seen_actors[index]  # forgetting twice forgets nothing more
+        return await call_service(lambda: actor.forget_hashes.remote(keys), f"seen shard {index}")
 
     def _shard_ids(self) -> list[str]:
         return list(self.shards)

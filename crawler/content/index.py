@@ -44,6 +44,7 @@ import numpy as np
 
 from crawler.content.fingerprints import check_simhash_params
 from crawler.errors import ConfigError, DamagedStateError, StorageError
+from crawler.output.fs import write_local_atomic
 from crawler.content.sortedruns import SortedRuns
 from crawler.recovery.stamps import FIX, check
 from crawler.urls import url_hash
@@ -223,13 +224,7 @@ class ContentShard:
 
     @staticmethod
     def _rewrite(path: str, data: bytes) -> None:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_local_atomic(path, data)
 
     def call(self, req: ShardRequest) -> ShardReply:
         """Apply the request's additions, then answer its lookups."""

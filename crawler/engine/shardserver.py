@@ -122,7 +122,9 @@ class ShardServer:
         opened = (state.open_shard(cfg, shard_id, state_dir, clock, crawl_id, run_blocking, sleep=restore_sleep)
                   if state_dir else None)
         self.fence = build_fence(cfg, epoch, clock)
-        self.watchdog = ShardWatchdog(clock, cfg.runtime.driver_timeout_s, self.fence, self, name=shard_id)
+        restored = opened.restored if opened else None
+        self.watchdog = ShardWatchdog(clock, cfg.runtime.driver_timeout_s, self.fence, self, name=shard_id,
+                                      incarnation=restored.incarnation if restored is not None else None)
         self.topology = Topology.of(shard_ids, cfg.runtime.regions, cfg.placement.default_region)
         self.shard = build_shard(
             cfg,

@@ -18,20 +18,12 @@ from crawler.clock import Clock
 from crawler.config.settings import CrawlConfig
 from crawler.content.index import ContentIndexGroup, ContentShard, ShardReply, ShardRequest
 from crawler.errors import DamagedStateError, ForeignStateError
+from crawler.output.fs import write_local_atomic
 from crawler.recovery import stamps
 
 log = logging.getLogger(__name__)
 
 
-def save_snapshot(path: str, data: bytes) -> None:
-    """Write a snapshot atomically (temp file, fsync, rename)."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class BudgetPool:
@@ -95,7 +87,7 @@ class BudgetPool:
         data: dict[str, Any] = {"granted": self.granted}
         if self.identity is not None:
             data[stamps.STAMP_KEY] = self.identity
-        save_snapshot(self.path, json.dumps(data).encode())
+        write_local_atomic(self.path, json.dumps(data).encode())
 
     def lease(self, n: int) -> int:
         """Take up to ``n`` pages; 0 once the budget is spent."""

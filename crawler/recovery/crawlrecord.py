@@ -52,11 +52,18 @@ def crawl_state_dir(cfg: CrawlConfig) -> str:
 
 def load_record(cfg: CrawlConfig) -> CrawlRecord | None:
     fs, path = _record_path(cfg)
-    if not fs.exists(path):
+
+    def read() -> bytes | None:
+        try:
+            return fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+
+    raw = retried(read, f"reading {path}")  # a passing failure of the store is not a refusal
+    if raw is None:
         return None
     try:
-        with fs.open(path, "r") as f:
-            data = json.load(f)
+        data = json.loads(raw)
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         return CrawlRecord(**{k: v for k, v in data.items() if k in CrawlRecord.__dataclass_fields__})

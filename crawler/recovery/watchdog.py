@@ -21,6 +21,8 @@ import logging
 from typing import Protocol
 
 from crawler.clock import Clock
+from crawler.errors import StorageError
+from crawler.recovery.incarnation import Incarnation
 from crawler.recovery.lease import Fence
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,11 @@ class ShardWatchdog:
         hooks: what to do on silence, on lease loss, and on every tick.
         name: the shard's id, for the log.
         interval_s: seconds between two looks.
+        incarnation: this shard's generation claim (a remote output), or None. After a
+            silence the gate reopens only once it was read again too: calls parked
+            while this process was stopped or cut off arrive when it runs again and say
+            nothing of how long ago they were sent, and meanwhile the cluster may have
+            started a successor (a zombie must not fetch beside it: docs/invariants.md #15).
     """
 
     def __init__(
@@ -65,6 +72,7 @@ class ShardWatchdog:
         *,
         name: str = "shard",
         interval_s: float = WATCH_INTERVAL_S,
+        incarnation: Incarnation | None = None,
     ) -> None:
         self._clock = clock
         self.driver_timeout_s = driver_timeout_s
@@ -74,13 +82,17 @@ class ShardWatchdog:
         self._interval = interval_s
         self._last_contact = clock.now()
         self._stopped = False
+        self.incarnation = incarnation
+        self._generation_unread = False
 
     def contact(self) -> None:
         """The driver was heard from (a heartbeat, a status poll, a start). After a
         silence the gate reopens only once the epochs are read again: a driver that was
         stopped while a newer run took over must not wake its shards for one more fetch."""
-        if self.silent() and self.fence is not None:
-            self.fence.recheck()
+        if self.silent():
+            if self.fence is not None:
+                self.fence.recheck()
+            self._generation_unread = self.incarnation is not None
         self._last_contact = self._clock.now()
 
     def silent(self) -> bool:
@@ -91,6 +103,15 @@ class ShardWatchdog:
         """The shard's gate: fetch and accept only while the driver is heard from and the
         lease is ours."""
         if self.silent():
+            return False
+        if self._generation_unread and self.incarnation is not None:
+            try:
+                if not self.incarnation.ok(fresh=True):  # one GET, once per silence
+                    return False
+            except StorageError:
+                return False  # the store cannot tell now: asked again at the next look
+            self._generation_unread = False
+        if self.incarnation is not None and self.incarnation.fenced:
             return False
         return self.fence is None or self.fence.ok()
 

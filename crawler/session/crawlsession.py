@@ -264,7 +264,7 @@ class CrawlSession:
         if self.fenced is None and is_remote(self.cfg.output.path):
             try:
                 await self.runtime.ship_state()
-            except (StorageError, OSError) as exc:
+            except (StorageError, OSError, ServiceUnavailableError) as exc:
                 # The copies in OUT are caches of the services' state (docs/invariants.md
                 # #11): an older copy costs duplicate deliveries the stores refuse, never a
                 # URL. The stop goes on; the ledger still judges the run.

@@ -45,6 +45,20 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return base
 
 
+def web_limits(web: Any) -> dict[str, Any]:
+    """The ``limits`` section that crawls a synthetic web completely."""
+    return {
+        # Generous: a crawler records the depth at which it *first* discovers a URL,
+        # which can be far above the shortest path (test profile: 7 by BFS, up to 11
+        # in random order, 32 depth-first). Traps stay bounded by the per-host budget.
+        "max_depth": max(32, 4 * web.required_depth()),
+        "max_pages_per_host": web.max_pages_on_host() + 6,
+        "max_body_bytes": web.profile.max_body_bytes,
+        "max_path_repeats": 3,
+        "max_query_params": 4,
+    }
+
+
 def crawl_config_for(server: WebServer, **overrides: Any) -> dict[str, Any]:
     """A YAML-shaped crawl config (crawler.config.settings keys) for crawling ``server``'s web.
 
@@ -62,16 +76,7 @@ def crawl_config_for(server: WebServer, **overrides: Any) -> dict[str, Any]:
         "scope": "any",
         "user_agent": USER_AGENT,
         "urls": {"follow_rel_nofollow": False},
-        "limits": {
-            # Generous: a crawler records the depth at which it *first* discovers a URL,
-            # which can be far above the shortest path (test profile: 7 by BFS, up to 11
-            # in random order, 32 depth-first). Traps stay bounded by the per-host budget.
-            "max_depth": max(32, 4 * web.required_depth()),
-            "max_pages_per_host": web.max_pages_on_host() + 6,
-            "max_body_bytes": prof.max_body_bytes,
-            "max_path_repeats": 3,
-            "max_query_params": 4,
-        },
+        "limits": web_limits(web),
         "politeness": {
             "interval_s": prof.interval,
             # Test-sized backoff: the 503/429 hosts must not dominate an e2e test.

@@ -33,6 +33,19 @@ def test_regression_seed_passes(name):
     assert set(case.plan.kinds()) <= set(result.faults), (case.plan.kinds(), result.faults)
 
 
+def test_every_regression_failed_before_its_fix_as_the_results_file_says():
+    """benchmarks/results/simulate_regressions.json (python -m benchmarks.simulate_regressions
+    --before <old checkout>) holds each regression's run on the code before the fixes: it
+    failed there, with the line kept beside it, and passed on the code that wrote the file."""
+    with open(os.path.join(ROOT, "benchmarks", "results", "simulate_regressions.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    before, after = results["before"]["regressions"], results["after"]["regressions"]
+    assert set(before) == set(after) == set(REGRESSIONS)
+    for name, case in REGRESSIONS.items():
+        assert not before[name]["ok"] and after[name]["ok"], name
+        assert before[name]["violations"][0].startswith(case.before.rstrip(".")), (name, before[name]["violations"][0])
+
+
 def test_a_seed_replays_exactly_whatever_the_hash_seed():
     """A failing seed must reproduce from its number alone: same requests, same times,
     same processes, with any PYTHONHASHSEED."""

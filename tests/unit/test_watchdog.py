@@ -149,3 +149,51 @@ def test_a_lease_nobody_renews_does_not_fence_a_shard_whatever_its_clock_says(tm
         await clock.run_until(task.done)
 
     asyncio.run(main())
+
+
+class _Generation:
+    """Stands in for crawler.recovery.incarnation.Incarnation: a successor claims the next
+    generation at ``successor_at``; reads may fail."""
+
+    def __init__(self, clock: MockClock, successor_at: float | None, failing: int = 0) -> None:
+        self.clock, self.successor_at, self.failing = clock, successor_at, failing
+        self.reads = 0
+        self.fenced = False
+
+    def ok(self, fresh: bool = False) -> bool:
+        from crawler.errors import StorageError
+
+        self.reads += 1
+        if self.failing:
+            self.failing -= 1
+            raise StorageError("store down")
+        if self.successor_at is not None and self.clock.now() >= self.successor_at:
+            self.fenced = True
+        return not self.fenced
+
+
+def test_calls_parked_during_a_stop_do_not_reopen_the_gate_beside_a_successor():
+    """A shard stopped (or cut off) for a while gets the calls parked meanwhile when it
+    runs again; they say nothing of how old they are. The gate reopens only once the
+    shard's generation was read again, and stays shut if a successor claimed the next."""
+    clock = MockClock()
+    gen = _Generation(clock, successor_at=5.0)
+    dog = ShardWatchdog(clock, TIMEOUT, None, Hooks(clock), incarnation=gen)
+    assert dog.may_work() and gen.reads == 0  # no read while the driver is heard from
+    clock.advance(20.0)  # stopped; meanwhile the cluster started a successor
+    assert not dog.may_work()
+    dog.contact()  # a heartbeat parked during the stop
+    assert not dog.may_work() and gen.fenced
+    dog.contact()
+    assert not dog.may_work()
+
+
+def test_after_a_silence_the_gate_reopens_once_the_generation_reads_ours():
+    clock = MockClock()
+    gen = _Generation(clock, successor_at=None, failing=1)
+    dog = ShardWatchdog(clock, TIMEOUT, None, Hooks(clock), incarnation=gen)
+    clock.advance(3.0)
+    dog.contact()
+    assert not dog.may_work()  # the store could not tell: shut, asked again next time
+    assert dog.may_work() and gen.reads == 2
+    assert dog.may_work() and gen.reads == 2  # one read per silence, not per fetch

@@ -238,13 +238,14 @@ def _host_limits(world: "World") -> list[str]:
 def _snapshots(world: "World") -> list[str]:
     from crawler.recovery.statelog import parse_piece
 
-    seen: dict[tuple[str, int, int], int] = {}
+    seen: dict[tuple[str, int, int], set[str]] = {}
     for _at, key in world.store.puts:
         piece = parse_piece(key)
         if piece is None or piece.kind != "snap":
             continue
         shard = key.split("/")[-2]
-        mark = (shard, piece.gen, piece.last)
-        seen[mark] = seen.get(mark, 0) + 1
-    return _limit("snapshot", [f"{shard}: {n} snapshots of generation {gen} at change {seq} (nothing changed)"
-                               for (shard, gen, seq), n in sorted(seen.items()) if n > 1])
+        # Objects, not PUTs: a PUT reported failed (it may have landed) is tried again
+        # under the same name.
+        seen.setdefault((shard, piece.gen, piece.last), set()).add(key)
+    return _limit("snapshot", [f"{shard}: {len(keys)} snapshots of generation {gen} at change {seq} (nothing changed)"
+                               for (shard, gen, seq), keys in sorted(seen.items()) if len(keys) > 1])

@@ -144,8 +144,8 @@ class Cluster:
     def crash(self, actor: SimActor) -> None:
         """The actor's process dies (kill -9); Ray restarts it on the same machine."""
         inc = actor.current
-        if inc is None:
-            return
+        if inc is None or inc.process.state == "dead":
+            return  # died with its machine: nothing left to crash, the cluster has yet to notice
         self.record("crash", actor.name, inc.process.name)
         inc.process.kill()
         actor.lose_current()
@@ -194,7 +194,12 @@ class Cluster:
 
     def _declare_dead_later(self, machine: Machine) -> None:
         def declare() -> None:
-            if machine.up and not machine.partitioned:
+            # A machine back up in time after a power loss is a new node all the same:
+            # its processes died with it, and the cluster restarts their actors (Ray: the
+            # old raylet's death is noticed, the node registers anew).
+            rebooted = [a for a in self.actors if a.current is not None and not a.dead
+                        and a.current.process.machine is machine and a.current.process.state == "dead"]
+            if machine.up and not machine.partitioned and not rebooted:
                 return  # it came back in time
             self.record("declared_dead", machine.name)
             for actor in self.actors:

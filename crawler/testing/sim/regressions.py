@@ -35,34 +35,45 @@ def _plan(*faults: Fault) -> FaultPlan:
 
 REGRESSIONS: dict[str, Regression] = {
     "driver_pause_refused_deliveries": Regression(
-        "a driver paused past driver_timeout_s: deliveries refused, pages acked as internal-error rows, links dropped",
-        1, TWO_SHARDS, _plan(Fault("driver_stall", 3.0, 16.0)), ""),
+        "a driver paused past driver_timeout_s: the shards' dispatch loops spin on the shut gate; behind that, "
+        "deliveries refused and pages acked as internal-error rows",
+        1, TWO_SHARDS, _plan(Fault("driver_stall", 3.0, 16.0)),
+        "the simulation stopped: no simulated time passed in 200000 loop iterations at t=3.980"),
     "driver_killed_during_pause": Regression(
-        "the driver killed during a pause and the job resubmitted: URLs lost, the resume ends finished, exit 0",
+        "the driver killed during a pause and the job resubmitted: the shards spin on the shut gate; behind that, "
+        "URLs lost and the resume ends finished, exit 0",
         1, TWO_SHARDS,
-        _plan(Fault("driver_kill", 3.0, 0.0, (("resubmit_after", 30.0), ("stalled_first", True)))), ""),
+        _plan(Fault("driver_kill", 3.0, 0.0, (("resubmit_after", 30.0), ("stalled_first", True)))),
+        "the simulation stopped: no simulated time passed in 200000 loop iterations at t=3.980"),
     "zombie_incarnation": Regression(
-        "a partitioned shard declared dead comes back and writes beside its successor",
-        1, ONE_SHARD, _plan(Fault("partition", 4.0, 30.0, (("machine", 0),))), ""),
+        "a shard's machine cut off from the cluster: the zombie spins on its shut gate while its successor works",
+        1, ONE_SHARD, _plan(Fault("partition", 4.0, 30.0, (("machine", 0),))),
+        "the simulation stopped: no simulated time passed in 200000 loop iterations at t=5.897"),
     "restore_misses_a_segment": Regression(
         "a listing that misses a middle object during a restart: a silent partial restore",
         2, TWO_SHARDS,
         _plan(Fault("store_list", 2.0, 60.0, (("list_lag_s", 0.0), ("list_drop", 0.6), ("list_shuffle", False))),
-              Fault("shard_crash", 6.0, 0.0, (("shard", 0),))), ""),
+              Fault("shard_crash", 6.0, 0.0, (("shard", 0),))),
+        "run 1: exit 0 with an unbalanced ledger: admitted 390 != rows 240 + dropped 138 + queued 0: +12 URLs unacco..."),
     "clock_skew": Regression(
         "machines' wall clocks up to a minute apart: a healthy shard fenced for good",
-        1, TWO_SHARDS, _plan(Fault("clock_skew", 0.0, 0.0, (("max_offset_s", 60.0), ("max_drift", 1e-4)))), ""),
+        1, TWO_SHARDS, _plan(Fault("clock_skew", 0.0, 0.0, (("max_offset_s", 60.0), ("max_drift", 1e-4)))),
+        "the crawl never finished (12 runs; last run 12: exit 1, ServiceUnavailableError: 2 seeds could not be queue..."),
     "budget_refunded_after_node_loss": Regression(
         "a node lost with its disk: host budgets and trap cuts refunded, trap hosts crawled past their limit",
-        1, ONE_SHARD, _plan(Fault("machine_loss", 8.0, 40.0, (("machine", 0), ("wipe_disk", True)))), ""),
-    "loop_blocked_past_the_lease": Regression(
-        "a shard's loop blocked longer than the lease: fenced by time, rows lost",
-        1, TWO_SHARDS, _plan(Fault("loop_block", 4.0, 40.0, (("shard", 0),))), ""),
+        1, ONE_SHARD, _plan(Fault("machine_loss", 8.0, 40.0, (("machine", 0), ("wipe_disk", True)))),
+        "trap-calendar.web.test: 34 pages fetched, limits.max_pages_per_host is 19"),
+    "idle_snapshots_while_a_loop_is_blocked": Regression(
+        "a shard's loop blocked for 90 s: the other shard, idle, writes the same unchanged state to OUT again",
+        1, TWO_SHARDS, _plan(Fault("loop_block", 4.0, 90.0, (("shard", 0),))),
+        "shard-001: 2 snapshots of generation 1 at change 50 (nothing changed)"),
     "late_listing_ledger": Regression(
         "an object store that lists late: the ledger miscounts, the run still exits 0 and marks the crawl finished",
         1, TWO_SHARDS,
-        _plan(Fault("store_list", 2.0, 60.0, (("list_lag_s", 5.0), ("list_drop", 0.0), ("list_shuffle", True)))), ""),
+        _plan(Fault("store_list", 2.0, 60.0, (("list_lag_s", 5.0), ("list_drop", 0.0), ("list_shuffle", True)))),
+        "run 1: exit 0 with an unbalanced ledger: admitted 340 != rows 168 + dropped 112 + queued 0: +60 URLs unacco..."),
     "store_write_failures": Regression(
         "object-store PUTs failing while a run starts and stops: the lease and the state copies end the run with a traceback",
-        1, TWO_SHARDS, _plan(Fault("store_put", 0.5, 30.0, (("put_fail", 0.5), ("put_unknown", 0.2)))), ""),
+        1, TWO_SHARDS, _plan(Fault("store_put", 0.5, 30.0, (("put_fail", 0.5), ("put_unknown", 0.2)))),
+        "the simulation stopped: simulated time passed 14400s"),
 }

@@ -235,7 +235,8 @@ class SimRuntime(ShardCalls):
 
     async def ship_state(self) -> None:
         wall = self.driver.clock.wall()
-        await asyncio.gather(*(self.cluster.call(self.driver, a, "ship", wall)
+        c, clock = self.cluster, self.driver.clock
+        await asyncio.gather(*(c.patient(clock, lambda a=a: c.call(self.driver, a, "ship", wall))
                                for a in (*self.seen_actors, self.content, self.budget) if a is not None))
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
@@ -247,10 +248,12 @@ class SimRuntime(ShardCalls):
         return await self._seen.forget(urls)
 
     async def seen_keys(self, index: int, after: int | None, limit: int) -> list[int]:
-        return await self.cluster.call(self.driver, self.seen_actors[index], "key_page", after, limit)
+        c, actor = self.cluster, self.seen_actors[index]
+        return await c.patient(self.driver.clock, lambda: c.call(self.driver, actor, "key_page", after, limit))
 
     async def seen_forget_keys(self, index: int, keys: list[int]) -> int:
-        return await self.cluster.call(self.driver, self.seen_actors[index], "forget_hashes", keys)
+        c, actor = self.cluster, self.seen_actors[index]
+        return await c.patient(self.driver.clock, lambda: c.call(self.driver, actor, "forget_hashes", keys))
 
     def _shard_ids(self) -> list[str]:
         return list(self.shards)

@@ -42,6 +42,7 @@ from crawler.testing.sim.nodes import Machine, Process
 from crawler.testing.sim.objectstore import SimStore, StoreFaults
 from crawler.testing.sim.services import SimRuntime
 from crawler.testing.sim.web import SimWeb
+from crawler.testing.fixtures import web_limits
 from crawler.testing.web import USER_AGENT, SyntheticWeb
 
 log = logging.getLogger(__name__)
@@ -112,13 +113,7 @@ def crawl_config(web: SyntheticWeb, out: str) -> dict[str, Any]:
         "scope": "any",
         "user_agent": USER_AGENT,
         "urls": {"follow_rel_nofollow": False},
-        "limits": {
-            "max_depth": max(32, 4 * web.required_depth()),
-            "max_pages_per_host": web.max_pages_on_host() + 6,
-            "max_body_bytes": prof.max_body_bytes,
-            "max_path_repeats": 3,
-            "max_query_params": 4,
-        },
+        "limits": web_limits(web),
         "politeness": {"interval_s": 0.25, "max_interval_s": 2.0},
         "fetch": {"timeout_s": prof.fetch_timeout, "connect_timeout_s": prof.fetch_timeout, "attempts": 3,
                   "backoff_s": 1.0, "max_backoff_s": 2.0},
