@@ -3,6 +3,7 @@
     python -m benchmarks.simulate --seeds 10000            # seeds 0..9999, a results file
     python -m benchmarks.simulate --seed 1234 --trace      # one seed again, with its trace
     python -m benchmarks.simulate --seeds 200 --from 5000  # seeds 5000..5199
+    python -m benchmarks.simulate --merge a.json b.json    # sweeps run in parts, one file
 
 Each seed is a whole crawl on simulated time with the faults its seed draws, judged by
 the checker. The sweep runs seeds in ``--workers`` processes (default: the machine's
@@ -75,6 +76,44 @@ def summarize(results: list[dict[str, Any]], wall_s: float, workers: int) -> dic
     }
 
 
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One summary of sweeps run in parts (consecutive seed ranges, one after the other)."""
+    parts = sorted(parts, key=lambda p: p["first_seed"])
+    for a, b in zip(parts, parts[1:]):
+        if a["first_seed"] + a["seeds_run"] != b["first_seed"]:
+            raise ValueError(f"the parts do not follow each other: seeds {a['first_seed']}+{a['seeds_run']}, then {b['first_seed']}")
+    seeds = sum(p["seeds_run"] for p in parts)
+    wall = sum(p["wall_s"] for p in parts)
+    faults: Counter[str] = Counter()
+    for p in parts:
+        faults.update(p["faults_injected"])
+    return {
+        "seeds_run": seeds,
+        "first_seed": parts[0]["first_seed"],
+        "workers": parts[0]["workers"],
+        "parts": len(parts),
+        "failures": sum(p["failures"] for p in parts),
+        "failing_seeds": [f for p in parts for f in p["failing_seeds"]],
+        "faults_injected": dict(sorted(faults.items())),
+        "seeds_without_faults": sum(p["seeds_without_faults"] for p in parts),
+        "wall_s": round(wall, 1),
+        "seeds_per_s": round(seeds / wall, 2) if wall else None,
+        "cpu_s_per_seed": {
+            "mean": round(sum(p["cpu_s_per_seed"]["mean"] * p["seeds_run"] for p in parts) / seeds, 3),
+            "max": max(p["cpu_s_per_seed"]["max"] for p in parts),
+        },
+        "sim_s_per_seed_mean": round(sum(p["sim_s_per_seed_mean"] * p["seeds_run"] for p in parts) / seeds, 1),
+        "runs_per_seed_mean": round(sum(p["runs_per_seed_mean"] * p["seeds_run"] for p in parts) / seeds, 2),
+    }
+
+
+def _write(summary: dict[str, Any], out: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+        f.write("\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.simulate", description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=200, help="how many seeds (default 200)")
@@ -83,7 +122,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", action="store_true", help="with --seed: print the cluster's events")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--out", default=RESULTS, help="results file (default benchmarks/results/simulate.json)")
+    p.add_argument("--merge", nargs="+", metavar="FILE", help="write one results file of these parts of a sweep")
     args = p.parse_args(argv)
+    if args.merge:
+        parts = []
+        for path in args.merge:
+            with open(path, encoding="utf-8") as f:
+                parts.append(json.load(f))
+        summary = merge(parts)
+        _write(summary, args.out)
+        print(f"{summary['seeds_run']} seeds in {summary['parts']} parts, {summary['failures']} failed; results: {args.out}")
+        return 0 if not summary["failures"] else 1
     if args.seeds < 1 or args.workers < 1 or args.first < 0:
         print("error: --seeds and --workers must be >= 1 and --from >= 0", file=sys.stderr)
         return 2
@@ -111,10 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     results = sweep(seeds, args.workers)
     summary = summarize(results, time.monotonic() - start, args.workers)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=1)
-        f.write("\n")
+    _write(summary, args.out)
     print(f"{summary['seeds_run']} seeds, {summary['failures']} failed, {summary['wall_s']} s "
           f"({summary['seeds_per_s']} seeds/s); faults: {summary['faults_injected']}")
     for r in summary["failing_seeds"][:20]:

@@ -120,7 +120,7 @@ class StateLog:
         self._run_blocking = run_blocking
         self._fence = fence
         self._snapped = snapped
-        self._tried: tuple[int, float] | None = None  # (seq, wall) of the last snapshot tried
+        self._tried: tuple[int, int, float] | None = None  # (seq, anchor, wall) of the last snapshot tried
         self._buf: list[Record] = []
         self._buf_first = 1
         self._cut: _Segment | None = None  # taken from the buffer, not yet written: written again as is
@@ -292,10 +292,17 @@ class StateLog:
         with tempfile.TemporaryDirectory(prefix="raycrawl-snap-") as tmp:
             local = os.path.join(tmp, "store.sqlite")
             seq = await self._run_blocking(backup_at, local)
-            if self._tried is not None and self._tried[0] == seq:
-                wall = self._tried[1]  # the same state again after a failed PUT (which may have landed): the same name
-            self._tried = (seq, wall)
             anchor = self._segment_start(seq)
+            if self._tried is not None and self._tried[0] == seq:
+                # The same state again after a PUT that failed (and may have landed): the
+                # same name. The lower anchor is the safe one: a restart replays from it
+                # and skips what the snapshot holds.
+                _, tried_anchor, wall = self._tried
+                if tried_anchor > anchor:
+                    wall = self._clock.wall()  # would name less than it needs: a new name
+                else:
+                    anchor = tried_anchor
+            self._tried = (seq, anchor, wall)
             if events is not None:
                 pending = os.path.join(tmp, "events.sqlite")
                 await self._run_blocking(events, pending)

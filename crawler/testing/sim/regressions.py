@@ -76,4 +76,32 @@ REGRESSIONS: dict[str, Regression] = {
         "object-store PUTs failing while a run starts and stops: the lease and the state copies end the run with a traceback",
         1, TWO_SHARDS, _plan(Fault("store_put", 0.5, 30.0, (("put_fail", 0.5), ("put_unknown", 0.2)))),
         "the simulation stopped: simulated time passed 14400s"),
+    # Found by the simulator's sweeps (seeds 237, 664, 1839, 470 of the first 2,000).
+    "zombie_gate_reopened_by_parked_calls": Regression(
+        "a shard's loop blocked, then its machine cut off and a successor started: the calls parked during "
+        "the block reopened the zombie's gate and it fetched beside its successor (on the old code the shut "
+        "gate's spin comes first)",
+        237, Shape(hosts=6, shards=1, seen_shards=1, workers=3),
+        _plan(Fault("loop_block", 4.543, 24.15, (("shard", 6),)), Fault("store_get", 7.334, 16.72, (("get_fail", 0.13),)),
+              Fault("partition", 9.995, 42.97, (("machine", 6),))),
+        "the simulation stopped: no simulated time passed in 200000 loop iterations at t=30.073"),
+    "crawl_record_get_failure": Regression(
+        "a passing GET failure while a run starts: the lease and the crawl record read without a retry, a traceback",
+        664, Shape(hosts=6, shards=3, seen_shards=1, workers=3),
+        _plan(Fault("shard_crash", 0.555, 0.0, (("shard", 1),)), Fault("partition", 0.744, 40.73, (("machine", 7),)),
+              Fault("store_get", 9.044, 27.9, (("get_fail", 0.28),))),
+        "run 1: internal error: StoreUnavailable: simulated GET failure: out/state/lease.json"),
+    "service_restarting_at_the_stop": Regression(
+        "the seen service restarting when the run stops: its state copy (and the seen-marks audit) failed the stop",
+        1839, Shape(hosts=3, shards=3, seen_shards=1, workers=2),
+        _plan(Fault("service_crash", 2.662, 0.0, (("service", "content"),)),
+              Fault("service_crash", 3.443, 0.0, (("service", "content"),)),
+              Fault("service_crash", 9.961, 0.0, (("service", "seen"),))),
+        "run 1: internal error: ActorUnavailable: r1/seen-0 is restarting"),
+    "snapshot_retried_under_a_new_name": Regression(
+        "a snapshot PUT reported failed (it landed) and tried again under a new name, while the driver is paused "
+        "(on the old code the shut gate's spin comes first)",
+        470, Shape(hosts=3, shards=3, seen_shards=2, workers=2),
+        _plan(Fault("store_put", 4.907, 6.25, (("put_fail", 0.37), ("put_unknown", 0.27))), Fault("driver_stall", 8.737, 31.13)),
+        "the simulation stopped: no simulated time passed in 200000 loop iterations at t=9.748"),
 }
