@@ -157,7 +157,7 @@ def _child(draw):
     if kind == "title":
         return f"<title>{draw(_TITLES)}</title>"
     if kind == "desc":
-        return f"<description>&lt;a href='/d'&gt;x&lt;/a&gt;</description>"
+        return "<description>&lt;a href='/d'&gt;x&lt;/a&gt;</description>"
     if kind == "source":
         return f'<source url="http://s.test/"><atom:link href="{link}"/></source>'
     return f"<foo:x><link>{link}</link></foo:x>"

@@ -126,7 +126,7 @@ def urlset(n: int, lastmod: str | None = None) -> bytes:
 
 
 async def test_a_sitemap_is_parsed_and_checked_off_the_loop_and_yields_what_it_yielded_inline():
-    seam, clock = Recorder(), MockClock()
+    seam = Recorder()
     c = cfg()
     links = build_link_policy(c, [SEED])
     nudged: list[str] = []
