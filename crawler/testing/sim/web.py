@@ -93,9 +93,17 @@ class SimWeb:
             raise ConnectError(f"simulated web: cannot route {request.url!r}")
         host, path_qs = split
         sent = self.clock.now()
-        await self.clock.sleep(self._latency())  # the request on its way
+        closed: list[bool] = []  # the process died while its request was on its way
+        forget_early = process.on_hangup(lambda: closed.append(True))
+        try:
+            await self.clock.sleep(self._latency())  # the request on its way
+        finally:
+            forget_early()
         rec = WebRequest(f"http://{host}{path_qs}", host, path_qs, self.clock.now(), None, None, process.name, sent)
         self.log.append(rec)
+        if closed:  # it arrives on a connection already closed: the server drops it at once
+            rec.end, rec.status = rec.start, 499
+            await process.alive()  # dead: never returns
         key = (host, path_qs)
         attempt = self._attempts[key] = self._attempts.get(key, 0) + 1
         reply = self.web.reply(host, path_qs, attempt=attempt,
