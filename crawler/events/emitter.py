@@ -158,12 +158,7 @@ class EventLog:
     @staticmethod
     def read_stamp(path: str) -> str | None:
         """The stamp of the event log at ``path`` (None: none yet), read without writing."""
-        try:
-            return stamps.read_sqlite_stamp(path, "stamp")
-        except sqlite3.OperationalError as exc:
-            raise StorageError(f"cannot read the event log {path!r}: {exc}") from exc
-        except sqlite3.DatabaseError as exc:
-            raise DamagedStateError(f"{path} is not a readable event log ({exc}): {EVENTS_FIX}") from exc
+        return stamps.read_sqlite_stamp(path, "stamp", "event log", EVENTS_FIX)
 
     def add(self, events: Iterable[dict[str, Any]]) -> None:
         rows = [(dumps(e),) for e in events]

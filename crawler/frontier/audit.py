@@ -18,10 +18,8 @@ stores made before ``fetches`` existed read right.
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
 from typing import Any, Iterable, Sequence
 
-from crawler.errors import DamagedStateError, StorageError
 from crawler.frontier.store import CLAIMED, DONE, DROPPED, QUEUED, FrontierStore, _chunks, _key
 from crawler.frontier.urlitem import UrlItem
 from crawler.recovery.stamps import SHARD_FIX, STAMP_KEY, check, read_sqlite_stamp
@@ -38,12 +36,7 @@ def _seq(row: dict[str, Any]) -> int:
 def read_stamp(path: str) -> str | None:
     """The stamp of the store at ``path``, read without writing anything (a read-only
     connection leaves the write-ahead log as it is); None when it has none."""
-    try:
-        return read_sqlite_stamp(path, "meta")
-    except sqlite3.OperationalError as exc:
-        raise StorageError(f"cannot read the frontier store {path!r}: {exc}") from exc
-    except sqlite3.DatabaseError as exc:
-        raise DamagedStateError(f"{path} is not a readable frontier store ({exc}): {SHARD_FIX}") from exc
+    return read_sqlite_stamp(path, "meta", "frontier store", SHARD_FIX)
 
 
 class StoreAudit:

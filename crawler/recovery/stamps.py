@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from crawler.errors import ForeignStateError
+from crawler.errors import DamagedStateError, ForeignStateError, StorageError
 
 #: The key the stamp is kept under in a SQLite store's key/value table, or a JSON file.
 STAMP_KEY = "crawl_identity"
@@ -83,11 +83,21 @@ def check(path: str, found: str | None, expected: str | None, fix: str = FIX) ->
     raise ForeignStateError(f"{path} belongs to {_whose(found, expected)}, not to {_whose(expected, expected)}: {fix}")
 
 
-def read_sqlite_stamp(path: str, table: str) -> str | None:
+def read_sqlite_stamp(path: str, table: str, what: str, fix: str) -> str | None:
     """The stamp in ``table`` (``key``, ``value``) of the SQLite file at ``path``, read with
     a read-only connection (a write-ahead log is left as it is: crawler.recovery.walcheck
     reads it later); the empty log and index files that connection makes are removed.
-    None when the file has no stamp. sqlite3 errors are the caller's to word."""
+    None when the file has no stamp. A file that cannot be opened now is a StorageError;
+    one that is not SQLite is DamagedStateError naming ``what`` it should be and ``fix``."""
+    try:
+        return _read_sqlite_stamp(path, table)
+    except sqlite3.OperationalError as exc:
+        raise StorageError(f"cannot read the {what} {path!r}: {exc}") from exc
+    except sqlite3.DatabaseError as exc:
+        raise DamagedStateError(f"{path} is not a readable {what} ({exc}): {fix}") from exc
+
+
+def _read_sqlite_stamp(path: str, table: str) -> str | None:
     made = [p for p in (path + "-wal", path + "-shm") if not os.path.exists(p)]
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)

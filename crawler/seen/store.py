@@ -253,12 +253,7 @@ class DiskStore:
     @staticmethod
     def read_stamp(path: str) -> str | None:
         """The stamp of the seen store at ``path`` (None: none yet), read without writing."""
-        try:
-            return read_sqlite_stamp(path, "stamp")
-        except sqlite3.OperationalError as exc:
-            raise StorageError(f"seen store {path}: {exc}") from exc
-        except sqlite3.DatabaseError as exc:
-            raise DamagedStateError(f"{path} is not a readable seen store ({exc}): {SEEN_FIX}") from exc
+        return read_sqlite_stamp(path, "stamp", "seen store", SEEN_FIX)
 
     @property
     def conn(self) -> sqlite3.Connection:
