@@ -18,14 +18,19 @@ import ray
 
 from actors.metrics import ShardMetrics, TimedFetcher
 from actors.render import render_service
-from actors.serviceactors import SeenGroupClient, call_service
+from actors.serviceactors import SERVICE_RETRY_S, SeenGroupClient, call_service
+from actors.shardproxy import RayShard
 from crawler.config.settings import from_dict
 from crawler.control.hostpolicy import HostTarget, PolicyChange
+from crawler.engine.shardapi import HostView, ShardApi
+from crawler.engine.shardpeers import ShardPeers
 from crawler.engine.shardserver import ShardServer, ShardServices
 from crawler.engine.status import ShardStatus
 from crawler.frontier.store import UrlStatus
 from crawler.frontier.urlitem import UrlItem
-from crawler.placement.handover import HostState, Probe, timed_get
+from crawler.placement.peers import HostState, HostPlacement, Probe
+from crawler.placement.topology import Topology
+from crawler.render.jobs import SubRequest, SubResponse
 
 log = logging.getLogger(__name__)
 
@@ -87,33 +92,35 @@ class HostShard:
             content=content,
             lease_pages=lease,
             deliver=self._deliver,
-            forward=self._forward,
+            peer=self._peer,
             render=render_service(render_workers, ray.get_runtime_context().current_actor),
-            peers=RayPeers(self) if cfg.runtime.regions else None,
+            peers=ShardPeers(self._peer, Topology.of(shard_ids, cfg.runtime.regions, cfg.placement.default_region))
+            if cfg.runtime.regions else None,
         )
         self.server = ShardServer(
             cfg, shard_id, shard_ids, services=services, seeds=seeds, state_dir=state_dir, epoch=epoch,
             incarnation=uuid.uuid4().hex[:8],
             wrap_fetcher=lambda fetcher: TimedFetcher(fetcher, self.metrics.observe_latency),
-            on_tick=self._export_metrics, on_exit=self._exit, crawl_id=crawl_id,
+            on_tick=self._tick, on_exit=self._exit, crawl_id=crawl_id,
             # Restarted by Ray (its process died), or started by a run that took over a
             # dead run's output: a predecessor may still have requests open.
             restarted=after_crash or ray.get_runtime_context().was_current_actor_reconstructed,
         )
-        self.shard = self.server.shard
-        self.topology = self.server.topology
 
     async def set_peers(self, peers: dict[str, Any]) -> None:
         """Handles of every shard by id (including this one)."""
         self.peers = dict(peers)
 
-    def _export_metrics(self) -> None:
+    def _tick(self) -> None:
         if time.monotonic() - self._metrics_exported >= METRICS_INTERVAL_S:
-            self._metrics_exported = time.monotonic()
-            try:
-                self.metrics.record(self.shard)
-            except Exception as exc:  # noqa: BLE001 - metrics must never stop a shard
-                log.warning("%s: exporting metrics failed: %r", self.shard_id, exc)
+            self._export_metrics(self.server.shard.report())
+
+    def _export_metrics(self, status: ShardStatus) -> None:
+        self._metrics_exported = time.monotonic()
+        try:
+            self.metrics.record(status)
+        except Exception as exc:  # noqa: BLE001 - metrics must never stop (or fail the stop of) a shard
+            log.warning("%s: exporting metrics failed: %r", self.shard_id, exc)
 
     async def _exit(self) -> None:
         try:
@@ -121,24 +128,28 @@ class HostShard:
         except ray.exceptions.AsyncioActorExit:  # how exit_actor leaves a background task
             return
 
-    def _peer(self, owner: str) -> Any:
+    def _handle(self, owner: str) -> Any:
         handle = self.peers.get(owner)
         if handle is None:  # a restarted incarnation: find the peer by name
             handle = self.peers[owner] = ray.get_actor(shard_actor_name(self.crawl_name, owner))
         return handle
+
+    def _peer(self, owner: str) -> ShardApi:
+        """Another shard (this one, in process, for its own id). A peer lost with its node
+        is restarted by Ray (from OUT): a call waits for it."""
+        if owner == self.shard_id:
+            return self.server
+        return RayShard(self._handle(owner), owner, give_up_s=SERVICE_RETRY_S)
 
     async def _deliver(self, owner: str, items: list[UrlItem]) -> None:
         # A peer restarting (lost with its node, restarted by Ray from OUT) or refusing
         # for now (fenced: its driver silent) fails this one call as "not now"; the
         # router waits and asks again for as long as this shard runs, and forgets the
         # batch only once the peer made it durable (crawler.engine.linkrouter).
-        await call_service(lambda: self._peer(owner).accept.remote(items), f"shard {owner}", give_up_s=0.0)
+        await RayShard(self._handle(owner), owner, give_up_s=0.0).accept(items)
 
-    async def _forward(self, owner: str, method: str, *args: Any) -> Any:
-        """The same call on the shard that owns the host now (regions: a moved host)."""
-        return await call_service(lambda: getattr(self._peer(owner), method).remote(*args), f"shard {owner}")
-
-    # What the driver and the peers ask: crawler.engine.shardserver.ShardServer answers.
+    # What the driver and the peers ask (crawler.engine.shardapi.ShardApi): the
+    # ShardServer answers. Ray calls these by name on the handle (actors/shardproxy.py).
 
     async def heartbeat(self) -> None:
         await self.server.heartbeat()
@@ -153,19 +164,16 @@ class HostShard:
         return await self.server.adopt(state)
 
     async def probe(self, url: str) -> Probe:
-        """Time a GET of ``url`` from this shard's node (its region, its source address)
-        for another shard, which holds the host's politeness slot meanwhile."""
-        _, probe = await timed_get(self.shard.fetcher.fetch, url)
-        return probe
+        return await self.server.probe(url)
 
-    async def place(self, host: str, region: str | None) -> dict[str, Any]:
+    async def place(self, host: str, region: str | None) -> HostPlacement:
         return await self.server.place(host, region)
 
     async def located(self, host: str, region: str) -> None:
         await self.server.located(host, region)
 
-    async def add_seeds(self, urls: list[str]) -> None:
-        await self.server.add_seeds(urls)
+    async def widen_scope(self, urls: list[str]) -> None:
+        await self.server.widen_scope(urls)
 
     async def set_host_policy(self, change: PolicyChange) -> None:
         await self.server.set_host_policy(change)
@@ -176,7 +184,7 @@ class HostShard:
     async def url_for_hash(self, url_hash: str) -> str | None:
         return await self.server.url_for_hash(url_hash)
 
-    async def host_info(self, target: HostTarget) -> dict[str, Any]:
+    async def host_info(self, target: HostTarget) -> HostView:
         return await self.server.host_info(target)
 
     async def vet_seeds(self, urls: list[str]) -> list[str | None]:
@@ -188,54 +196,16 @@ class HostShard:
     async def held_ids(self, after: int | None, limit: int) -> list[tuple[int, int, str]]:
         return await self.server.held_ids(after, limit)
 
-    async def render_answer(self, req: Any) -> Any:
+    async def render_answer(self, req: SubRequest) -> SubResponse:
         """A request a browser made while rendering one of this shard's pages
         (actors/render.py): answered by the shard's gate (crawler.render.gate)."""
-        renderer = self.shard.pipeline.renderer
-        if renderer is None:
-            from crawler.render.jobs import SubResponse
-
-            return SubResponse(refused="closed")
-        return await renderer.gate.answer(req)
+        return await self.server.shard.render_answer(req)
 
     async def status(self) -> ShardStatus:
         return await self.server.status()
 
-    async def stop(self) -> ShardStatus | None:
+    async def shutdown(self) -> ShardStatus:
         """Stop fetching, flush and ack rows, close; returns the final status with store counts."""
-        final = await self.server.stop()
-        try:
-            self.metrics.record(self.shard)  # the final numbers, exported before the actor goes
-        except Exception as exc:  # noqa: BLE001 - metrics must never fail a stop
-            log.warning("%s: exporting metrics failed: %r", self.shard_id, exc)
+        final = await self.server.shutdown()
+        self._export_metrics(final)  # the final numbers, exported before the actor goes
         return final
-
-
-class RayPeers:
-    """The other shards of a crawl with regions, reached by actor handle
-    (crawler.placement.handover.Peers); a call to this shard itself stays in process."""
-
-    def __init__(self, actor: HostShard) -> None:
-        self._actor = actor
-
-    async def _call(self, shard: str, method: str, *args: Any) -> Any:
-        a = self._actor
-        if shard == a.shard_id:
-            return await getattr(a, method)(*args)
-        # A peer lost with its node is restarted by Ray (from OUT): the call waits for it.
-        return await call_service(lambda: getattr(a._peer(shard), method).remote(*args), f"shard {shard}")
-
-    async def accept(self, shard: str, items: list[UrlItem]) -> int:
-        return await self._call(shard, "accept", items)
-
-    async def adopt(self, shard: str, state: HostState) -> int:
-        return await self._call(shard, "adopt", state)
-
-    async def probe(self, region: str, host: str, url: str) -> Probe:
-        return await self._call(self._actor.topology.owner_in(region, host), "probe", url)
-
-    async def place(self, shard: str, host: str, region: str | None) -> dict[str, Any]:
-        return await self._call(shard, "place", host, region)
-
-    async def located(self, shard: str, host: str, region: str) -> None:
-        await self._call(shard, "located", host, region)

@@ -1,7 +1,7 @@
 """Crawler metrics through ``ray.util.metrics``, so they reach Ray's Prometheus endpoint
 and dashboard (Ray puts its ``ray_`` namespace in front: ``ray_crawler_pages_total``).
 
-Values come from what the shard already counts (its status and counters, crawler.engine.scheduler);
+Values come from what the shard already counts (its status and counters, crawler.engine.shard);
 this module only turns cumulative counts into counter increments and sets gauges, once a
 second from the HostShard actor's watchdog. Label sets stay bounded: a shard id, an outcome,
 a duplicate kind, a host state, an API route and status code; never a host or a URL.
@@ -9,10 +9,13 @@ a duplicate kind, a host state, an API route and status code; never a host or a 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Callable, Mapping
 
 from ray.util.metrics import Counter, Gauge, Histogram
 
+from crawler.engine.requests import Fetcher
+from crawler.engine.status import ShardStatus
+from crawler.fetch.fetcher import FetchResult
 from crawler.output import OUTCOMES
 
 #: Fetch latency buckets, seconds (a request to a healthy site: 50-500 ms).
@@ -70,9 +73,8 @@ class ShardMetrics:
     def observe_latency(self, seconds: float) -> None:
         self.latency.observe(max(0.0, seconds), tags=self.tags)
 
-    def record(self, shard: Any) -> None:
-        """Export the shard's numbers now (a :class:`~crawler.engine.scheduler.ShardScheduler`)."""
-        st = shard.status()
+    def record(self, st: ShardStatus) -> None:
+        """Export a shard's numbers (its status now: crawler.engine.shard.Shard.report)."""
         c = st.counters
         t = self.tags
         for outcome in OUTCOMES:
@@ -81,14 +83,14 @@ class ShardMetrics:
         self._d.inc(self.requests, ("requests",), c.get("requests", 0), t)
         for kind in ("exact", "near"):
             self._d.inc(self.dups, ("dup", kind), c.get(f"dup_{kind}", 0), {**t, "kind": kind})
-        self._d.inc(self.wait, ("wait",), shard.politeness.stats()["wait_s"], t)
+        self._d.inc(self.wait, ("wait",), st.politeness_wait_s, t)
         self.queued.set(st.queued, tags=t)
         # The status field is ``refresh_due``: this gauge read "due_refreshes" by string
         # key until the status became a typed record, and so always exported 0.
         self.due.set(st.refresh_due, tags=t)
         self.hosts.set(st.hosts, tags={**t, "state": "active"})
         self.hosts.set(st.paused_hosts, tags={**t, "state": "paused"})
-        self.hosts.set(shard.politeness.backed_off(), tags={**t, "state": "backed_off"})
+        self.hosts.set(st.backed_off_hosts, tags={**t, "state": "backed_off"})
         ev = st.events or {}
         self._d.inc(self.emitted, ("emitted",), ev.get("emitted", 0), t)
         self._d.inc(self.sink_failures, ("sink_failures",), ev.get("sink_failures", 0), t)
@@ -115,21 +117,19 @@ class ShardMetrics:
 class TimedFetcher:
     """A shard's fetcher that reports each request's latency (``FetchResult`` times)."""
 
-    def __init__(self, inner: Any, observe: Any) -> None:
+    def __init__(self, inner: Fetcher, observe: Callable[[float], None]) -> None:
         self.inner = inner
         self._observe = observe
 
-    async def fetch(self, url: str, headers: dict[str, str] | None = None, **kw: Any) -> Any:
-        res = await self.inner.fetch(url, headers, **kw)  # kw: max_body_bytes for sitemaps
+    async def fetch(self, url: str, headers: Mapping[str, str] | None = None, *,
+                    max_body_bytes: int | None = None) -> FetchResult:
+        res = await self.inner.fetch(url, headers, max_body_bytes=max_body_bytes)  # sitemaps set a limit
         if res.started_at is not None and res.finished_at is not None:
             self._observe(res.finished_at - res.started_at)
         return res
 
     async def close(self) -> None:
         await self.inner.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 class SeenMetrics:

@@ -29,6 +29,7 @@ from crawler.session.runtime import Plan
 from crawler.engine.sharedservices import CONTENT_LOG
 from crawler.session.shardcalls import ShardCalls, merge_seen_stats
 from crawler.placement.topology import Topology
+from crawler.engine.shardapi import ShardApi
 from crawler.engine.status import ShardStatus
 from crawler.errors import ShardFailedError
 from crawler.render.sizing import ClusterCpus, RenderPlan, check_shards_fit, plan_render_pool
@@ -279,24 +280,24 @@ class RayRuntime(ShardCalls):
         actor = self.seen_actors[index]  # forgetting twice forgets nothing more
         return await call_service(lambda: actor.forget_hashes.remote(keys), f"seen shard {index}")
 
-    def _shard_ids(self) -> list[str]:
-        return list(self.shards)
+    def _shards(self) -> dict[str, ShardApi]:
+        from actors.shardproxy import RayShard
 
-    async def _call(self, shard_id: str, method: str, *args: Any, patient: bool = False) -> Any:
-        call = getattr(self.shards[shard_id], method)
-        if not patient:
-            return await call.remote(*args)
-        from actors.serviceactors import call_service
+        return {sid: RayShard(h, sid) for sid, h in self.shards.items()}
 
+    def _patient(self, shard_id: str) -> ShardApi:
         # A shard restarting after its node was lost: wait for it (it comes back from OUT).
-        return await call_service(lambda: call.remote(*args), f"shard {shard_id}")
+        from actors.serviceactors import SERVICE_RETRY_S
+        from actors.shardproxy import RayShard
+
+        return RayShard(self.shards[shard_id], shard_id, give_up_s=SERVICE_RETRY_S)
 
     async def statuses(self) -> list[ShardStatus] | None:
         from ray.exceptions import RayActorError
 
         try:
             return list(
-                await asyncio.wait_for(asyncio.gather(*(s.status.remote() for s in self.shards.values())), STATUS_TIMEOUT_S)
+                await asyncio.wait_for(asyncio.gather(*(s.status() for s in self._shards().values())), STATUS_TIMEOUT_S)
             )
         except (RayActorError, asyncio.TimeoutError) as exc:
             self._check_alive()
@@ -319,7 +320,7 @@ class RayRuntime(ShardCalls):
 
     async def stop(self) -> list[ShardStatus]:
         finals = await asyncio.wait_for(
-            asyncio.gather(*(s.stop.remote() for s in self.shards.values())), STOP_TIMEOUT_S
+            asyncio.gather(*(s.shutdown() for s in self._shards().values())), STOP_TIMEOUT_S
         )
         if self.content_actor is not None:
             await self.content_actor.save.remote()

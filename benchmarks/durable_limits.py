@@ -136,7 +136,7 @@ class Node:
         )
 
     def deliver(self, paths: list[str]) -> int:
-        return asyncio.run(self.shard.accept_durably([self.m.UrlItem(f"http://{HOST}{p}", 1) for p in paths]))
+        return asyncio.run(self.shard.accept([self.m.UrlItem(f"http://{HOST}{p}", 1) for p in paths]))
 
     def held(self) -> int:
         c = self.store.counts()
@@ -171,22 +171,22 @@ def scenarios(m: SimpleNamespace, tmp: str) -> dict[str, Any]:
     first.deliver(_pages(0, 20))
 
     async def cut() -> None:
-        for _ in range(10):  # as crawler.engine.scheduler records each fetched page
-            drop = shard.host_budget.record_fetch(HOST, True, shard.frontier.queued_for(HOST))
+        for _ in range(10):  # as crawler.engine.handler records each fetched page
+            drop = shard.parts.host_budget.record_fetch(HOST, True, shard.parts.frontier.queued_for(HOST))
             if drop:
-                shard.admission.trim(HOST, drop)
-        await shard.checkpointer.tick()  # the outbox round that acks those pages
+                shard.parts.admission.trim(HOST, drop)
+        await shard.parts.checkpointer.tick()  # the outbox round that acks those pages
         await shard.synced()
 
     asyncio.run(cut())
-    allowed = shard.host_budget.remaining(HOST)
+    allowed = shard.parts.host_budget.remaining(HOST)
     again = Node(m, cfg, f"{tmp}/trap-b")
     after = again.deliver(_pages(20, 30))
     out["trap_cut"] = {"allowed_after_cut": allowed, "queued_after_loss": after, "host_urls": again.held()}
 
     cfg = _cfg(m)
     first = Node(m, cfg, f"{tmp}/operator-a")
-    first.shard.set_host_policy(m.PolicyChange(HOST, max_pages=5))
+    first.shard.apply_host_policy(m.PolicyChange(HOST, max_pages=5))
     asyncio.run(first.shard.synced())
     before = first.deliver(_pages(0, 8))
     again = Node(m, cfg, f"{tmp}/operator-b")
@@ -202,9 +202,9 @@ def scenarios(m: SimpleNamespace, tmp: str) -> dict[str, Any]:
     shard = first.shard
 
     async def refuse() -> None:
-        await shard.accept_durably([m.UrlItem(f"http://{HOST}{p}", 1) for p in ["/p/0", "/private/0", "/private/1"]])
+        await shard.accept([m.UrlItem(f"http://{HOST}{p}", 1) for p in ["/p/0", "/private/0", "/private/1"]])
         runner = asyncio.ensure_future(shard.run())
-        await first.clock.run_until(lambda: shard.status().counters.get("robots_blocked", 0) == 2, max_time=30)
+        await first.parts.clock.run_until(lambda: shard.report().counters.get("robots_blocked", 0) == 2, max_time=30)
         shard.stop()
         await runner
         await shard.synced()
@@ -215,16 +215,16 @@ def scenarios(m: SimpleNamespace, tmp: str) -> dict[str, Any]:
     shard = again.shard
 
     async def after_loss() -> None:
-        await shard.accept_durably([m.UrlItem(f"http://{HOST}{p}", 1) for p in ["/private/2", "/p/1"]])
+        await shard.accept([m.UrlItem(f"http://{HOST}{p}", 1) for p in ["/private/2", "/p/1"]])
         runner = asyncio.ensure_future(shard.run())
-        await again.clock.run_until(lambda: f"http://{HOST}/p/1" in server.requests[made:], max_time=30)
+        await again.parts.clock.run_until(lambda: f"http://{HOST}/p/1" in server.requests[made:], max_time=30)
         shard.stop()
         await runner
 
     asyncio.run(after_loss())
     refetched = [u for u in server.requests[made:] if u.endswith("/robots.txt")]
     out["robots"] = {"robots_requests_after_loss": len(refetched),
-                     "robots_blocked_rows_after_loss": shard.status().counters.get("robots_blocked", 0)}
+                     "robots_blocked_rows_after_loss": shard.report().counters.get("robots_blocked", 0)}
     return out
 
 

@@ -188,13 +188,13 @@ def _setup(case: str, inline: bool) -> tuple[Callable[[], Awaitable[Any]], int, 
     """(the call to measure, the document's size, what to report of its result)."""
     from crawler.clock import MockClock
     from crawler.config import settings as config
-    from crawler.engine import assembly
+    from crawler.engine import partbuilders
     from crawler.engine.pipeline import PagePipeline
     from crawler.frontier.urlitem import UrlItem
 
     cfg = config.from_dict({"seeds": ["http://n.test/"], "scope": "any"})
     clock = MockClock(wall_start=1_700_000_000.0)
-    links = assembly.build_link_policy(cfg, ["http://n.test/"])
+    links = partbuilders.build_link_policy(cfg, ["http://n.test/"])
 
     class Content:
         async def submit(self, item):
@@ -206,7 +206,7 @@ def _setup(case: str, inline: bool) -> tuple[Callable[[], Awaitable[Any]], int, 
     pipeline = PagePipeline(
         "s0", links, Content(), clock, user_agent_token="raycrawl", max_links_per_page=cfg.urls.max_links_per_page,
         min_text_tokens=cfg.dedup.min_text_tokens, max_body_bytes=cfg.limits.max_body_bytes, store_bodies=False,
-        recrawl=assembly.build_recrawl(cfg), news=assembly.build_news(cfg, clock), **_kw(PagePipeline, inline),
+        recrawl=partbuilders.build_recrawl(cfg), news=partbuilders.build_news(cfg, clock), **_kw(PagePipeline, inline),
     )
     if case == "idle":
         async def idle() -> None:
@@ -234,8 +234,8 @@ def _setup(case: str, inline: bool) -> tuple[Callable[[], Awaitable[Any]], int, 
         return _sizes, 0, lambda out: out
     if case in ("feed_1m", "sitemap"):
         body = document("feed" if case == "feed_1m" else "sitemap").read_bytes()
-        reader = assembly.build_sitemaps(cfg, links, pipeline, assembly.build_recrawl(cfg), pipeline._news, None, clock,
-                                         **_kw(assembly.build_sitemaps, inline))
+        reader = partbuilders.build_sitemaps(cfg, links, pipeline, partbuilders.build_recrawl(cfg), pipeline._news, None, clock,
+                                         **_kw(partbuilders.build_sitemaps, inline))
         host = "n.test" if case == "feed_1m" else "s.test"
         item = UrlItem(f"http://{host}/feed.xml" if case == "feed_1m" else f"http://{host}/sitemap.xml", 0, kind="sitemap")
         routed: list[Any] = []

@@ -71,7 +71,7 @@ COMPONENTS = (
     ("frontier + politeness", ("crawler/frontier/frontier.py", "crawler/policy/politeness.py")),
     ("routing + batching", ("crawler/engine/linkrouter.py", "crawler/engine/batching.py")),
     ("Ray actor calls + runtime", ("ray/", "actors/")),
-    ("engine bookkeeping", ("crawler/engine/scheduler.py", "crawler/engine/pipeline.py", "crawler/engine/outbox.py", "crawler/recovery/checkpoint.py", "crawler/engine/assembly.py", "crawler/session/crawlsession.py", "crawler/session/inprocess.py", "crawler/session/termination.py", "jobs/")),
+    ("engine bookkeeping", ("crawler/engine/dispatcher.py", "crawler/engine/handler.py", "crawler/engine/gates.py", "crawler/engine/recorder.py", "crawler/engine/shard.py", "crawler/engine/pipeline.py", "crawler/engine/outbox.py", "crawler/recovery/checkpoint.py", "crawler/engine/assembly.py", "crawler/session/crawlsession.py", "crawler/session/inprocess.py", "crawler/session/termination.py", "jobs/")),
 )
 _GENERIC = ("asyncio/", "threading.py", "json/", "socket.py", "selectors.py", "concurrent/", "contextlib.py",
             "<frozen", "functools.py", "typing.py", "<string>", "enum.py", "queue.py", "logging/", "weakref.py",

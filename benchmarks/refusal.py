@@ -42,7 +42,7 @@ LEASE_TTL_S = 60.0  # ray scenario: runtime.lease_ttl_s, longer than any pause m
 
 
 class ShutFor:
-    """A shard gate (crawler.engine.scheduler.Gate) shut from ``at`` to ``at + seconds``
+    """A shard gate (crawler.engine.dispatcher.Gate) shut from ``at`` to ``at + seconds``
     after the first time it is asked (the crawl's start)."""
 
     def __init__(self, at: float, seconds: float) -> None:

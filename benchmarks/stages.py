@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     from crawler.parse import html as parse_html
     from crawler.parse import parse_page
     from crawler.seen import DEFAULT_BLOOM, SeenSet, url_hash64
-    from crawler.engine.assembly import build_link_policy
+    from crawler.engine.partbuilders import build_link_policy
     from crawler.urls import join_url
 
     t0 = time.monotonic()

@@ -177,7 +177,7 @@ def _read_page_file(path: str) -> bytes:
 def cmd_links(args: argparse.Namespace) -> int:
     """Print, one JSON object a line, each link the crawler would extract from a page."""
     from crawler.config import settings as config_mod
-    from crawler.engine.assembly import build_link_policy
+    from crawler.engine.partbuilders import build_link_policy
     from crawler.parse import parse_page
 
     target = args.target
@@ -189,7 +189,7 @@ def cmd_links(args: argparse.Namespace) -> int:
     elif not target.lower().startswith(("http://", "https://")):
         raise PathError(f"{target}: no such file, and not an http(s) URL")
     else:
-        from crawler.engine.assembly import build_fetcher
+        from crawler.engine.partbuilders import build_fetcher
 
         cfg0 = config_mod.load(args.config, args.overrides)
 

@@ -2,7 +2,7 @@
 
 :func:`build_shard` creates a shard's per-host policy objects (politeness, robots,
 frontier, budgets), its page pipeline, outbox and checkpointer around a
-:class:`~crawler.engine.scheduler.ShardScheduler`, connects it to the crawl-wide services it is
+:class:`~crawler.engine.shard.Shard`, connects it to the crawl-wide services it is
 given (seen group, content index, page budget, delivery to other shards), and resumes it
 from its durable store. ``actors/host_shard.py`` calls it with Ray clients,
 ``crawler.session.inprocess`` with in-process services.
@@ -24,108 +24,43 @@ from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config.settings import CrawlConfig
 from crawler.events.emitter import EventEmitter, build_emitter
 from crawler.errors import ConfigError
-from crawler.fetch.fetcher import Fetcher, classify, source_address
+from crawler.fetch.fetcher import classify
 from crawler.placement.handover import HostParts, Peers, RegionBook, Regions
 from crawler.frontier.frontier import Frontier
 from crawler.frontier.urlitem import UrlItem
 from crawler.recovery import statefiles as state
 from crawler.frontier.store import FrontierStore
-from crawler.recovery.lease import Fence, LeaseStore
-from crawler.policy.links import LinkPolicy
+from crawler.recovery.lease import Fence
 from crawler.engine.outbox import Outbox, RowWriter
-from crawler.output import ResultWriter
-from crawler.freshness.news import NewsPolicy
 from crawler.engine.pipeline import PagePipeline, ParseSlot
-from crawler.policy.politeness import Politeness
-from crawler.freshness.recrawl import RecrawlPolicy
-from crawler.placement.regionpolicy import RegionPlacement
 from crawler.frontier.refreshfeed import RefreshFeed
 from crawler.render.build import build_renderer
 from crawler.render.renderer import RenderService
-from crawler.freshness.sitemaps import SitemapReader
-from crawler.recovery.incarnation import Incarnation
 from crawler.recovery.statelog import Restored, StateLog
 from crawler.robots import RobotsCache, RobotsClient
 from crawler.engine.linkrouter import LinkRouter, SeenService
-from crawler.engine.scheduler import Claims, Gate, Hold, PageBudget, SchedulerSettings, ShardScheduler, always_open
-from crawler.engine.scheduler import Fetcher as FetchClient
+from crawler.engine.dispatcher import Claims, DispatchSettings, Dispatcher, Gate, Hold, always_open
+from crawler.engine.gates import BudgetGate, FetchGate, PageBudget, RegionGate, RobotsGate
+from crawler.engine.handler import FetchHandler
+from crawler.engine.internalerrors import InternalErrors
+from crawler.engine.optional import NoCheckpoints, NoEvents, NoFeed, NoJournal, NoRegions
+from crawler.engine.parts import ShardParts
+from crawler.engine.recorder import Recorder
+from crawler.engine.requests import Fetcher as FetchClient
+from crawler.engine.requests import RequestLane
+from crawler.engine.shard import Shard
+from crawler.engine.shardapi import ShardApi
+from crawler.engine.partbuilders import (
+    build_fetcher, build_frontier, build_link_policy, build_news, build_placement, build_politeness, build_recrawl,
+    build_regions, build_sitemaps, build_writer,
+)
 from crawler.placement.topology import Topology
 from crawler.policy.hostbudget import HostBudget
-from crawler.policy.traprules import TrapRules
-from crawler.urls import DEFAULT_TRACKING_PARAMS, Scope, UrlNormalizer, host_key, join_url
+from crawler.urls import host_key, join_url
 
 #: ``await content(batch)`` -> ``(dup_kind, dup_of)`` per ``(url, sha256, simhash)``.
 ContentCall = Callable[[list[tuple[str, str, int | None]]], Awaitable[Sequence[tuple[str | None, str | None]]]]
 Deliver = Callable[[str, list[UrlItem]], Awaitable[Any]]
-
-
-def build_link_policy(cfg: CrawlConfig, seeds: Sequence[str]) -> LinkPolicy:
-    """The link policy a config describes (shared by the shards and ``crawl links``)."""
-    normalizer = UrlNormalizer(
-        cfg.urls.tracking_params if cfg.urls.tracking_params is not None else DEFAULT_TRACKING_PARAMS,
-        sort_query=cfg.urls.sort_query,
-    )
-    lim = cfg.limits
-    return LinkPolicy(
-        normalizer,
-        Scope(cfg.scope, seeds),
-        TrapRules(lim.max_depth, lim.max_url_length, lim.max_query_params, lim.max_path_repeats),
-        follow_rel_nofollow=cfg.urls.follow_rel_nofollow,
-    )
-
-
-def build_fetcher(cfg: CrawlConfig, clock: Clock = SYSTEM_CLOCK, **kw: Any) -> Fetcher:
-    """The HTTP fetcher a config describes, connecting from this node's source address
-    (``$RAYCRAWL_SOURCE_ADDRESS``, read here on the node, else ``fetch.source_address``)."""
-    f = cfg.fetch
-    kw.setdefault("source_address", source_address(cfg, os.environ))
-    return Fetcher(
-        user_agent=cfg.user_agent,
-        timeout_s=f.timeout_s,
-        connect_timeout_s=f.connect_timeout_s,
-        max_body_bytes=cfg.limits.max_body_bytes,
-        resolve=dict(f.resolve),
-        dns_ttl_s=f.dns_ttl_s,
-        dns_negative_ttl_s=f.dns_negative_ttl_s,
-        ssrf_guard=f.ssrf_guard,
-        allow_networks=f.allow_networks,
-        max_connections=max(16, f.max_in_flight * 2),
-        clock=clock,
-        **kw,
-    )
-
-
-def build_writer(cfg: CrawlConfig, shard_id: str, clock: Clock, incarnation: Incarnation | None = None) -> ResultWriter:
-    """The shard's Parquet/blob writer (its files are named after the shard and, with an
-    incarnation, its generation, whose fence it checks before each write)."""
-    o = cfg.output
-    return ResultWriter(
-        o.path,
-        shard_id,
-        storage_options=dict(o.storage_options) or None,
-        rows_per_file=o.rows_per_file,
-        flush_interval_s=o.row_flush_interval_s,
-        clock=clock,
-        store_bodies=o.store_bodies,
-        # The pipeline hashed each body itself (the same bytes): hashing it again in the
-        # event loop would cost ~15 us per page for nothing.
-        verify_bodies=False,
-        compresslevel=o.blob_compresslevel,
-        generation=incarnation.gen if incarnation is not None else None,
-        fence=incarnation.check if incarnation is not None else None,
-    )
-
-
-#: How often a shard re-reads the output's lease before a fetch (a write or ack re-reads it).
-FENCE_CHECK_INTERVAL_S = 0.5
-
-
-def build_fence(cfg: CrawlConfig, epoch: int | None, clock: Clock) -> Fence | None:
-    """The shard's check of the output's lease, or None for a crawl without durable state."""
-    if epoch is None:
-        return None
-    store = LeaseStore(cfg.output.path, dict(cfg.output.storage_options) or None)
-    return Fence(store, epoch, clock, FENCE_CHECK_INTERVAL_S)
 
 
 def _fenced_by(restored: Restored | None, gate: Gate) -> Gate:
@@ -212,92 +147,6 @@ def unclean_hold_s(cfg: CrawlConfig) -> float:
     return cfg.fetch.timeout_s + max(cfg.politeness.interval_s, 0.05)
 
 
-def build_politeness(cfg: CrawlConfig, clock: Clock) -> Politeness:
-    """The shard's per-host pacing, as ``politeness`` configures it."""
-    pol = cfg.politeness
-    return Politeness(
-        pol.interval_s, pol.max_interval_s, clock=clock, backoff_factor=pol.backoff_factor,
-        recovery_factor=pol.recovery_factor, retry_after_cap_s=pol.retry_after_cap_s,
-    )
-
-
-def build_frontier(cfg: CrawlConfig, politeness: Politeness, clock: Clock, rng: random.Random,
-                   store: FrontierStore | None) -> Frontier:
-    """The shard's frontier, spilling to ``store`` beyond ``runtime.frontier_window`` per host."""
-    return Frontier(
-        politeness, clock, rng, backoff_s=cfg.fetch.backoff_s, max_backoff_s=cfg.fetch.max_backoff_s,
-        window=cfg.runtime.frontier_window if store is not None else None, spill=store,
-        refresh_share=cfg.recrawl.refresh_share,
-    )
-
-
-def build_recrawl(cfg: CrawlConfig) -> RecrawlPolicy:
-    """When to fetch a page again, as ``recrawl`` configures it."""
-    rc = cfg.recrawl
-    return RecrawlPolicy(
-        min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s, initial_interval_s=rc.initial_interval_s,
-        grow_factor=rc.grow_factor, shrink_factor=rc.shrink_factor, fingerprint_distance=cfg.dedup.simhash_distance,
-    )
-
-
-def build_news(cfg: CrawlConfig, clock: Clock) -> NewsPolicy:
-    """Feeds, hubs and news sitemaps, as ``news`` and ``recrawl`` configure them."""
-    rc, nc = cfg.recrawl, cfg.news
-    return NewsPolicy(
-        min_interval_s=rc.min_interval_s, initial_interval_s=rc.initial_interval_s, max_interval_s=rc.max_interval_s,
-        probe_interval_s=nc.probe_interval_s if nc.probe_interval_s is not None else 2 * rc.min_interval_s,
-        target_new_per_fetch=nc.target_new_per_fetch, hub_min_new=nc.hub_min_new, max_sources=nc.max_sources,
-        clock=clock, schedule=rc.enabled, hubs=nc.hubs, feeds=nc.feeds, news_sitemaps=nc.news_sitemaps,
-    )
-
-
-def build_placement(cfg: CrawlConfig, clock: Clock, rng: random.Random) -> RegionPlacement:
-    """The region policy, as ``runtime.regions`` and ``placement`` configure it."""
-    rt, pc = cfg.runtime, cfg.placement
-    assert rt.regions
-    return RegionPlacement(
-        rt.regions, pc.default_region or rt.regions[0], dict(pc.rules), remeasure_s=pc.remeasure_s,
-        move_gain=pc.move_gain, move_min_s=pc.move_min_s, clock=clock, rng=rng,
-    )
-
-
-def build_sitemaps(cfg: CrawlConfig, links: LinkPolicy, pipeline: PagePipeline, recrawl: RecrawlPolicy,
-                   news: NewsPolicy, store: FrontierStore | None, clock: Clock,
-                   run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread) -> SitemapReader:
-    """The shard's sitemap reader; a sitemap's ``<lastmod>`` brings a known URL's refresh
-    forward (crawler.freshness.recrawl.RecrawlPolicy.nudge). ``run_blocking``: where a read
-    sitemap is parsed (DESIGN invariant 16)."""
-    sm = cfg.sitemaps
-
-    def nudge(url: str, lastmod: float) -> None:
-        known = store.schedule_of(url) if store is not None else None
-        if known is not None:
-            earlier = recrawl.nudge(*known, lastmod, clock.wall())
-            if earlier < known[2]:
-                store.bring_forward(url, earlier)
-
-    return SitemapReader(
-        max_files=sm.max_files_per_host, max_urls=sm.max_urls_per_file, max_bytes=sm.max_bytes_per_file,
-        links=links, counters=pipeline.counters, dropped=pipeline.dropped, nudge=nudge, news=news,
-        run_blocking=run_blocking,
-    )
-
-
-def build_regions(shard_id: str, topology: Topology, book: RegionBook, parts: HostParts, peers: Peers, clock: Clock,
-                  fetcher: FetchClient, checkpointer: Checkpointer, state_log: StateLog | None) -> Regions:
-    """The shard's side of regions (crawler.placement.handover): its own region's probes
-    go through the bare fetcher, and every change to placement, tombstones and moves is
-    saved journaled and, with a remote output, in OUT before the call that made it returns."""
-    synced = state_log.synced if state_log is not None else None
-
-    async def save_now() -> None:
-        checkpointer.save(journal=True)
-        if synced is not None:
-            await synced()
-
-    return Regions(shard_id, topology, book, parts, peers, clock, fetch=lambda url: fetcher.fetch(url), save=save_now)
-
-
 def build_shard(
     cfg: CrawlConfig,
     shard_id: str,
@@ -323,7 +172,8 @@ def build_shard(
     gate: Gate | None = None,
     wrap_fetcher: Callable[[FetchClient], FetchClient] | None = None,
     unclean_start: bool = False,
-) -> ShardScheduler:
+    peer: Callable[[str], ShardApi] | None = None,
+) -> Shard:
     """A ready-to-run shard (see the module docstring); ``fetcher``/``writer`` default to
     the real ones, ``run_blocking`` to a worker thread (tests pass fakes and inline runs):
     the outbox's flushes run there, and the input-sized parses of pages, feeds, sitemaps
@@ -334,15 +184,15 @@ def build_shard(
     ``render_service``: where pages are rendered when ``render.mode`` is not ``never``.
     ``topology``/``peers``: with ``runtime.regions``, the crawl's shards by region and how
     to reach them (crawler.placement.handover). ``gate``: may the shard work now (default: while
-    ``fence`` holds the output's lease). ``wrap_fetcher``: wraps the fetcher the scheduler
+    ``fence`` holds the output's lease). ``wrap_fetcher``: wraps the fetcher the shard
     fetches pages through (the actor times them); robots, sitemaps, probes and renders too
-    go through the scheduler's, rendering and the own region's probe through the bare one.
+    go through the shard's, rendering and the own region's probe through the bare one.
     ``unclean_start``: this shard follows an incarnation that did not stop cleanly (a
     restart after a crash, or a run that took over a dead run's lease): its first request
     waits :func:`unclean_hold_s`.
 
     Every part is built with its collaborators passed in, in dependency order, and the
-    scheduler last: no part is wired after construction (tests/unit/test_assembly.py)."""
+    shard last: no part is wired after construction (tests/unit/test_assembly.py)."""
     pol, rt, rc = cfg.politeness, cfg.runtime, cfg.recrawl
     rng = rng or random.Random(zlib.crc32(shard_id.encode()))  # the same in every process (str hash is salted)
     politeness = build_politeness(cfg, clock)
@@ -440,11 +290,11 @@ def build_shard(
     regions = None
     if book is not None:
         assert store is not None and topology is not None and peers is not None and checkpointer is not None
-        parts = HostParts(
+        host_parts = HostParts(
             store, frontier, politeness, robots_cache, host_budget, flush=lambda: outbox.flush(final=True),
             busy=frontier.busy, adopted=feed.adopted if feed is not None else (lambda host: 0),
         )
-        regions = build_regions(shard_id, topology, book, parts, peers, clock, fetcher, checkpointer, state_log)
+        regions = build_regions(shard_id, topology, book, host_parts, peers, clock, fetcher, checkpointer, state_log)
     sitemaps = build_sitemaps(cfg, links, pipeline, recrawl, news, store, clock, parse_slot) if cfg.sitemaps.enabled else None
     router = LinkRouter(
         seen, owner_of, deliver, batch_size=rt.batch_size, flush_interval_s=rt.link_flush_interval_s,
@@ -457,9 +307,10 @@ def build_shard(
             cfg, shard_id, store, checkpointer, frontier, restored=restored, emitter=emitter, regions=regions,
             counters=pipeline.counters, hold=hold, unclean=unclean_start,
         )
-    return ShardScheduler(
+    parts = ShardParts(
         shard_id,
-        SchedulerSettings(cfg.fetch.max_in_flight, cfg.fetch.attempts, pol.respect_robots),
+        DispatchSettings(cfg.fetch.max_in_flight, cfg.fetch.attempts, pol.respect_robots),
+        clock,
         frontier=frontier,
         politeness=politeness,
         robots=robots,
@@ -470,18 +321,39 @@ def build_shard(
         fetcher=wrap_fetcher(fetcher) if wrap_fetcher is not None else fetcher,
         outbox=outbox,
         router=router,
-        clock=clock,
         store=store,
-        checkpointer=checkpointer,
-        feed=feed,
+        checkpointer=checkpointer if checkpointer is not None else NoCheckpoints(),
+        feed=feed if feed is not None else NoFeed(),
         sitemaps=sitemaps,
         news=news,
-        state_log=state_log,
-        regions=regions,
-        events=emitter,
+        state_log=state_log if state_log is not None else NoJournal(),
+        regions=regions if regions is not None else NoRegions(shard_id),
+        events=emitter if emitter is not None else NoEvents(),
         gate=_fenced_by(restored, gate if gate is not None else (fence.ok if fence is not None else always_open)),
         hold=hold,
         claims=claims,
-        on_start=on_start,
+        on_start=tuple(on_start),
         resumed=resumed,
     )
+    return assemble(parts, peer)
+
+
+def assemble(parts: ShardParts, peer: Callable[[str], ShardApi] | None = None) -> Shard:
+    """The shard over ``parts``: its recorder, request lane, gates (crawler.engine.gates),
+    response handler and dispatcher, each given only the parts it needs."""
+    p, counters = parts, parts.counters
+    recorder = Recorder(p.pipeline, p.outbox, p.robots.cache, p.feed, counters, settled=lambda url: errors.settled(url))
+    errors = InternalErrors(p.shard_id, p.settings.attempts, retry=p.frontier.retry, fail=recorder.failed, counters=counters)
+    lane = RequestLane(p.politeness, p.fetcher, counters)
+    gates: list[FetchGate] = []
+    if not isinstance(p.regions, NoRegions):
+        gates.append(RegionGate(p.regions))
+    if p.settings.respect_robots:
+        gates.append(RobotsGate(p.robots, lane, p.frontier, p.politeness, p.admission, recorder, p.sitemaps,
+                                attempts=p.settings.attempts, counters=counters))
+    gates.append(BudgetGate(p.budget))
+    handler = FetchHandler(p.settings.attempts, frontier=p.frontier, pipeline=p.pipeline, host_budget=p.host_budget,
+                           admission=p.admission, router=p.router, news=p.news, recorder=recorder, counters=counters)
+    dispatcher = Dispatcher(p.settings, frontier=p.frontier, gates=gates, lane=lane, handler=handler, sitemaps=p.sitemaps,
+                            router=p.router, errors=errors, feed=p.feed, timing=(p.clock, p.hold, p.gate), claims=p.claims)
+    return Shard(parts, dispatcher, recorder, peer)

@@ -9,7 +9,8 @@ same code Ray does (model: Ray Serve's replica wrapper around a plain callable):
   fetches and accepts work only while the driver is heard from and the lease is its
   run's (docs/invariants.md #9), and a replaced run's shard closes without writing;
 * it starts the shard's loop on the first call it receives (the driver polls at once);
-* it answers the driver and its peers through one :class:`ShardEndpoint`.
+* it answers the driver and its peers: :class:`ShardServer` implements
+  :class:`~crawler.engine.shardapi.ShardApi` around the shard's own.
 
 ``actors/host_shard.py`` is the Ray shell: it builds a :class:`ShardServer` with Ray
 clients for the crawl-wide services and passes every call on.
@@ -26,19 +27,20 @@ from typing import Any, Awaitable, Callable, Sequence
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config.settings import CrawlConfig
 from crawler.control.hostpolicy import HostTarget, PolicyChange
-from crawler.engine.assembly import ContentCall, build_fence, build_shard
+from crawler.engine.assembly import ContentCall, build_shard
+from crawler.engine.partbuilders import build_fence
 from crawler.engine.linkrouter import SeenService
-from crawler.engine.scheduler import Fetcher as FetchClient
+from crawler.engine.requests import Fetcher as FetchClient
+from crawler.engine.shardapi import HostView, ShardApi
 from crawler.engine.sharedservices import LeasedBudget
 from crawler.engine.status import ShardStatus
 from crawler.frontier.store import UrlStatus
 from crawler.frontier.urlitem import UrlItem
-from crawler.placement.handover import HostState, Peers
+from crawler.placement.peers import HostState, Peers, HostPlacement, Probe
 from crawler.placement.topology import Topology
 from crawler.recovery import statefiles as state
 from crawler.recovery.watchdog import ShardWatchdog
 from crawler.render.renderer import RenderService
-from crawler.session.shardcalls import Forward, ShardEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +53,15 @@ class ShardServices:
     content index, page budget); ``deliver`` hands a batch of URLs to another shard's
     :meth:`ShardServer.accept` and returns once that shard made it durable (a shard
     restarting or refusing for now raises a crawler.errors.retry_later error: the link
-    router asks again, crawler.engine.linkrouter); ``forward`` passes an operator call on to the
-    shard that owns a host now (regions).
+    router asks again, crawler.engine.linkrouter); ``peer`` is another shard by id, through
+    which a call about a host another shard owns now is passed on (regions).
     """
 
     seen: SeenService
     content: ContentCall
     lease_pages: Callable[[int], Awaitable[int]]
     deliver: Callable[[str, list[UrlItem]], Awaitable[Any]]
-    forward: Forward | None = None
+    peer: Callable[[str], ShardApi] | None = None
     render: RenderService | None = None
     peers: Peers | None = None
 
@@ -148,25 +150,25 @@ class ShardServer:
             wrap_fetcher=wrap_fetcher,
             run_blocking=run_blocking,
             unclean_start=restarted,
+            peer=services.peer,
         )
         self._services = services
-        self.endpoint = ShardEndpoint(self.shard, services.forward) if services.forward else ShardEndpoint(self.shard)
         self._run_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self._stopped = False
-        self._final: ShardStatus | None = None
+        self._closing: asyncio.Future[ShardStatus] | None = None
 
     # -- the watchdog's hooks (crawler.recovery.watchdog.WatchdogHooks) ----------------
 
     async def on_driver_silent(self) -> None:
-        await self.shard.outbox.flush(final=True)
+        await self.shard.flush_rows()
 
     def on_tick(self) -> None:
         if self._on_tick is not None:
             self._on_tick()
 
     async def on_lease_lost(self, reason: str | None) -> None:
-        await self.stop()
+        await self.shutdown()
         if self._on_exit is not None:
             await self._on_exit()
 
@@ -180,7 +182,7 @@ class ShardServer:
 
     async def _deliver(self, owner: str, items: list[UrlItem]) -> None:
         if owner == self.shard_id:
-            await self.shard.accept_durably(items)
+            await self.shard.accept(items)
         else:
             await self._services.deliver(owner, items)
 
@@ -192,48 +194,49 @@ class ShardServer:
         self.watchdog.contact()
         self.ensure_running()
 
+    # -- ShardApi: the shard's own answers, its loop started on the first call ----------
+
     async def accept(self, items: list[UrlItem]) -> int:
-        """A batch of novel URLs owned by this shard, durable (in OUT for a remote output)
-        before this returns."""
         self.ensure_running()
-        return await self.endpoint.accept(items)
+        return await self.shard.accept(items)
 
-    async def adopt(self, host_state: HostState) -> int:
-        """A host handed over by another shard (crawler.placement.handover), durable on return."""
+    async def adopt(self, state: HostState) -> int:
         self.ensure_running()
-        return await self.shard.adopt(host_state)
+        return await self.shard.adopt(state)
 
-    async def place(self, host: str, region: str | None) -> dict[str, Any]:
+    async def place(self, host: str, region: str | None) -> HostPlacement:
         self.ensure_running()
-        return await self.endpoint.place(host, region)
+        return await self.shard.place(host, region)
 
     async def located(self, host: str, region: str) -> None:
-        await self.endpoint.located(host, region)
+        await self.shard.located(host, region)
 
-    async def add_seeds(self, urls: list[str]) -> None:
-        await self.endpoint.add_seeds(urls)
+    async def widen_scope(self, urls: list[str]) -> None:
+        await self.shard.widen_scope(urls)
 
     async def set_host_policy(self, change: PolicyChange) -> None:
-        await self.endpoint.set_host_policy(change)
+        await self.shard.set_host_policy(change)
 
     async def url_status(self, url: str | None, url_hash: str | None = None) -> UrlStatus | None:
-        return await self.endpoint.url_status(url, url_hash)
+        return await self.shard.url_status(url, url_hash)
 
     async def url_for_hash(self, url_hash: str) -> str | None:
-        return await self.endpoint.url_for_hash(url_hash)
+        return await self.shard.url_for_hash(url_hash)
 
-    async def host_info(self, target: HostTarget) -> dict[str, Any]:
-        return await self.endpoint.host_info(target)
+    async def host_info(self, target: HostTarget) -> HostView:
+        return await self.shard.host_info(target)
 
     async def vet_seeds(self, urls: list[str]) -> list[str | None]:
-        return await self.endpoint.vet_seeds(urls)
+        return await self.shard.vet_seeds(urls)
+
+    async def probe(self, url: str) -> Probe:
+        return await self.shard.probe(url)
 
     async def held_keys(self, after: int | None, limit: int) -> list[int]:
-        """The URL ledger's audit: keys this shard holds (crawler.session.ledgeraudit)."""
-        return await self.endpoint.held_keys(after, limit)
+        return await self.shard.held_keys(after, limit)
 
     async def held_ids(self, after: int | None, limit: int) -> list[tuple[int, int, str]]:
-        return await self.endpoint.held_ids(after, limit)
+        return await self.shard.held_ids(after, limit)
 
     async def status(self) -> ShardStatus:
         self.watchdog.contact()
@@ -242,17 +245,19 @@ class ShardServer:
         if self._run_task is not None and self._run_task.done() and not self._run_task.cancelled() \
                 and self._run_task.exception() is not None:
             error = repr(self._run_task.exception())
-        return self.shard.status().but(incarnation=self.incarnation, error=error)
+        return self.shard.report().but(incarnation=self.incarnation, error=error)
 
-    async def stop(self) -> ShardStatus | None:
-        """Stop fetching, flush and ack rows, close; the final status with store counts."""
-        if self._stopped:
-            return self._final
-        self._stopped = True
+    async def shutdown(self) -> ShardStatus:
+        """Stop fetching, flush and ack rows, close; the final status with store counts
+        (a second call, during or after the first, waits for the same status)."""
+        if self._closing is None:
+            self._stopped = True
+            self._closing = asyncio.ensure_future(self._shutdown())
+        return await asyncio.shield(self._closing)
+
+    async def _shutdown(self) -> ShardStatus:
         self.watchdog.stop()
         self.shard.stop()
         if self._run_task is not None:
             await asyncio.gather(self._run_task, return_exceptions=True)
-        await self.shard.close()
-        self._final = self.shard.status().but(store_counts=self.shard.store_counts())
-        return self._final
+        return await self.shard.shutdown()

@@ -1,6 +1,6 @@
 """One shard's status: the record a shard answers every poll with.
 
-``ShardScheduler.status()`` builds it; the driver reads it to prove termination
+``crawler.engine.shard.Shard.report()`` builds it; the driver reads it to prove termination
 (crawler.session.termination), to sum crawl-wide figures (crawler.session.crawlstats.merge_status, which
 is the view that turns statuses into the JSON of ``stats.json``, ``GET /stats`` and
 ``crawl stats --json``), to see a resumed crawl and a failed shard (crawler.session.crawlsession) and
@@ -66,6 +66,10 @@ class ShardStatus:
     state_log: Mapping[str, int] | None = None
     #: Regions (crawler.placement.handover.Regions.stats), None without runtime.regions.
     regions: Mapping[str, Any] | None = None
+    #: Politeness delay put between a host's requests, summed (crawler.policy.politeness).
+    politeness_wait_s: float = 0.0
+    #: Hosts slowed by backoff or a Retry-After now.
+    backed_off_hosts: int = 0
     incarnation: str = ""
     error: str | None = None
     store_counts: Mapping[str, int] | None = None

@@ -39,10 +39,9 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from crawler.clock import Clock
-from crawler.errors import DeliveryError
 from crawler.fetch.fetcher import FetchResult
 from crawler.frontier.urlitem import UrlItem
 from crawler.placement.moves import QUIESCE_POLL_S, Mover
@@ -52,15 +51,11 @@ from crawler.placement.regionbook import HostParts, RegionBook
 from crawler.placement.regionpolicy import RegionPlacement
 from crawler.placement.topology import Topology
 
-if TYPE_CHECKING:  # the scheduler imports this module
-    from crawler.engine.scheduler import ShardScheduler
-
 __all__ = [
     "QUIESCE_POLL_S",
     "HostParts",
     "HostPlacement",
     "HostState",
-    "InProcessPeers",
     "Peers",
     "Probe",
     "RegionBook",
@@ -239,19 +234,11 @@ class Regions:
 
     # -- the operator's rules --------------------------------------------------------------
 
-    async def place(self, host: str, region: str | None) -> dict[str, Any]:
+    async def place(self, host: str, region: str | None) -> HostPlacement:
         """The operator's rule for ``host`` (None: measure again); at the owner it may
-        start a move, which this waits for. Returns the placement now, JSON-shaped
-        (:meth:`set_rule` is the same call, typed)."""
+        start a move, which this waits for. Returns the placement now."""
         owner = await self._apply_rule(host, region)
         return await self.peers.place(owner, host, region) if owner is not None else self.describe(host)
-
-    async def set_rule(self, host: str, region: str | None) -> HostPlacement:
-        """:meth:`place`, answered as a typed record."""
-        owner = await self._apply_rule(host, region)
-        if owner is not None:
-            return HostPlacement.from_dict(await self.peers.place(owner, host, region))
-        return self.placement_of(host)
 
     async def _apply_rule(self, host: str, region: str | None) -> str | None:
         """Set the rule here, and move the host if it lives here and must; returns the
@@ -299,9 +286,9 @@ class Regions:
             moving_to=self.moving.get(host),
         )
 
-    def describe(self, host: str) -> dict[str, Any]:
-        """:meth:`placement_of`, JSON-shaped (:meth:`HostPlacement.to_dict`)."""
-        return self.placement_of(host).to_dict()
+    def describe(self, host: str) -> HostPlacement:
+        """:meth:`placement_of` (the shard's host view calls it so)."""
+        return self.placement_of(host)
 
     def stats(self) -> dict[str, Any]:
         """Counters and gauges for the shard's status (crawl stats, metrics)."""
@@ -319,36 +306,3 @@ class Regions:
     def restore(self, data: dict[str, Any]) -> None:
         """Load a :meth:`snapshot` (:meth:`RegionBook.restore`)."""
         self.book.restore(data)
-
-
-class InProcessPeers:
-    """:class:`Peers` for shards that live in one process (tests, and the one-process
-    runtime's shards): each call goes straight to the shard object. ``shards`` maps ids to
-    :class:`crawler.engine.scheduler.ShardScheduler` objects, filled in once they are built."""
-
-    def __init__(self, topology: Topology, shards: dict[str, ShardScheduler] | None = None) -> None:
-        self.topology = topology
-        self.shards: dict[str, ShardScheduler] = shards if shards is not None else {}
-
-    async def accept(self, shard: str, items: list[UrlItem]) -> int:
-        return await self.shards[shard].accept_durably(items)
-
-    async def adopt(self, shard: str, state: HostState) -> None:
-        await self.shards[shard].adopt(state)
-
-    async def probe(self, region: str, host: str, url: str) -> Probe:
-        shard = self.shards[self.topology.owner_in(region, host)]
-        _, probe = await timed_get(shard.fetcher.fetch, url)
-        return probe
-
-    def _regions(self, shard: str) -> Regions:
-        regions = self.shards[shard].regions
-        if regions is None:
-            raise DeliveryError(f"{shard} has no regions")
-        return regions
-
-    async def place(self, shard: str, host: str, region: str | None) -> dict[str, Any]:
-        return await self._regions(shard).place(host, region)
-
-    async def located(self, shard: str, host: str, region: str) -> None:
-        await self._regions(shard).located_at(host, region)

@@ -109,9 +109,8 @@ class Peers(Protocol):
     async def probe(self, region: str, host: str, url: str) -> Probe:
         """GET ``url`` from a shard of ``region`` (its own source address), timed."""
 
-    async def place(self, shard: str, host: str, region: str | None) -> dict[str, Any]:
-        """The operator's rule for ``host`` at ``shard`` (its owner): placed there
-        (a :meth:`HostPlacement.to_dict`)."""
+    async def place(self, shard: str, host: str, region: str | None) -> HostPlacement:
+        """The operator's rule for ``host`` at ``shard`` (its owner): placed there."""
 
     async def located(self, shard: str, host: str, region: str) -> None:
         """Tell ``host``'s home that the host now lives in ``region``."""

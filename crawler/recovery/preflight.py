@@ -40,7 +40,7 @@ import pyarrow.dataset as pads
 
 from crawler.config.settings import CrawlConfig
 from crawler.content.index import read_log_stamp
-from crawler.engine.assembly import build_link_policy
+from crawler.engine.partbuilders import build_link_policy
 from crawler.engine.sharedservices import CONTENT_LOG, shard_log
 from crawler.errors import StorageError
 from crawler.events.emitter import EventLog

@@ -16,13 +16,16 @@ from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config.settings import CrawlConfig
 from crawler.placement.hashring import HashRing
 from crawler.recovery import stamps, statefiles as state
-from crawler.engine.scheduler import Fetcher, ShardScheduler
+from crawler.engine.requests import Fetcher
+from crawler.engine.shard import Shard
+from crawler.engine.shardapi import ShardApi
 from crawler.seen import SeenGroup, SeenSet
 from crawler.session.runtime import Plan
 from crawler.engine.sharedservices import CONTENT_LOG, BudgetPool, ContentIndexService, LeasedBudget, content_log_names
 from crawler.session.crawlsession import CrawlSession
-from crawler.engine.assembly import build_fence, build_shard
-from crawler.session.shardcalls import ShardCalls, ShardEndpoint, merge_seen_stats
+from crawler.engine.assembly import build_shard
+from crawler.engine.partbuilders import build_fence
+from crawler.session.shardcalls import ShardCalls, merge_seen_stats
 from crawler.engine.status import ShardStatus
 
 if TYPE_CHECKING:  # imported when render.mode is on (it needs a browser)
@@ -45,8 +48,7 @@ class LocalRuntime(ShardCalls):
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK, fetcher_factory: Callable[[], Fetcher] | None = None) -> None:
         self.clock = clock
         self.fetcher_factory = fetcher_factory
-        self.shards: dict[str, ShardScheduler] = {}
-        self.endpoints: dict[str, ShardEndpoint] = {}
+        self.shards: dict[str, Shard] = {}
         self.seen: list[SeenSet] = []
         self._seen_group: SeenGroup | None = None
         self.content: ContentIndexService | None = None
@@ -129,7 +131,6 @@ class LocalRuntime(ShardCalls):
                 render_service=self.render_pool,
                 unclean_start=plan.after_crash,
             )
-        self.endpoints = {sid: ShardEndpoint(s) for sid, s in self.shards.items()}
         self._runners = [asyncio.ensure_future(s.run()) for s in self.shards.values()]
 
     async def heartbeat(self) -> None:
@@ -182,26 +183,20 @@ class LocalRuntime(ShardCalls):
     async def seen_forget_keys(self, index: int, keys: list[int]) -> int:
         return self.seen[index].forget_hashes(keys)
 
-    def _shard_ids(self) -> list[str]:
-        return list(self.shards)
-
-    async def _call(self, shard_id: str, method: str, *args: Any, patient: bool = False) -> Any:
-        return await getattr(self.endpoints[shard_id], method)(*args)
+    def _shards(self) -> dict[str, ShardApi]:
+        return dict(self.shards)
 
     async def statuses(self) -> list[ShardStatus] | None:
         for r in self._runners:
             if r.done() and r.exception() is not None:
                 raise r.exception()  # type: ignore[misc]
-        return [s.status() for s in self.shards.values()]
+        return [s.report() for s in self.shards.values()]
 
     async def stop(self) -> list[ShardStatus]:
         for s in self.shards.values():
             s.stop()
         await asyncio.gather(*self._runners, return_exceptions=True)
-        finals = []
-        for s in self.shards.values():
-            await s.close()
-            finals.append(s.status().but(store_counts=s.store_counts()))
+        finals = [await s.shutdown() for s in self.shards.values()]
         if self.render_pool is not None:
             await self.render_pool.close()
         return finals

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import pyarrow.parquet as pq
 
 from crawler.config.settings import CrawlConfig
-from crawler.engine.assembly import build_link_policy
+from crawler.engine.partbuilders import build_link_policy
 from crawler.errors import StorageError
 from crawler.freshness.feeds import looks_like_feed, parse_feed
 from crawler.output import open_fs

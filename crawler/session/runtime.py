@@ -17,7 +17,9 @@ from typing import Any, Protocol
 from crawler.config.settings import CrawlConfig
 from crawler.frontier.urlitem import UrlItem
 from crawler.control.hostpolicy import HostTarget, PolicyChange
+from crawler.engine.shardapi import HostView
 from crawler.engine.status import ShardStatus
+from crawler.placement.peers import HostPlacement
 from crawler.frontier.store import UrlStatus
 
 
@@ -72,7 +74,7 @@ class Runtime(Protocol):
     async def set_host_policy(self, shard_id: str | None, change: PolicyChange) -> None:
         """Apply an operator policy on shard ``shard_id``, or on every shard (None)."""
 
-    async def place(self, shard_id: str, host: str, region: str | None) -> dict[str, Any]:
+    async def place(self, shard_id: str, host: str, region: str | None) -> HostPlacement:
         """An operator's region rule for ``host`` at its home shard (None: measure again);
         returns the host's placement once any move it caused is done."""
 
@@ -83,8 +85,8 @@ class Runtime(Protocol):
     async def url_for_hash(self, url_hash: str) -> str | None:
         """The URL with this public id, from whichever shard's store has it."""
 
-    async def host_info(self, shard_id: str | None, target: HostTarget) -> list[dict[str, Any]]:
-        """Each asked shard's view of a host (crawler.control.hostview.host_info)."""
+    async def host_info(self, shard_id: str | None, target: HostTarget) -> list[HostView]:
+        """Each asked shard's view of a host (crawler.engine.hostview)."""
 
     async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
         """Why the owning shard would refuse each seed (robots, trap rules), or None."""

@@ -8,6 +8,7 @@ shares with the session's own seeding.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Callable, Sequence
 
@@ -16,6 +17,7 @@ from crawler.config.settings import CrawlConfig
 from crawler.errors import ConfigError, SeedError
 from crawler.frontier.urlitem import UrlItem
 from crawler.control.hostpolicy import HostPolicy, PolicyChange, parse_host
+from crawler.engine.shardapi import HostPolicyView
 from crawler.session.runtime import Runtime
 from crawler.session.termination import TerminationDetector
 from crawler.urls import host_key, normalize, url_hash, validate_seed
@@ -125,9 +127,10 @@ class Steering:
         """A host as the shards see it (GET /hosts/{host}); see :meth:`set_host_policy`."""
         target = parse_host(host)
         infos = await self.runtime.host_info(None if target.hostname_wide else self._owner_of(target.key), target)
-        keys = sorted((k for i in infos for k in i["keys"]), key=lambda k: k["key"])
-        hostname_policy = infos[0]["hostname_policy"] if infos else {"max_rps": None, "paused": False, "max_pages": None}
-        return {"host": target.spec(), "hostname_wide": target.hostname_wide, "hostname_policy": hostname_policy, "keys": keys}
+        keys = sorted((k for i in infos for k in i.keys), key=lambda k: k.key)
+        hostname_policy = infos[0].hostname_policy if infos else HostPolicyView()
+        return {"host": target.spec(), "hostname_wide": target.hostname_wide,
+                "hostname_policy": dataclasses.asdict(hostname_policy), "keys": [k.to_dict() for k in keys]}
 
     async def url_status(self, url: str) -> UrlStatus | None:
         """The per-URL state (crawler.frontier.store) of a URL, or of a 16-hex-digit ``url_hash``

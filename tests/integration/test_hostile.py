@@ -20,7 +20,7 @@ import pytest
 from crawler.testing.fakes import FakeResolver
 from crawler.config import settings as config
 from crawler.session.inprocess import local_session
-from crawler.engine.assembly import build_fetcher
+from crawler.engine.partbuilders import build_fetcher
 from crawler.output import read_pages
 from crawler.testing.hostile import HostileServer, loopback_only
 

@@ -58,9 +58,9 @@ CHILD = textwrap.dedent(
     def sample(_status=None):
         shards = crawl.runtime.shards.values()
         for shard in shards:
-            peak["in_memory"] = max(peak["in_memory"], shard.frontier.in_memory())
-            peak["queued"] = max(peak["queued"], len(shard.frontier))
-        peak["stores"] = sum(s.store is not None for s in shards)
+            peak["in_memory"] = max(peak["in_memory"], shard.parts.frontier.in_memory())
+            peak["queued"] = max(peak["queued"], len(shard.parts.frontier))
+        peak["stores"] = sum(s.parts.store is not None for s in shards)
         peak["samples"] += 1
 
     crawl.on_progress = sample

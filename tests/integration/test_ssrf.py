@@ -26,7 +26,7 @@ from crawler.testing.fakes import FakeResolver
 from crawler.config import settings as config
 from crawler.session.inprocess import local_session
 from crawler.session.crawlsession import CrawlSession
-from crawler.engine.assembly import build_fetcher
+from crawler.engine.partbuilders import build_fetcher
 from crawler.output import BlobStore, read_pages
 from crawler.testing.hostile import TRAVERSAL_STRINGS, HostileServer, loopback_only
 from crawler.urls import normalize
@@ -110,7 +110,7 @@ def test_loopback_targets_are_refused_before_connecting(server, tmp_path, respec
     log = srv.requests()[before:]
     assert log and {r.host for r in log} == {"ssrf.hostile.test"}, Counter(r.host for r in log)
     assert not [r for r in log if r.behaviour == "secret"]
-    guard = sum(s.fetcher.stats()["guard_refusals"] for s in crawl.runtime.shards.values())
+    guard = sum(s.parts.fetcher.stats()["guard_refusals"] for s in crawl.runtime.shards.values())  # type: ignore[attr-defined]  # the real Fetcher behind the protocol
     assert guard >= 1
 
 

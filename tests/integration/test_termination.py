@@ -15,7 +15,7 @@ import pytest
 
 from crawler.config import settings as config
 from crawler.session.inprocess import local_session
-from crawler.engine.assembly import build_fetcher
+from crawler.engine.partbuilders import build_fetcher
 from crawler.output import read_pages
 from crawler.testing.server import WebServer
 from crawler.testing.webtypes import Reply, SmallWeb

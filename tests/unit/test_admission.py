@@ -141,12 +141,12 @@ async def test_a_shard_writes_and_counts_one_row_per_refusal(tmp_path) -> None:
         deliver=None, owner_of=lambda h: "shard-000", store=FrontierStore(str(tmp_path / "shard.sqlite")),
         clock=clock, fetcher=ScriptedServer(clock, {}), run_blocking=inline,
     )
-    robots = shard.admission.robots
+    robots = shard.parts.admission.robots
     robots.from_response("http://a.test", 200, ROBOTS)
     robots.from_response("http://down.test", None, None, error="connect: refused")
-    queued = shard.accept([UrlItem(u, 1) for u in (
+    queued = shard.admit([UrlItem(u, 1) for u in (
         "http://a.test/ok", "http://a.test/private/1", "http://a.test/private/2", "http://down.test/x")])
-    st = shard.status()
+    st = shard.report()
     assert queued == 1 and st.queued == 1
     assert st.counters["robots_blocked"] == 2 and st.counters["failed"] == 1 and st.counters["accepted"] == 1
     assert st.dropped == {}

@@ -18,7 +18,8 @@ from typing import Callable
 from crawler.clock import MockClock
 from crawler.config import settings as config
 from crawler.engine.assembly import build_shard
-from crawler.engine.scheduler import GATE_RETRY_S, IDLE_WAIT_S, ShardScheduler
+from crawler.engine.dispatcher import GATE_RETRY_S, IDLE_WAIT_S
+from crawler.engine.shard import Shard
 from crawler.errors import ServiceUnavailableError
 from crawler.frontier.store import FrontierStore
 from crawler.frontier.urlitem import UrlItem
@@ -62,7 +63,7 @@ class Seen:
 
 
 class ShutFor:
-    """A shard's gate (crawler.engine.scheduler.Gate) shut from ``start`` for ``seconds``
+    """A shard's gate (crawler.engine.dispatcher.Gate) shut from ``start`` for ``seconds``
     of the clock: what a silent driver or an unreadable lease does to a shard."""
 
     def __init__(self, clock: MockClock, start: float, seconds: float) -> None:
@@ -87,7 +88,7 @@ class Crawl:
             "fetch": {"attempts": 3, "backoff_s": 1.0, "max_backoff_s": 1.0, "max_in_flight": max_in_flight},
             "output": {"path": str(tmp / "out"), "row_flush_interval_s": 1.0, "outbox_interval_s": 0.25},
         })
-        self.shards: dict[str, ShardScheduler] = {}
+        self.shards: dict[str, Shard] = {}
         for sid in ("shard-a", "shard-b"):
             self.shards[sid] = build_shard(
                 self.cfg, sid, seeds=[SEED], seen=seen, content=content or no_dups, budget=NoBudgetLimit(),
@@ -99,17 +100,17 @@ class Crawl:
         self.runners: list[asyncio.Future[None]] = []
 
     async def deliver(self, owner: str, items: list[UrlItem]) -> None:
-        await self.shards[owner].accept_durably(items)
+        await self.shards[owner].accept(items)
 
     def start(self, seed: bool = True) -> None:
         if seed and self.seen.seen.isdisjoint({SEED}):
             self.seen.seen.add(SEED)
             self.seen.novel += 1
-            self.a.accept([UrlItem(SEED, 0)])
+            self.a.admit([UrlItem(SEED, 0)])
         self.runners = [asyncio.ensure_future(s.run()) for s in self.shards.values()]
 
     def done(self) -> bool:
-        return all(s.status().idle and s.outbox.pending() == 0 for s in self.shards.values())
+        return all(s.report().idle and s.parts.outbox.pending() == 0 for s in self.shards.values())
 
     async def stop(self) -> None:
         for s in self.shards.values():
@@ -152,9 +153,9 @@ def test_a_receiver_that_refuses_for_30_s_costs_time_not_pages(tmp_path):
         await clock.run_until(lambda: crawl.fetches().get(SEED) == 1)
         await clock.run_until(lambda: clock.now() >= REFUSAL_S - 1.0)
         # The seed's page waits for its links: in flight, unacked, and the shard is not idle.
-        st = crawl.a.status()
+        st = crawl.a.report()
         assert not st.idle and st.in_flight >= 1 and st.router["links_in_transit"] >= 2
-        assert SEED not in crawl.rows() and crawl.a.store.url_status(SEED)["in_flight"]
+        assert SEED not in crawl.rows() and crawl.a.parts.store.url_status(SEED)["in_flight"]
         assert st.router["batches_refused"] > 10 and st.router["links_lost"] == 0
         await clock.run_until(crawl.done)
         assert clock.now() > REFUSAL_S
@@ -164,7 +165,7 @@ def test_a_receiver_that_refuses_for_30_s_costs_time_not_pages(tmp_path):
         assert crawl.counts() == {"queued": 0, "claimed": 0, "done": len(PAGES), "dropped": 0}
         assert crawl.seen.novel == len(PAGES)  # every link admitted, the ledger balances
         for s in crawl.shards.values():
-            assert s.counters["internal_errors"] == 0 and s.counters["failed"] == 0
+            assert s.parts.counters["internal_errors"] == 0 and s.parts.counters["failed"] == 0
 
     asyncio.run(scenario())
 
@@ -176,7 +177,7 @@ def test_a_stop_during_the_refusal_leaves_the_page_for_the_resume(tmp_path):
         seen = Seen()
         first = Crawl(tmp_path, clock, server, seen, gates={"shard-b": ShutFor(clock, 0.0, 1e9)})
         first.start()
-        await clock.run_until(lambda: first.a.status().router["batches_refused"] >= 5)
+        await clock.run_until(lambda: first.a.report().router["batches_refused"] >= 5)
         stopped_at = clock.now()
         await first.stop()  # returns without waiting out any retry
         assert clock.now() == stopped_at
@@ -185,7 +186,7 @@ def test_a_stop_during_the_refusal_leaves_the_page_for_the_resume(tmp_path):
         assert SEED not in first.rows()
         assert first.counts() == {"queued": 1, "claimed": 1, "done": 0, "dropped": 0}  # the seed, a.test/p
         assert seen.seen == {SEED, "http://a.test/p"} and seen.novel == 2
-        assert first.a.status().router["links_unsent"] == 2
+        assert first.a.report().router["links_unsent"] == 2
 
         again = Crawl(tmp_path, clock, server, seen)  # the resume: same stores, gates open
         again.start(seed=False)
@@ -206,7 +207,7 @@ def test_a_bug_is_counted_and_retried_and_the_page_fetched_once_more_at_most(tmp
         clock = MockClock()
         server = ScriptedServer(clock, WEB)
         crawl = Crawl(tmp_path, clock, server, Seen())
-        page = crawl.a.pipeline.page
+        page = crawl.a.parts.pipeline.page
         raised: list[str] = []
 
         async def raises_once(item, res):
@@ -215,11 +216,11 @@ def test_a_bug_is_counted_and_retried_and_the_page_fetched_once_more_at_most(tmp
                 raise KeyError("a bug in the pipeline")
             return await page(item, res)
 
-        crawl.a.pipeline.page = raises_once  # type: ignore[method-assign]
+        crawl.a.parts.pipeline.page = raises_once  # type: ignore[method-assign]
         crawl.start()
         await clock.run_until(crawl.done)
         await crawl.stop()
-        assert crawl.a.counters["internal_errors"] == 1
+        assert crawl.a.parts.counters["internal_errors"] == 1
         fetched = crawl.fetches()
         assert fetched.pop(SEED) == 2 and fetched == {u: 1 for u in PAGES - {SEED}}
         assert crawl.rows() == {u: ["fetched"] for u in PAGES}
@@ -241,15 +242,15 @@ def test_a_receiver_with_a_bug_ends_in_a_failed_row_and_links_counted_lost(tmp_p
         async def broken(items):
             raise RuntimeError("a bug in accept")
 
-        crawl.b.accept_durably = broken  # type: ignore[method-assign]
+        crawl.b.accept = broken  # type: ignore[method-assign]  # a receiver with a bug
         crawl.start()
         await clock.run_until(crawl.done)
         await crawl.stop()
-        assert crawl.a.counters["internal_errors"] == 3
+        assert crawl.a.parts.counters["internal_errors"] == 3
         assert crawl.fetches() == {SEED: 3, "http://a.test/p": 1}
         rows = crawl.rows()
         assert rows[SEED] == ["failed"] and rows["http://a.test/p"] == ["fetched"]
-        router = crawl.a.status().router
+        router = crawl.a.report().router
         assert router["links_lost"] == 3 * 2 and router["links_seen_marks_undone"] == 3 * 2
         assert crawl.seen.seen == {SEED, "http://a.test/p"}  # nothing marked that no shard holds
         assert crawl.seen.novel == crawl.counts()["done"] == 2
@@ -273,7 +274,7 @@ def test_a_service_that_cannot_answer_now_defers_the_page_without_a_row(tmp_path
         crawl.start()
         await clock.run_until(crawl.done)
         await crawl.stop()
-        assert crawl.a.counters["deferred"] == 1 and crawl.a.counters["internal_errors"] == 0
+        assert crawl.a.parts.counters["deferred"] == 1 and crawl.a.parts.counters["internal_errors"] == 0
         fetched = crawl.fetches()
         assert fetched.pop(SEED) == 2 and fetched == {u: 1 for u in PAGES - {SEED}}
         assert crawl.rows() == {u: ["fetched"] for u in PAGES}
@@ -329,12 +330,12 @@ def test_a_shard_whose_slots_all_wait_on_a_receiver_does_not_spin(tmp_path):
 
         crawl = Crawl(tmp_path, clock, server, Seen(), gates={"shard-a": counting, "shard-b": ShutFor(clock, 0.0, REFUSAL_S)},
                       max_in_flight=1)
-        crawl.a.accept([UrlItem("http://c.test/", 0)])
+        crawl.a.admit([UrlItem("http://c.test/", 0)])
         crawl.start()
         await clock.run_until(lambda: crawl.fetches().get(SEED) == 1 and len(server.log) >= 4)
         start = clock.now()
         await clock.run_until(lambda: clock.now() >= REFUSAL_S - 1.0)
-        assert not crawl.a.status().idle and crawl.a.status().queued > 0  # due work, no free slot
+        assert not crawl.a.report().idle and crawl.a.report().queued > 0  # due work, no free slot
         waiting = [t for t in turns if start <= t < REFUSAL_S - 1.0]
         assert len(waiting) <= (REFUSAL_S - 1.0 - start) / IDLE_WAIT_S + 10
         await clock.run_until(crawl.done)

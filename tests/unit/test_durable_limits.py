@@ -66,7 +66,7 @@ class Node:
 
     def deliver(self, items: list[UrlItem]) -> int:
         """A batch delivered as another shard delivers it: acknowledged once durable in OUT."""
-        return asyncio.run(self.shard.accept_durably(items))
+        return asyncio.run(self.shard.accept(items))
 
     def admitted(self) -> int:
         """URLs of the host the shard holds to fetch or has fetched (not dropped)."""
@@ -83,12 +83,12 @@ def test_a_hosts_page_budget_is_not_refunded_by_the_loss_of_its_node(out, tmp_pa
     cfg = _cfg(out, max_pages_per_host=5)
     first = Node(cfg, tmp_path / "node-a", monkeypatch)
     assert first.deliver(_urls(0, 8)) == 5  # 5 admitted, 3 over the budget
-    assert first.shard.status().dropped == {"host_budget": 3}
+    assert first.shard.report().dropped == {"host_budget": 3}
     # The node is lost with its disk: no checkpoint, no snapshot ever reached OUT.
 
     again = Node(cfg, tmp_path / "node-b", monkeypatch)
     assert again.deliver(_urls(8, 5)) == 0  # the budget is spent: nothing more is queued
-    assert again.admitted() == 5 and again.shard.status().queued == 5
+    assert again.admitted() == 5 and again.shard.report().queued == 5
     assert again.store.counts()["dropped"] == 8
 
 
@@ -101,23 +101,23 @@ def test_a_trap_cut_is_not_undone_by_the_loss_of_its_node(out, tmp_path, monkeyp
     shard = first.shard
 
     async def crawl_a_trap():
-        assert await shard.accept_durably(_urls(0, 20)) == 20
+        assert await shard.accept(_urls(0, 20)) == 20
         runner = asyncio.ensure_future(shard.run())
         # A window of 10 fetches, all duplicates of stored content: the budget is cut.
-        await first.clock.run_until(lambda: shard.host_budget.stats()["cuts"] == 1, max_time=60)
-        await first.clock.run_until(lambda: shard.outbox.rows_acked >= 10, max_time=60)
+        await first.clock.run_until(lambda: shard.parts.host_budget.stats()["cuts"] == 1, max_time=60)
+        await first.clock.run_until(lambda: shard.parts.outbox.rows_acked >= 10, max_time=60)
         shard.stop()  # the node dies: nothing more is fetched, flushed or checkpointed
         await runner
         await shard.synced()  # what the log held by then: the cut went with its page's ack
 
     asyncio.run(crawl_a_trap())
-    left = shard.host_budget.remaining(HOST)
+    left = shard.parts.host_budget.remaining(HOST)
     assert left is not None and left < 20  # 20 more were planned before the cut
     held = first.admitted()
 
     again = Node(cfg, tmp_path / "node-b", monkeypatch)
     assert again.deliver(_urls(20, 30)) == left
-    assert again.admitted() == held + left and again.shard.status().dropped == {"host_budget": 30 - left}
+    assert again.admitted() == held + left and again.shard.report().dropped == {"host_budget": 30 - left}
 
 
 def test_a_trap_cut_that_trims_the_queue_survives_with_the_urls_it_dropped(out, tmp_path, monkeypatch):
@@ -126,10 +126,10 @@ def test_a_trap_cut_that_trims_the_queue_survives_with_the_urls_it_dropped(out, 
     shard = first.shard
     assert first.deliver(_urls(0, 20)) == 20
     for _ in range(10):
-        drop = shard.host_budget.record_fetch(HOST, True, shard.frontier.queued_for(HOST))
+        drop = shard.parts.host_budget.record_fetch(HOST, True, shard.parts.frontier.queued_for(HOST))
         if drop:
-            shard.admission.trim(HOST, drop)
-    assert shard.frontier.queued_for(HOST) == 10 and shard.status().dropped == {"budget_cut": 10}
+            shard.parts.admission.trim(HOST, drop)
+    assert shard.parts.frontier.queued_for(HOST) == 10 and shard.report().dropped == {"budget_cut": 10}
     asyncio.run(shard.synced())
 
     again = Node(cfg, tmp_path / "node-b", monkeypatch)
@@ -140,7 +140,7 @@ def test_a_trap_cut_that_trims_the_queue_survives_with_the_urls_it_dropped(out, 
 def test_an_operators_max_pages_survives_the_loss_of_the_node_with_what_it_spent(out, tmp_path, monkeypatch):
     cfg = _cfg(out)  # no per-host limit but the operator's
     first = Node(cfg, tmp_path / "node-a", monkeypatch)
-    first.shard.set_host_policy(PolicyChange(HOST, max_pages=5))
+    first.shard.apply_host_policy(PolicyChange(HOST, max_pages=5))
     asyncio.run(first.shard.synced())  # what the control API waits for before it answers
     assert first.deliver(_urls(0, 8)) == 5
 
@@ -153,9 +153,9 @@ def test_an_operators_max_pages_set_after_admissions_keeps_its_cut_after_the_los
     cfg = _cfg(out)
     first = Node(cfg, tmp_path / "node-a", monkeypatch)
     assert first.deliver(_urls(0, 8)) == 8
-    first.shard.set_host_policy(PolicyChange(HOST, max_pages=5))  # 3 queued URLs cut
+    first.shard.apply_host_policy(PolicyChange(HOST, max_pages=5))  # 3 queued URLs cut
     asyncio.run(first.shard.synced())
-    assert first.shard.status().dropped == {"host_limit": 3}
+    assert first.shard.report().dropped == {"host_limit": 3}
 
     again = Node(cfg, tmp_path / "node-b", monkeypatch)
     assert again.deliver(_urls(8, 5)) == 0
@@ -171,10 +171,10 @@ def test_a_robots_verdict_made_before_the_loss_is_in_force_after_it_without_a_re
     shard = first.shard
 
     async def fetch_robots():
-        await shard.accept_durably(_urls(0, 1) + _urls(0, 2, "private"))
+        await shard.accept(_urls(0, 1) + _urls(0, 2, "private"))
         runner = asyncio.ensure_future(shard.run())
         # robots.txt is fetched for the host's first URL; the private ones it refuses.
-        await first.clock.run_until(lambda: shard.status().counters.get("robots_blocked") == 2, max_time=30)
+        await first.clock.run_until(lambda: shard.report().counters.get("robots_blocked") == 2, max_time=30)
         shard.stop()  # the node dies before the refusals' rows are written
         await runner
         await shard.synced()  # what the log held by then
@@ -185,7 +185,7 @@ def test_a_robots_verdict_made_before_the_loss_is_in_force_after_it_without_a_re
 
     again = Node(cfg, tmp_path / "node-b", monkeypatch, server)
     queued = again.deliver(_urls(0, 3, "private"))  # private/2 is new; 0 and 1 were refused
-    assert queued == 0 and again.shard.status().counters.get("robots_blocked") == 1  # refused at once
+    assert queued == 0 and again.shard.report().counters.get("robots_blocked") == 1  # refused at once
     robots_fetches = [u for u, _, _ in server.log[fetched_before:] if u.endswith("/robots.txt")]
     assert robots_fetches == []
 
@@ -203,8 +203,8 @@ def test_with_a_local_output_a_killed_shard_keeps_its_budget_without_a_checkpoin
         )
 
     first = shard(MockClock())
-    assert first.accept(_urls(0, 8)) == 5
-    assert first.checkpointer.saves == 0  # killed before its first checkpoint
+    assert first.admit(_urls(0, 8)) == 5
+    assert first.parts.checkpointer.saves == 0  # killed before its first checkpoint
     again = shard(MockClock())
-    assert again.accept(_urls(8, 5)) == 0
-    assert again.store.counts() == {"queued": 5, "claimed": 0, "done": 0, "dropped": 8}
+    assert again.admit(_urls(8, 5)) == 0
+    assert again.parts.store.counts() == {"queued": 5, "claimed": 0, "done": 0, "dropped": 8}

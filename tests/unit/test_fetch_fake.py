@@ -237,7 +237,7 @@ async def test_fetch_after_close_never_reaches_the_transport():
 async def test_build_fetcher_takes_a_fake_transport():
     # How the shard engine gets a socket-free fetcher on its own clock.
     from crawler.config import settings as config
-    from crawler.engine.assembly import build_fetcher
+    from crawler.engine.partbuilders import build_fetcher
 
     cfg = config.from_dict({"seeds": ["http://a.test/"]})
     clock = MockClock(T0)

@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 
 from crawler.config import settings as config
 from crawler.clock import MockClock
-from crawler.engine.assembly import build_fetcher, build_link_policy
+from crawler.engine.partbuilders import build_fetcher, build_link_policy
 from crawler.errors import ConfigError
 from crawler.parse import parse_page
 from crawler.policy.politeness import Politeness

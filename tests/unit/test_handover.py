@@ -22,8 +22,10 @@ from crawler.config import settings as config
 from crawler.clock import MockClock
 from crawler.fetch.fetcher import FetchResult
 from crawler.frontier.urlitem import UrlItem
-from crawler.placement.handover import InProcessPeers
-from crawler.control.hostview import host_info
+from crawler.control.hostpolicy import parse_host
+from crawler.engine.hostview import host_view
+from crawler.engine.shard import Shard
+from crawler.engine.shardpeers import ShardPeers
 from crawler.frontier.store import FrontierStore
 from crawler.output import read_pages
 from crawler.engine.assembly import build_shard
@@ -82,9 +84,9 @@ class Crawl:
         self.log: list[tuple[str, str, str, float, float]] = []
         ids = shard_ids(1, REGIONS)
         self.topology = Topology.of(ids, REGIONS)
-        self.peers = InProcessPeers(self.topology)
+        self.shards: dict[str, Shard] = {}
+        self.peers = ShardPeers(lambda sid: self.shards[sid], self.topology)
         seen = MemorySeen()
-        self.shards = self.peers.shards
         for sid in ids:
             region = self.topology.region_of_shard(sid)
             self.shards[sid] = build_shard(
@@ -96,12 +98,12 @@ class Crawl:
             )
 
     def done(self) -> bool:
-        return all(s.status().idle and s.outbox.pending() == 0 for s in self.shards.values())
+        return all(s.report().idle and s.parts.outbox.pending() == 0 for s in self.shards.values())
 
     async def run(self, middle=None) -> None:
         for url in self.cfg.seeds:
             host = urlsplit(url).netloc
-            await self.shards[self.topology.home_of(host)].accept_durably([UrlItem(url, 0)])
+            await self.shards[self.topology.home_of(host)].accept([UrlItem(url, 0)])
         runners = [asyncio.ensure_future(s.run()) for s in self.shards.values()]
         if middle is not None:
             await middle(self)
@@ -149,13 +151,13 @@ def test_each_host_is_measured_once_and_fetched_from_its_home_region(tmp_path):
         assert sorted(probes) == sorted(REGIONS), f"{host}: first contact not timed from every region"
     far_host = crawl.web.hosts_in("far")[0]
     owner = crawl.shards[crawl.topology.owner_in("far", f"{far_host}:{PORT}")]
-    placed = owner.regions.describe(f"{far_host}:{PORT}")
-    assert placed["region"] == "far" and placed["how"] == "measured"
-    assert placed["figures"]["far"] < 0.1 < 0.6 <= placed["figures"]["near"]
+    placed = owner.parts.regions.describe(f"{far_host}:{PORT}")
+    assert placed.region == "far" and placed.how == "measured"
+    assert placed.figures["far"] < 0.1 < 0.6 <= placed.figures["near"]
     # Its home (the default region's shard) forwards to the owner, and says so.
     home = crawl.shards[crawl.topology.home_of(f"{far_host}:{PORT}")]
-    assert home.regions.owner_elsewhere(f"{far_host}:{PORT}") == owner.shard_id
-    stats = home.status().regions
+    assert home.parts.regions.owner_elsewhere(f"{far_host}:{PORT}") == owner.shard_id
+    stats = home.report().regions
     assert stats["region_moves_out"] == len(crawl.web.hosts_in("far"))
 
 
@@ -177,10 +179,10 @@ def test_a_move_in_the_middle_of_a_crawl_loses_nothing_and_keeps_the_interval(tm
         # Wait until the host has a few pages fetched near home, then place it far away.
         await c.clock.run_until(lambda: sum(1 for h, p, *_ in c.log if h == host and p != "/robots.txt") >= 2, max_time=600)
         home = c.shards[c.topology.home_of(key)]
-        placing = asyncio.ensure_future(home.regions.place(key, "far"))  # the clock runs meanwhile
+        placing = asyncio.ensure_future(home.parts.regions.place(key, "far"))  # the clock runs meanwhile
         await c.clock.run_until(placing.done, max_time=600)
         answer = placing.result()
-        assert answer["region"] == "far" and answer["how"] == "rule"
+        assert answer.region == "far" and answer.how == "rule"
 
     asyncio.run(crawl.run(middle))
     assert_polite_and_exact(crawl)
@@ -188,8 +190,9 @@ def test_a_move_in_the_middle_of_a_crawl_loses_nothing_and_keeps_the_interval(tm
     k = pages.index("far")
     assert k >= 2 and set(pages[k:]) == {"far"}, pages
     far = crawl.shards[crawl.topology.owner_in("far", key)]
-    info = host_info(far, type("T", (), {"hostname_wide": False, "key": key, "name": host})())
-    assert info["keys"][0]["placement"]["how"] == "rule"
+    info = host_view(far.parts, parse_host(key))
+    placement = info.keys[0].placement
+    assert placement is not None and placement.how == "rule"
 
 
 def test_a_move_a_crash_interrupted_is_finished_on_restart(tmp_path):
@@ -202,14 +205,14 @@ def test_a_move_a_crash_interrupted_is_finished_on_restart(tmp_path):
 
     async def scenario() -> None:
         shard = crawl.shards[home_id]
-        await shard.accept_durably([UrlItem(f"http://{key}/", 0), UrlItem(f"http://{key}/p/1", 0)])
-        shard.regions.moving[key] = crawl.topology.owner_in("far", key)
-        shard.checkpointer.save()
-        shard.store.close()
+        await shard.accept([UrlItem(f"http://{key}/", 0), UrlItem(f"http://{key}/p/1", 0)])
+        shard.parts.regions.moving[key] = crawl.topology.owner_in("far", key)
+        shard.parts.checkpointer.save()
+        shard.parts.store.close()
 
     asyncio.run(scenario())
     again = Crawl(tmp_path, rules={host: "far"})  # (without it, far would measure it back home)
-    assert key in again.shards[home_id].regions.moving
+    assert key in again.shards[home_id].parts.regions.moving
     asyncio.run(again.run())
     far = FrontierStore(str(tmp_path / f"{again.topology.owner_in('far', key)}.sqlite"))
     near = FrontierStore(str(tmp_path / f"{home_id}.sqlite"))
@@ -228,8 +231,8 @@ def test_a_rule_added_between_runs_moves_a_host_that_already_has_work(tmp_path):
     home_id = first.topology.home_of(key)
 
     async def queue_only() -> None:
-        await first.shards[home_id].accept_durably([UrlItem(f"http://{key}/", 0)])
-        first.shards[home_id].store.close()
+        await first.shards[home_id].accept([UrlItem(f"http://{key}/", 0)])
+        first.shards[home_id].parts.store.close()
 
     asyncio.run(queue_only())
     again = Crawl(tmp_path, rules={host: "far"})
@@ -237,7 +240,7 @@ def test_a_rule_added_between_runs_moves_a_host_that_already_has_work(tmp_path):
     assert_polite_and_exact(again)
     regions = {region for _, region, _, _ in again.requests_by_host()[host]}
     assert regions == {"far"}, f"{host} was fetched from {regions}"
-    assert again.shards[home_id].status().regions["region_moves_out"] >= 1
+    assert again.shards[home_id].report().regions["region_moves_out"] >= 1
 
 
 def test_a_move_that_fails_leaves_the_host_where_it_was_and_routed_there(tmp_path):
@@ -259,9 +262,9 @@ def test_a_move_that_fails_leaves_the_host_where_it_was_and_routed_there(tmp_pat
         pages = {region for path, region, _, _ in crawl.requests_by_host()[host] if path != "/robots.txt"}
         assert pages == {"near"}, f"{host}: pages fetched from {pages} after a failed move"
         home = crawl.shards[crawl.topology.home_of(key)]
-        assert home.regions.owner_elsewhere(key) is None
-        assert home.regions.describe(key)["region"] == "near"
-    assert crawl.shards["shard-near-000"].status().regions["region_move_failures"] == len(refused)
+        assert home.parts.regions.owner_elsewhere(key) is None
+        assert home.parts.regions.describe(key).region == "near"
+    assert crawl.shards["shard-near-000"].report().regions["region_move_failures"] == len(refused)
 
 
 class RecordingRuntime:

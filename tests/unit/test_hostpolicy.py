@@ -15,7 +15,7 @@ from crawler.clock import MockClock
 from crawler.errors import ConfigError
 from crawler.frontier.urlitem import UrlItem
 from crawler.control.hostpolicy import HostPolicy, PolicyChange, parse_host
-from crawler.control.hostview import host_info
+from crawler.engine.hostview import host_view
 from crawler.frontier.store import FrontierStore
 from crawler.policy.politeness import Politeness
 from crawler.engine.assembly import build_shard
@@ -152,22 +152,22 @@ async def test_shard_hostname_pause_stops_every_port_until_resumed(tmp_path):
         deliver=None, owner_of=lambda host: "shard-000", store=store, clock=clock, rng=random.Random(1),
         fetcher=server, run_blocking=inline,
     )
-    shard.set_host_policy(PolicyChange("a.test", paused=True, hostname_wide=True))
-    shard.accept([UrlItem(u, 0) for u in pages])
+    shard.apply_host_policy(PolicyChange("a.test", paused=True, hostname_wide=True))
+    shard.admit([UrlItem(u, 0) for u in pages])
     run = asyncio.ensure_future(shard.run())
     await run_for(clock, 10)
     assert server.log == []
-    info = host_info(shard, parse_host("a.test"))
-    assert [k["key"] for k in info["keys"]] == ["a.test:81", "a.test:82"]
-    assert info["hostname_policy"]["paused"] is True and all(k["next_allowed_in_s"] is None for k in info["keys"])
+    info = host_view(shard.parts, parse_host("a.test"))
+    assert [k.key for k in info.keys] == ["a.test:81", "a.test:82"]
+    assert info.hostname_policy.paused is True and all(k.next_allowed_in_s is None for k in info.keys)
 
-    shard.set_host_policy(PolicyChange("a.test:82", paused=False))
-    shard.set_host_policy(PolicyChange("a.test:82", max_pages=3))  # 3 pages in all for that key: 3 stay queued
-    assert shard.dropped["host_limit"] == 3
+    shard.apply_host_policy(PolicyChange("a.test:82", paused=False))
+    shard.apply_host_policy(PolicyChange("a.test:82", max_pages=3))  # 3 pages in all for that key: 3 stay queued
+    assert shard.parts.dropped["host_limit"] == 3
     await run_for(clock, 10)
     assert sorted(u for u, _, _ in server.log) == [f"http://a.test:82/{i}" for i in range(3)]
 
-    shard.set_host_policy(PolicyChange("a.test", paused=False, hostname_wide=True))
+    shard.apply_host_policy(PolicyChange("a.test", paused=False, hostname_wide=True))
     await run_for(clock, 10)
     assert len(server.log) == 3 + 6
     starts = sorted(s for u, s, _ in server.log if ":81/" in u)

@@ -81,7 +81,7 @@ def fresh_imports() -> dict[str, subprocess.CompletedProcess[str]]:
 
 def test_the_walk_finds_the_package():
     # Guards the test itself: an empty or wrong walk would pass everything below.
-    assert {"crawler", "crawler.engine.scheduler", "crawler.output", "crawler.output.schema",
+    assert {"crawler", "crawler.engine.shard", "crawler.output", "crawler.output.schema",
             "crawler.testing.web"} <= set(MODULES)
 
 

@@ -210,12 +210,12 @@ def test_a_zombie_shard_acks_no_delivery_and_stops_taking_work(out, tmp_path, mo
         shard = build_shard(cfg, SHARD, seeds=[], seen=None, content=no_dups, budget=Unlimited(), deliver=nowhere,
                             owner_of=lambda h: SHARD, store=st.store, clock=MockClock(), fetcher=object(),
                             state_log=st.log, restored=st.restored)
-        assert await shard.accept_durably([UrlItem("http://a.test/0", 1)]) == 1
+        assert await shard.accept([UrlItem("http://a.test/0", 1)]) == 1
         open_on(cfg, str(tmp_path / "b"), monkeypatch)  # the successor, while this one is cut off
         with pytest.raises(FencedError):
-            await shard.accept_durably([UrlItem("http://a.test/1", 1)])
+            await shard.accept([UrlItem("http://a.test/1", 1)])
         with pytest.raises(FencedError, match="not accepting work"):
-            shard.accept([UrlItem("http://a.test/2", 1)])
+            shard.admit([UrlItem("http://a.test/2", 1)])
 
     asyncio.run(run())
     third = open_on(cfg, str(tmp_path / "c"), monkeypatch)

@@ -6,7 +6,7 @@ from collections import Counter
 
 from crawler.config.settings import from_dict
 from crawler.parse import parse_page
-from crawler.engine.assembly import build_link_policy
+from crawler.engine.partbuilders import build_link_policy
 
 PAGE_URL = "http://a.test/dir/page"
 

@@ -351,7 +351,7 @@ def _news_crawl(tmp_path, news: dict, duration: float, seed: int = 2, archive: t
             return True
 
     async def deliver(owner, items):
-        shard.accept(items)
+        shard.admit(items)
 
     async def no_dups(items):
         return [(None, None)] * len(items)
@@ -366,12 +366,12 @@ def _news_crawl(tmp_path, news: dict, duration: float, seed: int = 2, archive: t
     )
 
     async def scenario():
-        shard.accept([UrlItem(seed_url, 0)])
+        shard.admit([UrlItem(seed_url, 0)])
         runner = asyncio.ensure_future(shard.run())
         await clock.run_until(lambda: clock.now() >= duration, max_time=duration + 10)
         shard.stop()
         await runner
-        stats = shard.status()
+        stats = shard.report()
         await shard.close()
         return stats
 

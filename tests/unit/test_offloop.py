@@ -20,7 +20,7 @@ from protego import Protego
 
 from crawler.clock import MockClock
 from crawler.config import settings as config
-from crawler.engine.assembly import build_link_policy, build_news, build_recrawl, build_sitemaps
+from crawler.engine.partbuilders import build_link_policy, build_news, build_recrawl, build_sitemaps
 from crawler.engine.pipeline import OFF_LOOP_BYTES, PagePipeline, ParseSlot
 from crawler.fetch.fetcher import FetchResult, classify
 from crawler.freshness.sitemaps import CHUNK_BYTES, SitemapReader, parse_sitemap

@@ -23,7 +23,7 @@ from crawler.parse import html as parse_html
 from crawler.parse import is_html, parse_page
 from crawler.engine.pipeline import PagePipeline
 from crawler.freshness.recrawl import RecrawlPolicy
-from crawler.engine.assembly import build_link_policy
+from crawler.engine.partbuilders import build_link_policy
 
 SEED = "http://a.test/"
 PAGE = ("<html><body><nav>home about</nav><article><p>" + " ".join(f"w{i}" for i in range(80))

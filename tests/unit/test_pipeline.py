@@ -20,7 +20,7 @@ from crawler.frontier.urlitem import UrlItem
 from crawler.output import BlobStore
 from crawler.engine.pipeline import PagePipeline
 from crawler.freshness.recrawl import Previous, RecrawlPolicy
-from crawler.engine.assembly import build_link_policy
+from crawler.engine.partbuilders import build_link_policy
 
 SEED = "http://a.test/"
 WALL0 = 1_700_000_000.0

@@ -37,7 +37,7 @@ def test_a_host_policy_crosses_every_layer_as_one_policy_change() -> None:
         assert kinds == ["PolicyChange"], f"{rel}:{fn.lineno} set_host_policy takes {kinds}, not one PolicyChange"
     # The seam, the shard calls (both halves), the actor and the scheduler.
     assert {"crawler/session/runtime.py", "crawler/session/shardcalls.py", "actors/host_shard.py",
-            "crawler/engine/scheduler.py"} <= set(found), found
+            "crawler/engine/shard.py"} <= set(found), found
 
 
 def test_a_urls_state_comes_back_as_one_url_status() -> None:

@@ -135,16 +135,16 @@ def crawl(tmp_path, browser_kw=None, timeout_s: float = 20.0, seeds=("/",), serv
     shard = None
 
     async def deliver(owner, items):
-        shard.accept(items)
+        shard.admit(items)
 
     shard = build_shard(cfg, "shard-000", seeds=[url("/")], seen=Seen(), content=no_dups, budget=Unlimited(),
                         deliver=deliver, owner_of=lambda h: "shard-000", clock=clock, rng=random.Random(1),
                         fetcher=server, run_blocking=inline, render_service=service or browser)
 
     async def scenario():
-        shard.accept([UrlItem(url(p), 0) for p in seeds])
+        shard.admit([UrlItem(url(p), 0) for p in seeds])
         runner = asyncio.ensure_future(shard.run())
-        await clock.run_until(lambda: shard.status().idle and shard.outbox.pending() == 0, max_time=3000)
+        await clock.run_until(lambda: shard.report().idle and shard.parts.outbox.pending() == 0, max_time=3000)
         shard.stop()
         await runner
         await shard.close()
@@ -172,7 +172,7 @@ def test_each_page_is_fetched_once_and_every_browser_request_obeys_the_crawler(t
     assert server.max_in_flight == 1
     for (_, _, prev_end, _), (p, start, _, _) in zip(server.log, server.log[1:]):
         assert start >= prev_end + INTERVAL - 1e-9, p
-    c = shard.counters
+    c = shard.parts.counters
     assert c["rendered"] == 3 and c["render_refused_robots"] == 3 and c["render_script_cache_hits"] == 2
     assert c["render_decision_signal_empty_root"] == 3
     # Rows: the DOM is stored and parsed, the raw response stays reachable.
@@ -190,7 +190,7 @@ def test_a_render_service_that_dies_costs_the_render_not_the_page(tmp_path):
     assert home["outcome"] == "fetched" and home["rendered"] is False and home["raw_blob_key"] is None
     assert "render: crash, raw page stored" in home["error"]
     assert BlobStore(cfg.output.path).get(home["blob_key"]) == SHELL
-    assert shard.counters["render_fallback_crash"] == 1 and shard.counters["render_retried_crash"] == 1
+    assert shard.parts.counters["render_fallback_crash"] == 1 and shard.parts.counters["render_retried_crash"] == 1
     assert len(browser.jobs) == 2  # tried once more before falling back
 
 
@@ -198,7 +198,7 @@ def test_a_render_past_its_deadline_falls_back_on_the_mock_clock(tmp_path):
     cfg, server, browser, shard, rows = crawl(tmp_path, {"stall": True}, timeout_s=5.0)
     home = rows[url("/")]
     assert home["rendered"] is False and "render: timeout" in home["error"]
-    assert shard.counters["render_fallback_timeout"] == 1
+    assert shard.parts.counters["render_fallback_timeout"] == 1
 
 
 def test_a_render_that_ends_with_a_request_in_flight_keeps_the_host_until_it_ends(tmp_path):
@@ -209,7 +209,7 @@ def test_a_render_that_ends_with_a_request_in_flight_keeps_the_host_until_it_end
     slow = next(x for x in server.log if x[0] == "/slow.json")
     later = [x for x in server.log if x[1] >= slow[1] and x is not slow]
     assert later and all(start >= slow[2] + INTERVAL - 1e-9 for _, start, _, _ in later)
-    assert shard.counters["internal_errors"] == 0
+    assert shard.parts.counters["internal_errors"] == 0
     assert rows[url("/")]["rendered"] is False and "render: timeout" in rows[url("/")]["error"]
 
 

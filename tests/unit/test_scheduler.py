@@ -113,7 +113,7 @@ def crawl(tmp_path):
     shard = None
 
     async def deliver(owner, items):
-        shard.accept(items)
+        shard.admit(items)
 
     shard = build_shard(
         cfg, "shard-000", seeds=[url("/")], seen=seen, content=no_dups, budget=NoBudgetLimit(),
@@ -128,11 +128,11 @@ def test_robots_politeness_retry_and_output_on_the_mock_clock(crawl):
 
     async def scenario():
         seen.seen.add(url("/"))
-        shard.accept([UrlItem(url("/"), 0)])
+        shard.admit([UrlItem(url("/"), 0)])
         runner = asyncio.ensure_future(shard.run())
-        await clock.run_until(lambda: shard.status().idle and server.log and len(server.log) == 6)
+        await clock.run_until(lambda: shard.report().idle and server.log and len(server.log) == 6)
         # An output flush happens on the outbox timer, after row_flush_interval_s.
-        await clock.run_until(lambda: shard.outbox.rows_acked == 4, max_time=10)
+        await clock.run_until(lambda: shard.parts.outbox.rows_acked == 4, max_time=10)
         shard.stop()
         await runner
         await shard.close()
@@ -179,20 +179,20 @@ def test_host_policy_and_backoff_survive_a_restart_of_the_shard(tmp_path):
     async def scenario():
         clock = MockClock()
         first = shard(clock)
-        first.set_host_policy(PolicyChange("paused.test", paused=True))  # saved at once
-        first.set_host_policy(PolicyChange("slow.test", interval_s=5.0))
+        first.apply_host_policy(PolicyChange("paused.test", paused=True))  # saved at once
+        first.apply_host_policy(PolicyChange("slow.test", interval_s=5.0))
         for _ in range(3):  # a struggling host: 503s widen its interval
-            first.politeness.on_start("busy.test")
-            first.politeness.on_finish("busy.test", 503)
-        widened = first.politeness.interval("busy.test")
+            first.parts.politeness.on_start("busy.test")
+            first.parts.politeness.on_finish("busy.test", 503)
+        widened = first.parts.politeness.interval("busy.test")
         assert widened > INTERVAL
-        first.checkpointer.save()  # the periodic checkpoint
+        first.parts.checkpointer.save()  # the periodic checkpoint
         await first.close()
 
         again = shard(MockClock(start=1000.0))  # another process: another clock origin
-        assert again.politeness.override("paused.test") == (None, True)
-        assert again.politeness.override("slow.test") == (5.0, False)
-        assert again.politeness.interval("busy.test") == widened
+        assert again.parts.politeness.override("paused.test") == (None, True)
+        assert again.parts.politeness.override("slow.test") == (5.0, False)
+        assert again.parts.politeness.interval("busy.test") == widened
 
     asyncio.run(scenario())
 

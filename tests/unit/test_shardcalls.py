@@ -1,7 +1,12 @@
-"""The runtime seam's shard calls exist once (crawler.session.shardcalls), and agree with the
-protocol the session is written against (crawler.session.runtime.Runtime).
+"""The runtime seam's shard calls exist once (crawler.session.shardcalls), over each shard's
+typed ShardApi (crawler.engine.shardapi), and agree with the protocol the session is
+written against (crawler.session.runtime.Runtime).
 
-The Ray runtime is read as source (unit tests refuse Ray); the local one is imported.
+mypy checks that the shard, the ShardServer and both proxies implement ShardApi (they are
+returned where one is expected). What it cannot see is the Ray actor: the proxy calls
+``handle.<name>.remote(...)`` on an untyped handle, so the HostShard actor must have every
+ShardApi method, with the same parameters -- checked here, from the source (unit tests
+refuse Ray).
 """
 
 from __future__ import annotations
@@ -9,15 +14,18 @@ from __future__ import annotations
 import ast
 import inspect
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from crawler.engine.shardapi import ShardApi
 from crawler.session.inprocess import LocalRuntime
 from crawler.session.runtime import Runtime
-from crawler.session.shardcalls import ShardCalls, ShardEndpoint, merge_seen_stats
+from crawler.session.shardcalls import ShardCalls, merge_seen_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = sorted(n for n, v in vars(ShardCalls).items() if inspect.iscoroutinefunction(v) and not n.startswith("_"))
+API = sorted(n for n, v in vars(ShardApi).items() if inspect.iscoroutinefunction(v) and not n.startswith("_"))
 
 
 def _methods(path: str, cls: str) -> dict[str, ast.AsyncFunctionDef | ast.FunctionDef]:
@@ -28,13 +36,14 @@ def _methods(path: str, cls: str) -> dict[str, ast.AsyncFunctionDef | ast.Functi
 
 def test_the_shard_calls_are_written_once_not_in_each_runtime() -> None:
     assert {"deliver", "widen_scope", "set_host_policy", "place", "url_status", "url_for_hash", "host_info", "vet_seeds"} <= set(COMMON)
-    for path, cls in (("crawler/session/inprocess.py", "LocalRuntime"), ("actors/rayruntime.py", "RayRuntime")):
+    for path, cls in (("crawler/session/inprocess.py", "LocalRuntime"), ("actors/rayruntime.py", "RayRuntime"),
+                      ("crawler/testing/sim/services.py", "SimRuntime")):
         own = _methods(path, cls)
         assert not set(COMMON) & set(own), f"{cls} writes its own {sorted(set(COMMON) & set(own))}"
-        assert {"_call", "_shard_ids"} <= set(own), f"{cls} must say how a call reaches a shard"
+        assert "_shards" in own, f"{cls} must say which shards it hands out"
 
 
-def _params(fn) -> list[str]:
+def _params(fn: Any) -> list[str]:
     return [p for p in inspect.signature(fn).parameters if p != "self"]
 
 
@@ -52,18 +61,16 @@ def test_both_runtimes_have_the_protocols_methods_with_its_parameters(name: str)
     assert got == want
 
 
-def test_the_endpoint_answers_every_call_the_runtimes_make() -> None:
-    """Each ``_call(shard, "<method>")`` in crawler.session.shardcalls names a ShardEndpoint method,
-    and the HostShard actor exposes each of them (Ray calls the actor's methods)."""
-    tree = ast.parse((ROOT / "crawler/session/shardcalls.py").read_text())
-    called = {
-        n.args[1].value
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("_call", "_each")
-        and len(n.args) > 1 and isinstance(n.args[1], ast.Constant)
-    }
-    assert called and called <= set(dir(ShardEndpoint))
-    assert called <= set(_methods("actors/host_shard.py", "HostShard"))
+def test_the_ray_actor_answers_every_shard_call_the_proxy_makes() -> None:
+    assert {"accept", "adopt", "place", "status", "shutdown", "host_info"} <= set(API)
+    actor = _methods("actors/host_shard.py", "HostShard")
+    for name in API:
+        assert name in actor, f"HostShard lacks {name} (actors/shardproxy.py calls it)"
+        assert _ast_params(actor[name]) == _params(getattr(ShardApi, name)), name
+    proxy = _methods("actors/shardproxy.py", "RayShard")
+    for name in API:
+        body = ast.unparse(proxy[name])
+        assert f"self._h.{name}.remote(" in body, f"RayShard.{name} calls another actor method"
 
 
 def test_seen_stats_are_merged_the_same_way_on_both_runtimes() -> None:

@@ -15,7 +15,7 @@ from aiohttp import web
 from crawler.config import settings as config
 from crawler.errors import ConfigError
 from crawler.fetch.fetcher import SOURCE_ADDRESS_ENV, source_address
-from crawler.engine.assembly import build_fetcher
+from crawler.engine.partbuilders import build_fetcher
 from crawler.testing.fakes import FakeResolver
 from tests.unit.http_kit import loopback_site
 

@@ -26,7 +26,8 @@ from crawler.frontier.urlitem import UrlItem
 from crawler.frontier.store import FrontierStore
 from crawler.engine.outbox import Outbox
 from crawler.output import read_pages
-from crawler.engine.assembly import build_shard, build_writer
+from crawler.engine.assembly import build_shard
+from crawler.engine.partbuilders import build_writer
 
 HOST = "h0053.test"
 ROBOTS = b"User-agent: *\nDisallow: /private/\n"
@@ -69,27 +70,27 @@ def _shard(tmp_path, clock):
 def test_urls_refused_by_cached_robots_do_not_eat_the_spill_count(tmp_path):
     clock = MockClock()
     shard = _shard(tmp_path, clock)
-    shard.robots.cache.from_response(f"http://{HOST}", 200, ROBOTS)
+    shard.parts.robots.cache.from_response(f"http://{HOST}", 200, ROBOTS)
     # One page's links, as the router delivers them: allowed and /private/ ones mixed,
     # far more than the frontier's in-memory window of 4 per host.
     paths = [f"/a/{i}.html" for i in range(12)]
     paths[6:6] = [f"/private/{i}.html" for i in range(6)]  # behind the in-memory window
-    shard.accept([UrlItem(f"http://{HOST}{p}", 1) for p in paths])
+    shard.admit([UrlItem(f"http://{HOST}{p}", 1) for p in paths])
 
     popped = []
-    while len(shard.frontier):
+    while len(shard.parts.frontier):
         clock.advance(1.0)
-        batch = shard.frontier.pop_ready(8)
+        batch = shard.parts.frontier.pop_ready(8)
         assert batch, "the frontier counts queued URLs but hands none out"
         for item in batch:
             popped.append(item.url)
-            shard.frontier.release(item.host)
+            shard.parts.frontier.release(item.host)
     allowed = [f"http://{HOST}{p}" for p in paths if not p.startswith("/private/")]
     assert sorted(popped) == sorted(allowed)
     # Nothing stays queued in the durable store behind the frontier's back.
-    assert shard.store.counts()["queued"] == len(allowed)  # popped, not yet claimed
-    assert shard.counters["robots_blocked"] == 6
-    assert shard.frontier.recounts == 0
+    assert shard.parts.store.counts()["queued"] == len(allowed)  # popped, not yet claimed
+    assert shard.parts.counters["robots_blocked"] == 6
+    assert shard.parts.frontier.recounts == 0
 
 
 def test_stopping_while_a_flush_is_starting_loses_no_row(tmp_path):
@@ -108,7 +109,7 @@ def test_stopping_while_a_flush_is_starting_loses_no_row(tmp_path):
         urls = [f"http://{HOST}/a/{i}.html" for i in range(4)]
         store.add([UrlItem(u, 1) for u in urls])
         for u in urls:
-            outbox.put(shard.pipeline.row(UrlItem(u, 1), "http_error", error="HTTP 404"))
+            outbox.put(shard.parts.pipeline.row(UrlItem(u, 1), "http_error", error="HTTP 404"))
         flush = loop.create_task(outbox.flush())
         await asyncio.sleep(0)  # the flush is now waiting for its thread
         flush.cancel()  # what stopping the shard does to the output loop

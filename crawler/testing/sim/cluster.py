@@ -30,7 +30,7 @@ import logging
 import pickle
 import random
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Concatenate, ParamSpec, TypeVar
 
 from crawler.clock import Clock, MockClock
 from crawler.errors import ServiceUnavailableError
@@ -39,6 +39,8 @@ from crawler.testing.sim.nodes import Machine, Process
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 
 class ActorUnavailable(Exception):
@@ -248,10 +250,13 @@ class Cluster:
                 raise ActorUnavailable("the callee was declared dead")
             await self.clock.sleep(0.1)
 
-    async def call(self, src: Process, actor: SimActor, method: str, *args: Any) -> Any:
-        """``actor.method(*args)`` from ``src`` (see the module docstring)."""
+    async def call(self, src: Process, actor: SimActor, method: Callable[Concatenate[Any, P], Awaitable[R]],
+                   *args: P.args, **kwargs: P.kwargs) -> R:
+        """``method(actor's object, *args)`` from ``src`` (see the module docstring): a
+        method of the actor's class, so that the call is typed (as Ray's ``.remote`` of a
+        method of the actor class is)."""
         await src.alive()
-        payload = pickle.dumps(args)
+        payload = pickle.dumps((args, kwargs))
         await self.clock.sleep(self._latency())
         inc = actor.current
         if inc is None:
@@ -259,9 +264,10 @@ class Cluster:
         await self._reachable(src.machine, inc.process.machine, inc)
         callee = inc.process
 
-        async def run() -> Any:
+        async def run() -> R:
             await callee.alive()
-            return await getattr(inc.obj, method)(*pickle.loads(payload))
+            a, kw = pickle.loads(payload)
+            return await method(inc.obj, *a, **kw)
 
         task = asyncio.ensure_future(run())
         gone = asyncio.ensure_future(inc.gone.wait())
@@ -271,7 +277,7 @@ class Cluster:
             gone.cancel()
         if not task.done():
             task.add_done_callback(_drop_result)
-            raise ActorUnavailable(f"{actor.name} died during {method}")
+            raise ActorUnavailable(f"{actor.name} died during {method.__name__}")
         exc = task.exception()
         reply = pickle.dumps(exc if exc is not None else task.result())
         await self.clock.sleep(self._latency())
@@ -280,7 +286,8 @@ class Cluster:
         value = pickle.loads(reply)
         if exc is not None:
             raise value
-        return value
+        result: R = value
+        return result
 
     async def patient(self, clock: Clock, call: Callable[[], Awaitable[T]], give_up_s: float = 120.0) -> T:
         """``await call()``, again while the actor is restarting (actors/serviceactors.call_service)."""

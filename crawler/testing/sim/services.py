@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.config.settings import CrawlConfig
 from crawler.engine.sharedservices import BudgetPool, ContentIndexService, shard_log
+from crawler.engine.shardapi import ShardApi
 from crawler.engine.shardserver import ShardServer, ShardServices
+from crawler.testing.sim.shardproxy import SimShard
 from crawler.engine.status import ShardStatus
 from crawler.errors import ServiceUnavailableError, ShardFailedError
-from crawler.engine.assembly import build_fetcher
+from crawler.engine.partbuilders import build_fetcher
 from crawler.frontier.urlitem import UrlItem
 from crawler.recovery import statefiles as state
 from crawler.seen import SeenGroup, SeenSet
@@ -188,14 +190,15 @@ class SimRuntime(ShardCalls):
             self.shards[sid] = c.spawn(f"r{self.run}/{sid}", machine,
                                        lambda p, n, sid=sid: self._build_shard(plan, sid, p, n, folder(p)),
                                        max_restarts=rt.max_restarts)
-        await asyncio.gather(*(self._call(sid, "start", patient=True) for sid in self.shards))
+        await asyncio.gather(*(c.patient(self.driver.clock, lambda a=a: c.call(self.driver, a, ShardServer.start))
+                               for a in self.shards.values()))
 
     def _seen_group(self, src: Process) -> SeenGroup:
         def check(actor: SimActor):
-            return lambda hashes: self.cluster.call(src, actor, "check_and_add_hashes", hashes)
+            return lambda hashes: self.cluster.call(src, actor, SeenReplica.check_and_add_hashes, hashes)
 
         def forget(actor: SimActor):
-            return lambda hashes: self.cluster.call(src, actor, "forget_hashes", hashes)
+            return lambda hashes: self.cluster.call(src, actor, SeenReplica.forget_hashes, hashes)
 
         return SeenGroup([check(a) for a in self.seen_actors], [forget(a) for a in self.seen_actors])
 
@@ -205,13 +208,13 @@ class SimRuntime(ShardCalls):
         content, budget = self.content, self.budget
 
         async def content_call(items: list[tuple[str, str, int | None]]) -> Any:
-            return await c.patient(process.clock, lambda: c.call(process, content, "check_and_add", items))
+            return await c.patient(process.clock, lambda: c.call(process, content, ContentReplica.check_and_add, items))
 
         async def lease(n: int) -> int:
-            return await c.patient(process.clock, lambda: c.call(process, budget, "lease", n))
+            return await c.patient(process.clock, lambda: c.call(process, budget, BudgetReplica.lease, n))
 
         async def deliver(owner: str, items: list[UrlItem]) -> Any:
-            return await c.patient(process.clock, lambda: c.call(process, self.shards[owner], "accept", items))
+            return await SimShard(c, process, self.shards[owner], patient=True).accept(items)
 
         services = ShardServices(seen=self._seen_group(process), content=content_call, lease_pages=lease, deliver=deliver)
         return ShardServer(
@@ -227,7 +230,7 @@ class SimRuntime(ShardCalls):
         )
 
     async def heartbeat(self) -> None:
-        calls = [asyncio.ensure_future(self.cluster.call(self.driver, a, "heartbeat")) for a in self.shards.values()]
+        calls = [asyncio.ensure_future(self.cluster.call(self.driver, a, ShardServer.heartbeat)) for a in self.shards.values()]
         for fut in calls:
             fut.add_done_callback(_retrieve)
         if calls:
@@ -236,8 +239,10 @@ class SimRuntime(ShardCalls):
     async def ship_state(self) -> None:
         wall = self.driver.clock.wall()
         c, clock = self.cluster, self.driver.clock
-        await asyncio.gather(*(c.patient(clock, lambda a=a: c.call(self.driver, a, "ship", wall))
-                               for a in (*self.seen_actors, self.content, self.budget) if a is not None))
+        ships = [(a, SeenReplica.ship) for a in self.seen_actors]
+        ships += [(self.content, ContentReplica.ship), (self.budget, BudgetReplica.ship)]
+        await asyncio.gather(*(c.patient(clock, lambda a=a, ship=ship: c.call(self.driver, a, ship, wall))
+                               for a, ship in ships if a is not None))
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
         assert self._seen is not None
@@ -249,25 +254,22 @@ class SimRuntime(ShardCalls):
 
     async def seen_keys(self, index: int, after: int | None, limit: int) -> list[int]:
         c, actor = self.cluster, self.seen_actors[index]
-        return await c.patient(self.driver.clock, lambda: c.call(self.driver, actor, "key_page", after, limit))
+        return await c.patient(self.driver.clock, lambda: c.call(self.driver, actor, SeenReplica.key_page, after, limit))
 
     async def seen_forget_keys(self, index: int, keys: list[int]) -> int:
         c, actor = self.cluster, self.seen_actors[index]
-        return await c.patient(self.driver.clock, lambda: c.call(self.driver, actor, "forget_hashes", keys))
+        return await c.patient(self.driver.clock, lambda: c.call(self.driver, actor, SeenReplica.forget_hashes, keys))
 
-    def _shard_ids(self) -> list[str]:
-        return list(self.shards)
+    def _shards(self) -> dict[str, ShardApi]:
+        return {sid: SimShard(self.cluster, self.driver, a) for sid, a in self.shards.items()}
 
-    async def _call(self, shard_id: str, method: str, *args: Any, patient: bool = False) -> Any:
-        actor = self.shards[shard_id]
-        if not patient:
-            return await self.cluster.call(self.driver, actor, method, *args)
-        return await self.cluster.patient(self.driver.clock, lambda: self.cluster.call(self.driver, actor, method, *args))
+    def _patient(self, shard_id: str) -> ShardApi:
+        return SimShard(self.cluster, self.driver, self.shards[shard_id], patient=True)
 
     async def statuses(self) -> list[ShardStatus] | None:
         try:
             return list(await asyncio.wait_for(
-                asyncio.gather(*(self.cluster.call(self.driver, a, "status") for a in self.shards.values())),
+                asyncio.gather(*(s.status() for s in self._shards().values())),
                 STATUS_TIMEOUT_S))
         except (ActorUnavailable, asyncio.TimeoutError) as exc:
             for sid, actor in self.shards.items():
@@ -278,20 +280,20 @@ class SimRuntime(ShardCalls):
 
     async def stop(self) -> list[ShardStatus]:
         finals = await asyncio.wait_for(
-            asyncio.gather(*(self.cluster.call(self.driver, a, "stop") for a in self.shards.values())), STOP_TIMEOUT_S)
+            asyncio.gather(*(s.shutdown() for s in self._shards().values())), STOP_TIMEOUT_S)
         if self.content is not None:
-            await self.cluster.call(self.driver, self.content, "save")
+            await self.cluster.call(self.driver, self.content, ContentReplica.save)
         return list(finals)
 
     async def service_stats(self) -> dict[str, Any]:
-        seen = merge_seen_stats(await asyncio.gather(*(self.cluster.call(self.driver, a, "stats") for a in self.seen_actors)))
-        content = await self.cluster.call(self.driver, self.content, "stats") if self.content is not None else {}
+        seen = merge_seen_stats(await asyncio.gather(*(self.cluster.call(self.driver, a, SeenReplica.stats) for a in self.seen_actors)))
+        content = await self.cluster.call(self.driver, self.content, ContentReplica.stats) if self.content is not None else {}
         return {"seen": seen, "content": content}
 
     async def close(self) -> None:
         for a in self.seen_actors:
             try:
-                await self.cluster.call(self.driver, a, "close")
+                await self.cluster.call(self.driver, a, SeenReplica.close)
             except (ActorUnavailable, ServiceUnavailableError) as exc:
                 log.info("closing %s: %r", a.name, exc)
         for a in self.actors():
