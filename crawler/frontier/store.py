@@ -54,17 +54,19 @@ so writing one empties it (:meth:`set_meta` with ``covers_decisions``).
 process (the log write is in the operating system before commit returns); a power loss
 may lose the last commits. ``durable=False`` turns syncing off (benchmarks only).
 
-The parts live in modules named for them, as collaborators this class holds: the table,
-its schema and transaction (crawler.frontier.urltable), the spill area
-(crawler.frontier.spillrows), the refresh schedule (crawler.frontier.refreshrows), the
-per-URL answers (crawler.frontier.urlstatus), the decisions (crawler.frontier.decisions),
-a host's rows changing shards (crawler.frontier.hostrows) and the ledger audit's pages
-(crawler.frontier.auditpages). This class keeps the state changes and their journal.
+The parts are collaborators :class:`FrontierStore` holds, in modules named for them: the
+table, its schema and transaction (crawler.frontier.urltable), the acks
+(crawler.frontier.acks), the spill area (crawler.frontier.spillrows), the refresh schedule
+(crawler.frontier.refreshrows), the decisions (crawler.frontier.decisions), a host's rows
+changing shards (crawler.frontier.hostrows), the ledger audit's pages
+(crawler.frontier.auditpages); the per-URL answers (:class:`UrlLookup`, with the
+:class:`UrlStatus` record they return) are here. The store keeps the state changes and
+their journal.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypedDict
 
 from crawler.errors import StorageError
 from crawler.freshness.recrawl import Schedule
@@ -75,16 +77,110 @@ from crawler.frontier.hostrows import HostRows
 from crawler.frontier.refreshrows import Cursor, DueRefresh, RefreshRows
 from crawler.frontier.spillrows import SpillRows
 from crawler.frontier.urlitem import UrlItem
-from crawler.frontier.urlstatus import UrlLookup, UrlStatus
 from crawler.frontier.urltable import (
-    CLAIMED, DONE, DROPPED, QUEUED, STATE_NAMES, Journal, UrlTable, url_key,
+    CLAIMED, DONE, DROPPED, QUEUED, STATE_NAMES, Journal, UrlTable, hash_key, url_key,
 )
 from crawler.output import OutcomeRow
+from crawler.urls import url_hash as _url_hash
 
 __all__ = [
     "AuditPages", "CLAIMED", "DONE", "DROPPED", "DecisionLog", "Decisions", "FrontierStore", "HostRows",
-    "QUEUED", "STATE_NAMES", "UrlStatus", "UrlTable", "Verdicts",
+    "QUEUED", "STATE_NAMES", "UrlLookup", "UrlStatus", "UrlTable", "Verdicts",
 ]
+
+
+class UrlStatus(TypedDict):
+    """What a shard knows of one URL (``GET /urls/{url}``, ``crawl ctl url``), declared once
+    for every layer it crosses: store, shard, runtime seam, session, API. Times are wall
+    clock; a field the store does not know is None."""
+
+    url: str
+    url_hash: str
+    host: str
+    depth: int
+    referrer: str | None
+    status: str  # pending, fetched, not_modified, failed, blocked, dropped
+    in_flight: bool
+    last_crawled_at: float | None
+    next_crawl_at: float | None
+    interval_s: float | None
+    etag: str | None
+    last_modified: str | None
+    content_hash: str | None
+    fingerprint: int | None
+    fetches: int
+    changes: int
+    change_rate: float | None
+    last_outcome: str | None
+    last_status: int | None
+
+
+#: ``url_status()["status"]`` by last outcome (pending while queued or in flight).
+_STATUS_BY_OUTCOME = {
+    "fetched": "fetched", "redirect": "fetched", "not_modified": "not_modified",
+    "http_error": "failed", "failed": "failed", "robots_blocked": "blocked",
+}
+
+_COLUMNS = (
+    "SELECT url, host, depth, referrer, state, last_crawled_at, next_crawl_at, interval_s, etag,"
+    " last_modified, content_sha, fingerprint, fetches, changes, last_outcome, last_status FROM urls"
+)
+
+
+class UrlLookup:
+    """Reads of the store's per-URL state, what ``GET /urls/{url}``, ``crawl ctl url`` and
+    the URL ledger answer from (on disk: bounded RAM, with SQLite's page cache hot): by URL
+    (its key ``h``) or by its public ``url_hash`` (the column ``uh``), and URLs by state."""
+
+    def __init__(self, table: UrlTable) -> None:
+        self._t = table
+
+    def url_status(self, url: str | None = None, *, url_hash: str | None = None) -> UrlStatus | None:
+        """What the store knows of a URL, by URL or by its public ``url_hash`` (None if it
+        was never accepted): status (pending, fetched, not_modified, failed, blocked,
+        dropped), last/next crawl times (wall), interval, validators, content hash,
+        fingerprint, fetch and change counts."""
+        with self._t.lock:
+            if url is not None:
+                row = self._t.db.execute(_COLUMNS + " WHERE h=?", (url_key(url),)).fetchone()
+            else:
+                row = self._t.db.execute(_COLUMNS + " WHERE uh=?", (hash_key(url_hash or "0"),)).fetchone()
+        if row is None or (url is not None and row[0] != url):
+            return None
+        (found, host, depth, referrer, state, last, nxt, interval, etag, lm, sha, fp, fetches, changes, outcome, status) = row
+        if state in (QUEUED, CLAIMED):
+            label = "pending"
+        elif state == DROPPED:
+            label = "dropped"
+        else:
+            label = _STATUS_BY_OUTCOME.get(outcome or "", "fetched")
+        return UrlStatus(
+            url=found, url_hash=_url_hash(found), host=host, depth=depth, referrer=referrer,
+            status=label, in_flight=state == CLAIMED, last_crawled_at=last, next_crawl_at=nxt,
+            interval_s=interval, etag=etag, last_modified=lm, content_hash=sha, fingerprint=fp,
+            fetches=fetches, changes=changes, change_rate=(changes / (fetches - 1)) if fetches > 1 else None,
+            last_outcome=outcome, last_status=status,
+        )
+
+    def url_for_hash(self, url_hash_hex: str) -> str | None:
+        """The URL whose :func:`crawler.urls.url_hash` is ``url_hash_hex``, if this store has it."""
+        hexdigits = url_hash_hex.lower()
+        if len(hexdigits) != 16 or any(c not in "0123456789abcdef" for c in hexdigits):
+            return None
+        with self._t.lock:
+            row = self._t.db.execute("SELECT url FROM urls WHERE uh=?", (hash_key(hexdigits),)).fetchone()
+        return str(row[0]) if row is not None and _url_hash(row[0]) == hexdigits else None
+
+    def counts(self) -> dict[str, int]:
+        """URLs per state: queued, claimed, done (row durable), dropped (no row, counted rule)."""
+        with self._t.lock:
+            rows = dict(self._t.db.execute("SELECT state, count(*) FROM urls GROUP BY state").fetchall())
+        return {
+            "queued": rows.get(QUEUED, 0),
+            "claimed": rows.get(CLAIMED, 0),
+            "done": rows.get(DONE, 0),
+            "dropped": rows.get(DROPPED, 0),
+        }
 
 
 class FrontierStore:
