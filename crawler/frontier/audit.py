@@ -20,7 +20,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Iterable, Sequence
 
-from crawler.frontier.store import CLAIMED, DONE, DROPPED, QUEUED, FrontierStore, _chunks, _key
+from crawler.frontier.store import FrontierStore
+from crawler.frontier.urltable import CLAIMED, DONE, DROPPED, QUEUED, chunks, url_key
 from crawler.frontier.urlitem import UrlItem
 from crawler.recovery.stamps import SHARD_FIX, STAMP_KEY, check, read_sqlite_stamp
 
@@ -55,10 +56,10 @@ class StoreAudit:
             self.store.set_meta(STAMP_KEY, identity, journal=True)
 
     def _states(self, urls: Iterable[str]) -> dict[int, tuple[int, int]]:
-        keys = list(dict.fromkeys(_key(u) for u in urls))
+        keys = list(dict.fromkeys(url_key(u) for u in urls))
         found: dict[int, tuple[int, int]] = {}
         with self._t.lock:
-            for part in _chunks(keys):
+            for part in chunks(keys):
                 q = f"SELECT h, state, fetches FROM urls WHERE h IN ({','.join('?' * len(part))})"
                 found.update((h, (state, fetches)) for h, state, fetches in self._t.db.execute(q, part))
         return found
@@ -74,7 +75,7 @@ class StoreAudit:
         states = self._states(r["url"] for r in rows)
         todo, missing = [], []
         for r in rows:
-            held = states.get(_key(r["url"]))
+            held = states.get(url_key(r["url"]))
             if held is None:
                 missing.append(r)
             elif held[0] not in (DONE, DROPPED) or (_seq(r) > 1 and held[1] < _seq(r)):
@@ -102,7 +103,7 @@ class StoreAudit:
             blocked = r.get("outcome") == "robots_blocked"
             params.append((
                 QUEUED, CLAIMED, DONE, _seq(r), t, None if blocked else first_interval_s, int(blocked), t, t, first_interval_s,
-                r.get("content_sha256"), r.get("simhash"), r.get("outcome"), r.get("status"), _key(r["url"]),
+                r.get("content_sha256"), r.get("simhash"), r.get("outcome"), r.get("status"), url_key(r["url"]),
             ))
         with self._t.lock:
             self._t.begin()
@@ -121,13 +122,14 @@ class StoreAudit:
     def last_fetch(self) -> float | None:
         """The fetch time of the newest ack the store holds (None: none). Reads every row."""
         with self._t.lock:
-            return self._t.db.execute("SELECT max(last_crawled_at) FROM urls").fetchone()[0]
+            newest: float | None = self._t.db.execute("SELECT max(last_crawled_at) FROM urls").fetchone()[0]
+        return newest
 
     def holding(self, keys: Sequence[int]) -> set[int]:
         """Which of ``keys`` (signed 64-bit URL hashes, as the seen stores keep them) the store holds."""
         found: set[int] = set()
         with self._t.lock:
-            for part in _chunks(list(keys)):
+            for part in chunks(list(keys)):
                 q = f"SELECT h FROM urls WHERE h IN ({','.join('?' * len(part))})"
                 found.update(h for (h,) in self._t.db.execute(q, part))
         return found

@@ -18,7 +18,15 @@ from typing import Callable
 
 from crawler.frontier.urlitem import UrlItem
 
+__all__ = [
+    "DueKey", "HostQueue", "HostQueues", "NEWS_RANK", "NEWS_RECENCY", "PRIORITY_STEP", "Priority", "UrlItem",
+    "default_priority",
+]
+
 Priority = Callable[[UrlItem, float], float]
+#: A host's entry in the frontier's due heap: (tier, rank, at, seq, host)
+#: (crawler.frontier.hostschedule.HostHeaps).
+DueKey = tuple[int, float, float, int, str]
 
 #: How many depth levels one point of seed priority is worth (``add_seeds(priority=)``).
 PRIORITY_STEP = 100.0
@@ -27,6 +35,8 @@ PRIORITY_STEP = 100.0
 #: time, so across hosts the most recently published article goes first.
 NEWS_RANK = -1.0
 NEWS_RECENCY = 1e-10  # 1.7e9 s of epoch time -> -0.17: stays within one depth level
+
+
 def default_priority(item: UrlItem, now: float) -> float:
     """Lower first. Discovery: depth (breadth-first), a seed's priority lifting it by
     ``PRIORITY_STEP`` levels per point. Refresh: how overdue it is (seconds, negative), so
@@ -52,7 +62,7 @@ class HostQueue:
     in_flight: bool = False
     scheduled_at: float | None = None  # the key of this host's live entry in a time heap
     tier: int = 0  # which time heap holds that entry: 0 normal, 1 demoted
-    due_key: tuple | None = None  # its live entry in the frontier's due heap, if any
+    due_key: DueKey | None = None  # its live entry in the frontier's due heap, if any
     spilled: int = 0  # discovery URLs left in the durable store, not in memory
     cursor: int = 0  # store id of the last URL of this host brought into memory
     served_refresh: int = 0
@@ -115,3 +125,113 @@ class HostQueue:
     def items(self) -> list[UrlItem]:
         """Every URL held in memory."""
         return [e[2] for e in (*self.ready, *self.delayed, *self.refresh)]
+
+    def clear(self) -> None:
+        """Forget every URL held in memory and this host's heap entries (a drain)."""
+        self.ready.clear()
+        self.delayed.clear()
+        self.refresh.clear()
+        self.scheduled_at = self.due_key = None
+
+    def remove(self, predicate: Callable[[UrlItem], bool]) -> list[UrlItem]:
+        """Remove and return the URLs held in memory that match ``predicate``."""
+        removed: list[UrlItem] = []
+        for name in ("ready", "delayed", "refresh"):
+            heap: list[tuple[float, int, UrlItem]] = getattr(self, name)
+            keep = [e for e in heap if not predicate(e[2])]
+            if len(keep) != len(heap):
+                removed.extend(e[2] for e in heap if predicate(e[2]))
+                heapq.heapify(keep)
+                setattr(self, name, keep)
+        return removed
+
+    def drop_lowest(self, n: int, priority: Priority, now: float) -> tuple[list[str], int]:
+        """Remove the ``n`` lowest-ranked discovery URLs and retries held in memory (a budget
+        cut); returns their URLs and how many URLs went."""
+        entries = [(p, s, it) for p, s, it in self.ready] + [(priority(it, now), s, it) for _, s, it in self.delayed]
+        entries.sort(key=lambda e: (e[0], e[1]))
+        doomed = {id(it) for _, _, it in entries[-n:]}
+        removed: list[str] = []
+        for name in ("ready", "delayed"):
+            heap: list[tuple[float, int, UrlItem]] = getattr(self, name)
+            keep = [e for e in heap if id(e[2]) not in doomed]
+            removed.extend(e[2].url for e in heap if id(e[2]) in doomed)
+            if len(keep) != len(heap):
+                heapq.heapify(keep)
+                setattr(self, name, keep)
+        return removed, min(n, len(doomed))
+
+
+class HostQueues:
+    """The back queues of a shard's hosts with work, by host (:attr:`by_host`, shared with
+    the host schedule: crawler.frontier.hostschedule), and their totals: URLs queued
+    (:attr:`size`, spilled ones included, in-flight ones not), refreshes held in memory,
+    hosts with a URL in flight. The frontier (crawler.frontier.frontier) keeps the totals
+    as it adds and hands out work; the removals here keep them themselves."""
+
+    def __init__(self) -> None:
+        self.by_host: dict[str, HostQueue] = {}
+        self.size = 0
+        self.refreshes = 0
+        self.in_flight = 0
+
+    def of(self, host: str) -> HostQueue:
+        """The queue of ``host``, made empty if it has none."""
+        q = self.by_host.get(host)
+        if q is None:
+            q = self.by_host[host] = HostQueue()
+        return q
+
+    def queued_for(self, host: str) -> int:
+        """URLs of ``host`` queued (in memory or spilled), excluding one being fetched."""
+        q = self.by_host.get(host)
+        return len(q) if q else 0
+
+    def in_memory(self) -> int:
+        """URLs held in memory (the rest of :attr:`size` is spilled to the store)."""
+        return sum(len(q) - q.spilled for q in self.by_host.values())
+
+    def refreshes_due(self, now: float) -> int:
+        """Refreshes held in memory that are due at ``now`` (walks every host)."""
+        return sum(1 for q in self.by_host.values() for at, _, _ in q.refresh if at <= now)
+
+    def forget_if_empty(self, host: str, q: HostQueue) -> bool:
+        """Forget ``host`` if it has no work left; True if it was forgotten."""
+        if len(q) == 0 and not q.in_flight:
+            del self.by_host[host]
+            return True
+        return False
+
+    def remove(self, host: str, predicate: Callable[[UrlItem], bool]) -> list[UrlItem]:
+        """Remove and return the host's in-memory URLs matching ``predicate``."""
+        q = self.by_host.get(host)
+        if q is None:
+            return []
+        removed = q.remove(predicate)
+        self.size -= len(removed)
+        self.refreshes -= sum(1 for it in removed if it.kind == "refresh")
+        return removed
+
+    def evict(self, host: str) -> int:
+        """Forget every URL of ``host``; returns how many were queued. ValueError while one
+        of its URLs is in flight."""
+        q = self.by_host.get(host)
+        if q is None:
+            return 0
+        if q.in_flight:
+            raise ValueError(f"frontier: {host!r} has a URL in flight")
+        n = len(q)
+        self.refreshes -= sum(1 for it in q.items() if it.kind == "refresh")
+        self.size -= n
+        del self.by_host[host]  # its heap entries are stale now (checked on pop)
+        return n
+
+    def drain(self) -> list[UrlItem]:
+        """Remove and return every URL held in memory; hosts with a URL in flight stay."""
+        items = [it for q in self.by_host.values() for it in q.items()]
+        for q in self.by_host.values():
+            q.clear()
+        for host in [h for h, q in self.by_host.items() if not q.in_flight]:
+            del self.by_host[host]  # in place: the heaps share this dict
+        self.size = self.refreshes = 0
+        return items

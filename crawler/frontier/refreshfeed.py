@@ -3,10 +3,31 @@ decides when; this moves the work)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Iterable, Protocol, Sequence
 
-from crawler.frontier.urlitem import UrlItem
+from crawler.clock import Clock
 from crawler.freshness.recrawl import Previous, Schedule
+from crawler.frontier.refreshrows import Cursor, DueRefresh
+from crawler.frontier.urlitem import UrlItem
+from crawler.output import OutcomeRow
+
+__all__ = ["DueRows", "RefreshFeed", "RefreshTarget"]
+
+
+class DueRows(Protocol):
+    """Where the refresh schedule is kept (crawler.frontier.store.FrontierStore)."""
+
+    def due(self, until: float, after: Cursor, limit: int) -> list[DueRefresh]: ...
+
+    def due_up_to(self, host: str, cursor: Cursor) -> list[DueRefresh]: ...
+
+
+class RefreshTarget(Protocol):
+    """Where refreshes go (crawler.frontier.frontier.Frontier)."""
+
+    def refreshes(self) -> tuple[int, int]: ...
+
+    def push(self, items: Iterable[UrlItem], *, in_memory: bool = False) -> int: ...
 
 
 class RefreshFeed:
@@ -33,14 +54,17 @@ class RefreshFeed:
     moved the cursor past the new due time while the store held the old one.
     """
 
-    def __init__(self, store, frontier, clock, *, horizon_s: float = 60.0, max_in_memory: int = 20_000, batch: int = 2_000) -> None:
+    def __init__(
+        self, store: DueRows, frontier: RefreshTarget, clock: Clock, *,
+        horizon_s: float = 60.0, max_in_memory: int = 20_000, batch: int = 2_000,
+    ) -> None:
         self._store = store
         self._frontier = frontier
         self._clock = clock
         self._horizon = horizon_s
         self._max = max_in_memory
         self._batch = batch
-        self._cursor: tuple[float, int] = (float("-inf"), 0)
+        self._cursor: Cursor = (float("-inf"), 0)
         self._next_tick = float("-inf")
         self._parked: dict[str, UrlItem] = {}  # URL -> its next refresh, until its row is durable
         self.loaded = 0
@@ -66,7 +90,7 @@ class RefreshFeed:
         self.loaded += len(items)
         return self._frontier.push(items)
 
-    def after_record(self, item, row, schedule: Schedule | None) -> None:
+    def after_record(self, item: UrlItem, row: OutcomeRow, schedule: Schedule | None) -> None:
         """Step 1: the next refresh of a URL just fetched, to the frontier or parked."""
         if schedule is None:
             return
@@ -87,7 +111,7 @@ class RefreshFeed:
             nxt.due_at = schedule.next_crawl_at  # a wall time while parked
             self._parked[item.url] = nxt
 
-    def acked(self, fetched: Sequence[tuple[Any, Schedule | None]]) -> int:
+    def acked(self, fetched: Sequence[tuple[OutcomeRow, Schedule | None]]) -> int:
         """Step 2, called with the rows the store just recorded; returns how many went to
         the frontier (the rest the store scan returns when they come due)."""
         ready = []

@@ -1,0 +1,195 @@
+"""The SQLite table under a shard's durable frontier (crawler.frontier.store): its schema,
+the migrations that bring stores of earlier versions up to it in place, the URL states,
+and the one write transaction its users share.
+
+A URL is keyed by ``h``, the signed 64-bit crawler.seen.url_hash64 of its text (a small
+integer index instead of a second copy of every URL's text, like the seen set's exact
+store), and found by its public ``url_hash`` through ``uh`` (the first 8 bytes of SHA-1).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+from crawler.errors import DamagedStateError, StorageError
+from crawler.frontier.urlitem import UrlItem
+from crawler.recovery.stamps import SHARD_FIX
+from crawler.seen import url_hash64
+from crawler.urls import url_hash
+
+__all__ = [
+    "CLAIMED", "DONE", "DROPPED", "Journal", "QUEUED", "STATE_COLUMNS", "STATE_NAMES", "UrlTable",
+    "chunks", "hash_key", "url_key",
+]
+
+QUEUED, CLAIMED, DONE, DROPPED = 0, 1, 2, 3
+STATE_NAMES = {QUEUED: "queued", CLAIMED: "in_flight", DONE: "done", DROPPED: "dropped"}
+
+#: ``journal(kind, payload) -> seq``: where committed changes go (remote outputs:
+#: crawler.recovery.statelog.StateLog.append).
+Journal = Callable[[str, Any], int]
+
+_T = TypeVar("_T")
+
+_CHUNK = 500  # SQLite's default limit on bound parameters is 999 (older builds)
+
+
+def url_key(url: str) -> int:
+    """The row key ``h`` of ``url``: its crawler.seen.url_hash64, signed for SQLite."""
+    h = url_hash64(url)
+    return h - (1 << 64) if h >= 1 << 63 else h
+
+
+def hash_key(url_hash_hex: str) -> int:
+    """The column ``uh`` of a public ``url_hash`` (16 hex digits), signed for SQLite."""
+    v = int(url_hash_hex, 16)
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def chunks(seq: Sequence[_T], n: int = _CHUNK) -> Iterable[Sequence[_T]]:
+    """``seq`` in slices small enough to bind as the parameters of one statement."""
+    for i in range(0, len(seq), n):
+        yield seq[i : i + n]
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS urls (
+    id INTEGER PRIMARY KEY,
+    h INTEGER NOT NULL UNIQUE,
+    url TEXT NOT NULL,
+    host TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    referrer TEXT,
+    kind TEXT NOT NULL DEFAULT 'discover',
+    state INTEGER NOT NULL DEFAULT 0,
+    replay INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS urls_host_state ON urls(host, state, id);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS decisions (seq INTEGER PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+#: Per-URL state (added to stores of earlier versions in place, see UrlTable._migrate).
+#: Times are wall-clock seconds: they survive a restart on another machine.
+STATE_COLUMNS = (
+    ("uh", "INTEGER"),  # the public url_hash (first 8 bytes of SHA-1) as a signed integer
+    ("boost", "INTEGER NOT NULL DEFAULT 0"),
+    ("last_crawled_at", "REAL"),
+    ("next_crawl_at", "REAL"),
+    ("interval_s", "REAL"),
+    ("etag", "TEXT"),
+    ("last_modified", "TEXT"),
+    ("content_sha", "TEXT"),
+    ("fingerprint", "INTEGER"),
+    ("fetches", "INTEGER NOT NULL DEFAULT 0"),
+    ("changes", "INTEGER NOT NULL DEFAULT 0"),
+    ("last_outcome", "TEXT"),
+    ("last_status", "INTEGER"),
+)
+_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS urls_due ON urls(next_crawl_at, id) WHERE next_crawl_at IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS urls_uh ON urls(uh)",
+)
+
+
+class UrlTable:
+    """The SQLite connection under a :class:`crawler.frontier.store.FrontierStore`: the
+    schema (created, or migrated in place from earlier versions), the lock that serialises
+    its users, the one write transaction that may be open, the next row id to hand out (one
+    writer per store), and the ``journal`` that committed changes are handed to (remote
+    outputs)."""
+
+    def __init__(self, path: str, *, durable: bool, cache_kib: int, journal: Journal | None) -> None:
+        self.path = path
+        self.journal = journal
+        os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute(f"PRAGMA synchronous={'NORMAL' if durable else 'OFF'}")
+            # Bounded page cache: memory stays flat however many URLs are queued.
+            self.db.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
+            # Checkpoints (the only fsyncs with synchronous=NORMAL) every ~16 MB of log
+            # instead of every 4 MB: they block the shard's loop while they run.
+            self.db.execute("PRAGMA wal_autocheckpoint=4000")
+            self.db.executescript(_SCHEMA)
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):  # locked, unreadable: not the file's fault
+                raise StorageError(f"cannot open the frontier store {path!r}: {exc}") from exc
+            raise DamagedStateError(f"{path} is not a readable frontier store ({exc}): {SHARD_FIX}") from exc
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open the frontier store {path!r}: {exc}") from exc
+        self.lock = threading.Lock()
+        self.in_tx = False
+        self.closed = False
+        # One writer per store, so ids can be handed out here (no per-row round trip).
+        self.next_id: int = (self.db.execute("SELECT coalesce(max(id), 0) FROM urls").fetchone()[0] or 0) + 1
+
+    def _migrate(self) -> None:
+        have = {r[1] for r in self.db.execute("PRAGMA table_info(urls)")}
+        for name, decl in STATE_COLUMNS:
+            if name not in have:
+                self.db.execute(f"ALTER TABLE urls ADD COLUMN {name} {decl}")
+        for index in _INDEXES:
+            self.db.execute(index)
+        # Rows of a store made before url_hash existed get theirs once (GET /urls/{url_hash}).
+        missing = self.db.execute("SELECT id, url FROM urls WHERE uh IS NULL").fetchall()
+        if missing:
+            self.db.execute("BEGIN")
+            self.db.executemany("UPDATE urls SET uh=? WHERE id=?", [(hash_key(url_hash(u)), i) for i, u in missing])
+            self.db.execute("COMMIT")
+
+    def begin(self) -> None:
+        """Open the write transaction unless one is open (changes group until commit)."""
+        if not self.in_tx:
+            self.db.execute("BEGIN")
+            self.in_tx = True
+
+    def end(self) -> None:
+        """Commit the open write transaction."""
+        self.db.execute("COMMIT")
+        self.in_tx = False
+
+    def rollback(self) -> None:
+        """Abandon the open write transaction (nothing of it was journaled)."""
+        if self.in_tx:
+            self.db.execute("ROLLBACK")
+            self.in_tx = False
+
+    def backup(self, dest_path: str, mark: Callable[[], int] | None = None) -> int:
+        """A consistent copy of the whole table (SQLite's online backup) at ``dest_path``;
+        returns ``mark()`` read in the same locked step (0 without one)."""
+        with self.lock:
+            seq = mark() if mark is not None else 0
+            dst = sqlite3.connect(dest_path)
+            try:
+                self.db.backup(dst)
+            finally:
+                dst.close()
+        return seq
+
+    def insert_new(self, items: Sequence[UrlItem], keys: Sequence[int]) -> list[UrlItem]:
+        """Insert the URLs not in the table yet (``keys``: their :func:`url_key`) in the open
+        transaction, with ``sid`` set; returns them."""
+        existing: set[int] = set()
+        for part in chunks(keys):
+            q = f"SELECT h FROM urls WHERE h IN ({','.join('?' * len(part))})"
+            existing.update(r[0] for r in self.db.execute(q, part))
+        fresh: list[UrlItem] = []
+        rows = []
+        for it, k in zip(items, keys):
+            if k in existing:
+                continue
+            existing.add(k)  # a repeat inside the batch is not new either
+            it.sid = self.next_id
+            self.next_id += 1
+            fresh.append(it)
+            rows.append((it.sid, k, it.url, it.host, it.depth, it.referrer, it.boost, hash_key(url_hash(it.url))))
+        self.db.executemany(
+            "INSERT INTO urls(id, h, url, host, depth, referrer, boost, uh) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows
+        )
+        return fresh
