@@ -60,7 +60,7 @@ HOLD_S = 0.5
 EVENTS_FIX = f"remove it (events it held that were not sent are then not sent), or {stamps.FIX}"
 
 
-def _iso(value: Any) -> str | None:
+def _iso(value: dt.datetime | float | None) -> str | None:
     if value is None:
         return None
     if isinstance(value, (int, float)):
@@ -136,7 +136,7 @@ class EventLog:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, data TEXT NOT NULL)")
-            self._count = self._db.execute("SELECT count(*) FROM events").fetchone()[0]
+            self._count: int = self._db.execute("SELECT count(*) FROM events").fetchone()[0]
             if identity is not None:
                 self._claim(identity)
         except sqlite3.DatabaseError as exc:
@@ -376,7 +376,7 @@ class EventEmitter:
 
 
 def build_emitter(
-    cfg: EventsConfig, shard_id: str, out: str, storage_options: dict | None, clock: Clock,
+    cfg: EventsConfig, shard_id: str, out: str, storage_options: dict[str, Any] | None, clock: Clock,
     *, log_path: str | None, hold: Callable[[float], None] | None,
 ) -> EventEmitter | None:
     """The shard's emitter (None with ``sink: none``); its log at ``log_path`` (None: in memory)."""

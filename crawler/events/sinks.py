@@ -55,7 +55,7 @@ class FileSink:
     """
 
     def __init__(
-        self, path: str, *, shard_id: str, storage_options: dict | None = None, rotate_bytes: int = 64_000_000,
+        self, path: str, *, shard_id: str, storage_options: dict[str, Any] | None = None, rotate_bytes: int = 64_000_000,
         run_id: str | None = None, run_blocking: RunBlocking = asyncio.to_thread,
     ) -> None:
         self.fs, self.root = open_fs(path, storage_options)
@@ -155,14 +155,16 @@ def sink_factory(cfg: EventsConfig) -> Callable[..., EventSink] | None:
     if ":" in name:
         module, _, attr = name.partition(":")
         try:
-            return getattr(importlib.import_module(module), attr)
+            plugin: Callable[..., EventSink] = getattr(importlib.import_module(module), attr)  # the config's word for it
+            return plugin
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"events.sink: cannot load {name!r}: {exc}") from exc
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
-            return ep.load()
+            loaded: Callable[..., EventSink] = ep.load()  # the plug-in's word for it
+            return loaded
     raise ConfigError(
         f"events.sink: {name!r} is not one of {', '.join(EVENT_SINKS)}, a module:Class path, "
         f"or an entry point of the {ENTRY_POINT_GROUP} group"
@@ -173,7 +175,7 @@ def _protocol(path: str) -> str:
     return path.split("://", 1)[0] if "://" in path else "file"
 
 
-def build_sink(cfg: EventsConfig, shard_id: str, out: str, storage_options: dict | None) -> EventSink | None:
+def build_sink(cfg: EventsConfig, shard_id: str, out: str, storage_options: dict[str, Any] | None) -> EventSink | None:
     """The sink of one shard. A plug-in is called as ``Class(shard_id=..., events=cfg,
     **cfg.options)``."""
     factory = sink_factory(cfg)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import ipaddress
 import logging
 import socket
@@ -257,7 +258,7 @@ class DnsCache(AbstractResolver):
             self._stats["misses"] += 1
             task = asyncio.ensure_future(self._query(key, host, family))
             self._inflight[key] = task
-            task.add_done_callback(lambda t, k=key: self._query_done(k, t))
+            task.add_done_callback(functools.partial(self._query_done, key))
         else:
             self._stats["inflight_joins"] += 1
         # shield: one waiter's timeout must not cancel the query the others wait for

@@ -25,6 +25,7 @@ import threading
 import zlib
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import fsspec
 from fsspec.asyn import AsyncFileSystem
@@ -54,8 +55,8 @@ class RecentKeys:
 
     def __init__(self, capacity: int) -> None:
         self._half = max(1, capacity // 2)
-        self._cur: set = set()
-        self._old: set = set()
+        self._cur: set[object] = set()
+        self._old: set[object] = set()
 
     def __contains__(self, key: object) -> bool:
         return key in self._cur or key in self._old
@@ -73,8 +74,8 @@ class RecentMap:
 
     def __init__(self, capacity: int) -> None:
         self._half = max(1, capacity // 2)
-        self._cur: dict = {}
-        self._old: dict = {}
+        self._cur: dict[object, object] = {}
+        self._old: dict[object, object] = {}
 
     def get(self, key: object) -> object | None:
         """The value stored under ``key``, or None if it is unknown or was pushed out."""
@@ -103,7 +104,7 @@ class BlobStore:
     def __init__(
         self,
         root: str,
-        storage_options: dict | None = None,
+        storage_options: dict[str, Any] | None = None,
         *,
         compresslevel: int = DEFAULT_COMPRESSLEVEL,
         fsync: bool = True,
@@ -269,7 +270,8 @@ class BlobStore:
         if self._local:
             return [os.path.exists(p) for p in paths]
         if isinstance(self._fs, AsyncFileSystem):
-            return _fsspec_sync(self._fs.loop, self._probe_many, paths)
+            found: list[bool] = _fsspec_sync(self._fs.loop, self._probe_many, paths)  # fsspec has no types
+            return found
         return [self._probe_sync(p) for p in paths]
 
     # Existence is probed with a 1-byte ranged GET, not fs.exists(): on s3fs a missing key

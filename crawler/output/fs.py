@@ -20,7 +20,7 @@ import contextlib
 import os
 import posixpath
 import tempfile
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -60,7 +60,7 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
 
 
 def open_fs(
-    path: str, storage_options: dict | None = None
+    path: str, storage_options: dict[str, Any] | None = None
 ) -> tuple[fsspec.AbstractFileSystem, str]:
     """Resolve an output URL to ``(filesystem, protocol-less root path)``.
 
@@ -147,7 +147,8 @@ def _read_or_none(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
         if is_local(fs):
             with open(path, "rb") as f:
                 return f.read()
-        return fs.cat_file(path)
+        data: bytes = fs.cat_file(path)  # fsspec has no types
+        return data
     except FileNotFoundError:
         return None
 
@@ -262,7 +263,7 @@ def _file_above(path: str) -> str | None:
     return parent if parent and not os.path.isdir(parent) else None
 
 
-def require_crawl_output(out: str, storage_options: dict | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+def require_crawl_output(out: str, storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
     """``open_fs(out)`` if ``out`` holds crawl output (one of :data:`OUTPUT_MARKS`); else
     PathError saying what is there instead. Reads only: a typo creates nothing."""
     fs, root = open_fs(out, storage_options)
@@ -289,7 +290,7 @@ def _nearest_folder(path: str) -> str:
     return path
 
 
-def check_output_folder(path: str, storage_options: dict | None = None) -> None:
+def check_output_folder(path: str, storage_options: dict[str, Any] | None = None) -> None:
     """Refuse a local folder to write into that is a file, lies under one, or cannot be
     written (no permission, a read-only filesystem, a virtual one such as /proc). The
     folder and its parents are created later, by the run; writing is tried here by making
@@ -310,7 +311,7 @@ def check_output_folder(path: str, storage_options: dict | None = None) -> None:
         raise PathError(f"{path}: cannot write there ({exc.strerror or exc} in {base}); choose another --out") from exc
 
 
-def check_new_file(path: str, storage_options: dict | None = None) -> None:
+def check_new_file(path: str, storage_options: dict[str, Any] | None = None) -> None:
     """Refuse a local file to write that cannot be: a folder by that name, or a folder to
     put it in that does not exist (it is not created: a typo in it would be)."""
     fs, root = open_fs(path, storage_options)

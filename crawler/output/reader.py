@@ -95,7 +95,7 @@ def _read(
 
 def read_pages(
     out: str,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     *,
     dedupe: bool = True,
     columns: list[str] | None = None,
@@ -127,7 +127,7 @@ def read_pages(
     return table.select(wanted)
 
 
-def summarize(out: str, storage_options: dict | None = None) -> dict[str, Any]:
+def summarize(out: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Numbers for ``crawl stats OUT``, computed on the deduplicated dataset.
 
     Keys: rows, urls, by_outcome (every outcome, zeros included), by_status (status ->
@@ -193,7 +193,7 @@ def summarize(out: str, storage_options: dict | None = None) -> dict[str, Any]:
     }
 
 
-def compact_pages(out: str, storage_options: dict | None = None, *, rows_per_file: int = 200_000) -> int:
+def compact_pages(out: str, storage_options: dict[str, Any] | None = None, *, rows_per_file: int = 200_000) -> int:
     """Rewrite ``OUT/pages`` without repeated rows (see :func:`dedupe_pages`); returns rows removed.
 
     Crash-safe: the compacted files are complete (atomic rename, or one PUT) before any
@@ -206,7 +206,7 @@ def compact_pages(out: str, storage_options: dict | None = None, *, rows_per_fil
         return 0
     raw = _read(fs, root, paths, None)
     table = dedupe_pages(raw)
-    removed = raw.num_rows - table.num_rows
+    removed: int = raw.num_rows - table.num_rows  # pyarrow has no types
     if removed == 0:
         return 0
     writer_id = f"compact{uuid.uuid4().hex[:8]}"  # a name no live writer has

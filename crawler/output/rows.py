@@ -13,7 +13,7 @@ import math
 import numbers
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -82,17 +82,17 @@ def _as_int(name: str, v: Any) -> int:
 
 
 def _conv_i32(name: str, v: Any) -> int:
-    v = _as_int(name, v)
-    if not _I32_MIN <= v <= _I32_MAX:
-        raise ValueError(f"column {name!r} value {v} does not fit int32")
-    return v
+    n = _as_int(name, v)
+    if not _I32_MIN <= n <= _I32_MAX:
+        raise ValueError(f"column {name!r} value {n} does not fit int32")
+    return n
 
 
 def _conv_i64(name: str, v: Any) -> int:
-    v = _as_int(name, v)
-    if not _I64_MIN <= v <= _I64_MAX:
-        raise ValueError(f"column {name!r} value {v} does not fit int64")
-    return v
+    n = _as_int(name, v)
+    if not _I64_MIN <= n <= _I64_MAX:
+        raise ValueError(f"column {name!r} value {n} does not fit int64")
+    return n
 
 
 def _conv_simhash(name: str, v: Any) -> int:
@@ -119,9 +119,10 @@ def _conv_ts(name: str, v: Any) -> int:
     if isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)):
         # Unix seconds, as time.time() returns. Checked here so that a value Arrow cannot
         # hold fails this add() call instead of every later flush.
-        if not math.isfinite(v) or not _I64_MIN <= v * 1000 <= _I64_MAX:
+        secs = cast(float, v)  # any numbers.Real (int, float, numpy, Fraction), whose stubs have no arithmetic
+        if not math.isfinite(secs) or not _I64_MIN <= secs * 1000 <= _I64_MAX:
             raise ValueError(f"column {name!r} got an out-of-range timestamp {v!r}")
-        return int(round(v * 1000))
+        return int(round(secs * 1000))
     raise ValueError(
         f"column {name!r} takes an aware datetime or Unix seconds, got {type(v).__name__}"
     )
@@ -149,7 +150,7 @@ def to_values(row: OutcomeRow) -> list[Any]:
     """
     if type(row) is not OutcomeRow:
         raise TypeError(f"result rows are OutcomeRow, got {type(row).__name__}")
-    out = [v if v is None else conv(name, v) for name, conv, v in zip(COLUMNS, _CONV, _GET(row))]
+    out: list[Any] = [v if v is None else conv(name, v) for name, conv, v in zip(COLUMNS, _CONV, _GET(row))]
     if not out[I_URL]:
         raise ValueError(f"result row needs a url: {row!r}")
     if out[_I_OUTCOME] not in OUTCOMES:

@@ -156,4 +156,5 @@ def encode_part(table: pa.Table) -> bytes:
     """A page table as the bytes of one part file: Parquet, zstd-compressed."""
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression=PART_COMPRESSION)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()  # pyarrow has no types
+    return data

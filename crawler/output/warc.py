@@ -76,7 +76,7 @@ def payload_digest(sha256_hex: str) -> str:
     return "sha256:" + base64.b32encode(bytes.fromhex(sha256_hex)).decode("ascii")
 
 
-class _Sha256Writer(WARCWriter):
+class _Sha256Writer(WARCWriter):  # type: ignore[misc]  # warcio has no types, and subclassing is its only way to choose the digest
     """warcio's writer with SHA-256 block digests (its default is SHA-1)."""
 
     @staticmethod
@@ -89,8 +89,8 @@ class WarcExport:
     """What :func:`export_warc` wrote: files, records by type, rows skipped and why."""
 
     files: list[str] = field(default_factory=list)
-    records: Counter = field(default_factory=Counter)
-    skipped: Counter = field(default_factory=Counter)
+    records: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict for ``--json`` output."""
@@ -104,7 +104,8 @@ def _record_id(url: str, fetch_seq: int | None, kind: str) -> str:
 
 def _warc_date(ts: _dt.datetime | None) -> str:
     ts = ts or _dt.datetime.now(_dt.timezone.utc)
-    return datetime_to_iso_date(ts.astimezone(_dt.timezone.utc).replace(tzinfo=None), use_micros=True)
+    date: str = datetime_to_iso_date(ts.astimezone(_dt.timezone.utc).replace(tzinfo=None), use_micros=True)
+    return date
 
 
 def _http_headers(row: dict[str, Any], body_len: int | None) -> tuple[StatusAndHeaders, str | None]:
@@ -148,7 +149,7 @@ def _metadata(row: dict[str, Any], decoded: str | None) -> bytes:
 class _Files:
     """The destination: one named file, or numbered files in a directory rotated by size."""
 
-    def __init__(self, dest: str, storage_options: dict | None, max_file_bytes: int, prefix: str) -> None:
+    def __init__(self, dest: str, storage_options: dict[str, Any] | None, max_file_bytes: int, prefix: str) -> None:
         self.fs, path = open_fs(dest, storage_options)
         name = posixpath.basename(path)
         self.single = name.endswith((".warc", ".warc.gz"))
@@ -202,7 +203,7 @@ def export_warc(
     out: str,
     dest: str | None = None,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     prefix: str = "raycrawl",
 ) -> WarcExport:

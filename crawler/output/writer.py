@@ -81,7 +81,7 @@ class ResultWriter:
         out: str,
         writer_id: str,
         *,
-        storage_options: dict | None = None,
+        storage_options: dict[str, Any] | None = None,
         rows_per_file: int = 5000,
         flush_interval_s: float = 5.0,
         clock: Clock = SYSTEM_CLOCK,

@@ -28,7 +28,7 @@ import random
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from crawler.clock import Clock
 from crawler.errors import ConfigError
@@ -391,7 +391,7 @@ class RegionPlacement:
         if region not in self.regions:
             where = field_name or f"placement.{key}"
             raise ConfigError(f"{where}: {region!r} is not one of the crawl's regions ({', '.join(self.regions)})")
-        return region
+        return str(region)  # one of self.regions: a str already
 
     def _rebuild_rules(self) -> None:
         rules = dict(self._config_rules)
@@ -422,7 +422,20 @@ class RegionPlacement:
         return None
 
 
-async def time_to_first_byte(fetch: Callable[[str], Awaitable[Any]], url: str, clock: Clock) -> float | None:
+class TimedResponse(Protocol):
+    """What :func:`time_to_first_byte` reads of a response (a crawler.fetch.fetcher.FetchResult)."""
+
+    @property
+    def status(self) -> int | None: ...
+
+    @property
+    def started_at(self) -> float: ...
+
+    @property
+    def headers_at(self) -> float | None: ...
+
+
+async def time_to_first_byte(fetch: Callable[[str], Awaitable[TimedResponse]], url: str, clock: Clock) -> float | None:
     """Seconds from sending a GET of ``url`` to its response headers, or None if no
     response came (timeout, refused, reset, guard).
 

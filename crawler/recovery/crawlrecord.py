@@ -55,7 +55,8 @@ def load_record(cfg: CrawlConfig) -> CrawlRecord | None:
 
     def read() -> bytes | None:
         try:
-            return fs.cat_file(path)
+            data: bytes = fs.cat_file(path)  # fsspec has no types
+            return data
         except FileNotFoundError:
             return None
 

@@ -94,7 +94,7 @@ def _record(data: Any) -> LeaseRecord:
 class LeaseStore:
     """The epochs and the hint in ``OUT/state`` through fsspec (local or s3://)."""
 
-    def __init__(self, out: str, storage_options: dict | None = None) -> None:
+    def __init__(self, out: str, storage_options: dict[str, Any] | None = None) -> None:
         self.fs, root = open_fs(out, storage_options)
         self.root = f"{root.rstrip('/')}/state"
         self.path = f"{self.root}/lease.json"

@@ -16,6 +16,7 @@ written before generations were claimed (``log-<gen>-<first>-<last>``,
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import re
@@ -105,7 +106,8 @@ def encode(records: list[Record]) -> bytes:
 
 
 def decode(data: bytes) -> list[Record]:
-    return json.loads(zlib.decompress(data))
+    records: list[Record] = json.loads(zlib.decompress(data))
+    return records
 
 
 #: Files SQLite and the seen set keep beside a store: a copy replaces them all.
@@ -126,7 +128,7 @@ class RemoteDir:
 
     Works on a local output too (the claims of crawler.recovery.incarnation live there)."""
 
-    def __init__(self, out: str, options: dict | None, name: str) -> None:
+    def __init__(self, out: str, options: dict[str, Any] | None, name: str) -> None:
         self.fs, root = open_fs(out, options)
         self.base = f"{root.rstrip('/')}/state/{name}"
         self.requests = 0  # object-store requests made (benchmarks/statelog.py)
@@ -164,7 +166,8 @@ class RemoteDir:
         self.requests += 1
         # A range: one GET. Without one, s3fs asks for the size first (a HEAD, and for a
         # missing key a LIST too).
-        return self.fs.cat_file(path, start=0)
+        data: bytes = self.fs.cat_file(path, start=0)  # fsspec has no types
+        return data
 
     def read(self, path: str) -> bytes | None:
         """The object at ``path``, or None if there is none (one GET)."""
@@ -177,7 +180,7 @@ class RemoteDir:
         self.requests += 1
         self.fs.get_file(path, local)
 
-    def remove(self, paths: list[str]) -> None:
+    def remove(self, paths: builtins.list[str]) -> None:  # builtins: ``list`` here is the method above
         if paths:
             self.requests += 1  # one multi-object delete
             self.fs.rm(paths)

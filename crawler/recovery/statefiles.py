@@ -121,7 +121,7 @@ def remote_path(out: str, name: str) -> str:
     return f"{out.rstrip('/')}/state/{name}"
 
 
-def ship(copy_to: Callable[[str], None], out: str, name: str, wall: float, options: dict | None = None) -> None:
+def ship(copy_to: Callable[[str], object], out: str, name: str, wall: float, options: dict[str, Any] | None = None) -> None:
     """Copy one piece of state to ``OUT/state/<name>`` (one PUT) and note when.
 
     ``copy_to(path)`` writes a consistent copy of the piece to a local temp file.
@@ -135,7 +135,7 @@ def ship(copy_to: Callable[[str], None], out: str, name: str, wall: float, optio
     fs.pipe_file(target + ".json", json.dumps({"shipped_at": wall}).encode())
 
 
-def fetch(out: str, name: str, local_path: str, options: dict | None = None) -> bool:
+def fetch(out: str, name: str, local_path: str, options: dict[str, Any] | None = None) -> bool:
     """Replace ``local_path`` by ``OUT/state/<name>``; True if OUT had a copy.
 
     Whatever is at ``local_path`` is discarded first, copy or not: a node's disk is a
@@ -157,12 +157,12 @@ def seen_name(index: int, exact: bool) -> str:
     return f"seen-{index:03d}.sqlite" + ("" if exact else ".bloom")
 
 
-def fetch_local(out: str, options: dict | None, name: str, local_path: str) -> bool:
+def fetch_local(out: str, options: dict[str, Any] | None, name: str, local_path: str) -> bool:
     """:func:`fetch` when OUT is remote; False (nothing to do) for a local output."""
     return is_remote(out) and fetch(out, name, local_path, options)
 
 
-def ship_file(out: str, options: dict | None, name: str, local_path: str, wall: float) -> None:
+def ship_file(out: str, options: dict[str, Any] | None, name: str, local_path: str, wall: float) -> None:
     """:func:`ship` of a file that is already a consistent snapshot (content index, budget)."""
     if os.path.exists(local_path):
         ship(lambda dest: shutil.copyfile(local_path, dest), out, name, wall, options)
@@ -217,13 +217,14 @@ def open_shard_store(cfg: CrawlConfig, shard_id: str, sdir: str, clock: Clock,
     return ShardState(store, slog, found)
 
 
-def rows_since(shard_id: str, out: str, options: dict | None, since: float | None) -> list[dict[str, Any]]:
+def rows_since(shard_id: str, out: str, options: dict[str, Any] | None, since: float | None) -> list[dict[str, Any]]:
     """The rows ``shard_id`` wrote to OUT since ``since`` (wall time; None: all of them)."""
     where = pads.field("shard") == shard_id
     if since is not None:
         cutoff = dt.datetime.fromtimestamp(since - CLOCK_SLACK_S, dt.timezone.utc)
         where = where & (pads.field("fetched_at") >= cutoff)
-    return read_pages(out, options, dedupe=False, where=where, columns=list(ROW_COLUMNS)).to_pylist()
+    rows: list[dict[str, Any]] = read_pages(out, options, dedupe=False, where=where, columns=list(ROW_COLUMNS)).to_pylist()
+    return rows  # pyarrow has no types
 
 
 #: The columns :func:`rows_since` reads: what the reconcile and the events need.
@@ -233,7 +234,8 @@ ROW_COLUMNS = ("url", "depth", "outcome", "status", "fetched_at", "url_hash", "b
 
 def event_rows(rows: list[dict[str, Any]]) -> list[OutcomeRow]:
     """:func:`rows_since` rows as the rows crawler.events.emitter makes ``page.fetched`` events of."""
-    return [OutcomeRow(**{k: r.get(k) for k in ROW_COLUMNS}) for r in rows]
+    fields: list[dict[str, Any]] = [{k: r.get(k) for k in ROW_COLUMNS} for r in rows]
+    return [OutcomeRow(**f) for f in fields]
 
 
 def reconcile_store(store: FrontierStore, rows: list[dict[str, Any]]) -> int:
@@ -279,7 +281,7 @@ def events_path(store_path: str) -> str:
     return os.path.splitext(store_path)[0] + ".events.sqlite"
 
 
-def shard_parts(out: str, options: dict | None, shard_id: str) -> list[str]:
+def shard_parts(out: str, options: dict[str, Any] | None, shard_id: str) -> list[str]:
     """Paths of the part files ``shard_id`` wrote (every generation of it), oldest first."""
     fs, root = open_fs(out, options)
     pages = f"{root.rstrip('/')}/{PAGES_DIR}"
@@ -287,14 +289,15 @@ def shard_parts(out: str, options: dict | None, shard_id: str) -> list[str]:
     return [f"{pages}/{name}" for _, name in found]
 
 
-def part_rows(out: str, options: dict | None, path: str) -> list[dict[str, Any]]:
+def part_rows(out: str, options: dict[str, Any] | None, path: str) -> list[dict[str, Any]]:
     """The :data:`ROW_COLUMNS` of one part file."""
     fs, _ = open_fs(out, options)
     try:
         table = pads.dataset([path], format="parquet", filesystem=fs, schema=PAGES_SCHEMA).to_table(columns=list(ROW_COLUMNS))
     except Exception as exc:  # pyarrow and OS errors alike
         raise StorageError(f"reading {path} failed: {exc}") from exc
-    return table.to_pylist()
+    rows: list[dict[str, Any]] = table.to_pylist()  # pyarrow has no types
+    return rows
 
 
 @dataclass
@@ -368,7 +371,7 @@ def log_events(cfg: CrawlConfig, shard_id: str, store_path: str, rows: list[dict
     return len(events)
 
 
-def pages_spent(out: str, options: dict | None) -> int:
+def pages_spent(out: str, options: dict[str, Any] | None) -> int:
     """Pages the rows in OUT show fetched: what ``limits.max_pages`` counts (a URL refused
     by robots.txt is a row and no fetch). Every row of the crawl: read when the page
     budget's file is missing or damaged (crawler.engine.sharedservices.BudgetPool)."""

@@ -41,6 +41,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 __all__ = ["Contact", "Trap", "TRAPPED_NAMES", "Wire", "namespace_prefix", "run_trapped"]
 
@@ -121,7 +122,7 @@ class Trap:
         """(address, port, socket type) of each listener, ports as bound (0 picks one)."""
         return [(*sock.getsockname()[:2], sock.type) for sock in self._socks]
 
-    def _spawn(self, target, sock: socket.socket) -> None:
+    def _spawn(self, target: Callable[[socket.socket], None], sock: socket.socket) -> None:
         self._socks.append(sock)
         threading.Thread(target=target, args=(sock,), daemon=True, name="egress-trap").start()
 
@@ -336,7 +337,7 @@ def _canary() -> None:
             pass  # nobody on the wire answers: the SYN went out, which is what counts
 
 
-def run_trapped(command: list[str], *, outer_mount_ns: str, canary: bool = False, timeout: float = 600.0) -> dict:
+def run_trapped(command: list[str], *, outer_mount_ns: str, canary: bool = False, timeout: float = 600.0) -> dict[str, Any]:
     """Inside the namespace: set the traps, run ``command``, return the report."""
     workdir = Path(tempfile.mkdtemp(prefix="egress-"))
     wire = _isolate(workdir, outer_mount_ns)
@@ -354,7 +355,9 @@ def run_trapped(command: list[str], *, outer_mount_ns: str, canary: bool = False
             seen_before = contacts()
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         output: list[str] = []
-        reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
+        stdout = proc.stdout
+        assert stdout is not None  # stdout=PIPE
+        reader = threading.Thread(target=lambda: output.extend(stdout), daemon=True)
         reader.start()
         deadline = time.monotonic() + timeout
         while proc.poll() is None:

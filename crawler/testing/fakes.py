@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp.abc import AbstractResolver
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from crawler.clock import Clock
 from crawler.fetch.transport import ConnectError, Request
@@ -31,7 +31,7 @@ class FakeResolver(AbstractResolver):
         self.calls: list[str] = []
         self.gate = gate  # when set, every lookup waits for it (to test concurrent lookups)
 
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict[str, Any]]:
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[ResolveResult]:
         self.calls.append(host)
         if self.gate is not None:
             await self.gate.wait()

@@ -21,9 +21,12 @@ import email.utils
 import statistics
 import time
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crawler.testing.webtypes import HTML_TYPE, Reply, SmallWeb
+
+if TYPE_CHECKING:
+    from crawler.testing.server import RequestRecord
 
 KINDS = ("changing", "etag", "lastmod", "plain", "periodic")
 PAGES_PER_KIND = 4
@@ -63,7 +66,7 @@ class FreshWeb(SmallWeb):
         """The ``periodic`` pages' version at monotonic time ``at``."""
         return int((at - self.t0) // self.period_s)
 
-    def reply(self, host: str, path_qs: str, *, attempt: int = 1, accept_gzip: bool = False, headers: dict | None = None) -> Reply:
+    def reply(self, host: str, path_qs: str, *, attempt: int = 1, accept_gzip: bool = False, headers: dict[str, str] | None = None) -> Reply:
         headers = headers or {}
         if path_qs == "/robots.txt":
             return Reply(404, (("Content-Type", "text/plain"),), b"")
@@ -102,7 +105,7 @@ class FreshWeb(SmallWeb):
             return Reply(304, (("ETag", tag),), b"")
         return self._html(kind, _words(f"{key}v{v}"), extra=(("ETag", tag),))
 
-    def _html(self, title: str, text: str, links: str = "", footer: str = "", extra: tuple = ()) -> Reply:
+    def _html(self, title: str, text: str, links: str = "", footer: str = "", extra: tuple[tuple[str, str], ...] = ()) -> Reply:
         body = (
             f"<html><head><title>{title}</title></head><body><nav><a href='/'>home</a></nav>"
             f"<main><article><h1>{title}</h1><p>{text}</p></article></main>{links}"
@@ -115,7 +118,7 @@ def freshness_report(server: Any) -> dict[str, Any]:
     """Figures from the server's log (see the module docstring)."""
     web: FreshWeb = server.web
     log = sorted((r for r in server.requests() if r.path_qs.count("/") == 2), key=lambda r: r.start)
-    by_url: dict[str, list] = defaultdict(list)
+    by_url: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in log:
         by_url[web.url(r.host, r.path_qs)].append(r)
     out: dict[str, Any] = {"fetches_per_page": {}, "not_modified_share": {}}

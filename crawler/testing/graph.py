@@ -199,7 +199,12 @@ class WebGraph:
     def _trap_page(self, site: Site, path_qs: str) -> Page | None:
         kind = site.trap
         path, _, query = path_qs.partition("?")
-        mk = lambda *links: Page(site.host, path_qs, links=tuple(links), trap=kind)  # noqa: E731
+        if kind is None:  # not a trap site (the caller asks only for a trap site's pages)
+            return None
+
+        def mk(*links: Link) -> Page:
+            return Page(site.host, path_qs, links=tuple(links), trap=kind)
+
         home = Link(None, "/", "root-relative")
         if kind == "faceted-search":
             if path != "/shop":
@@ -225,9 +230,9 @@ class WebGraph:
             return None
         if kind == "calendar":
             y, mo = int(m.group(1)), int(m.group(2))
-            nxt = (y + (mo == 12), mo % 12 + 1)
-            prev = (y - (mo == 1), (mo - 2) % 12 + 1)
-            return mk(*(Link(None, f"/cal/{a:04d}/{b:02d}") for a, b in (nxt, prev) if 1 <= a <= 9999), home)
+            after = (y + (mo == 12), mo % 12 + 1)
+            before = (y - (mo == 1), (mo - 2) % 12 + 1)
+            return mk(*(Link(None, f"/cal/{a:04d}/{b:02d}") for a, b in (after, before) if 1 <= a <= 9999), home)
         if kind == "path-repetition":
             return mk(Link(None, path + "loop/", "relative"), home)
         if kind == "session-id":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from typing import Self
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ class LoopThreadServer:
     async def _serve(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def start(self):
+    def start(self) -> Self:
         """Bind and serve in a background thread; returns once connections are accepted."""
         if self._thread is not None:
             return self
@@ -56,7 +57,7 @@ class LoopThreadServer:
         thread.join(timeout=10)
         self._thread = None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

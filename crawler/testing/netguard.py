@@ -58,10 +58,10 @@ def loopback_only() -> Iterator[list[str]]:
                 raise AssertionError(f"test tried a real DNS lookup of {text!r}") from None
         return real_getaddrinfo(host, *args, **kwargs)
 
-    selector_events.BaseSelectorEventLoop.sock_connect = sock_connect  # type: ignore[method-assign]
-    socket.getaddrinfo = getaddrinfo  # type: ignore[assignment]
+    selector_events.BaseSelectorEventLoop.sock_connect = sock_connect  # type: ignore[method-assign]  # the guard is a patch of asyncio
+    socket.getaddrinfo = getaddrinfo
     try:
         yield violations
     finally:
-        selector_events.BaseSelectorEventLoop.sock_connect = real_connect  # type: ignore[method-assign]
-        socket.getaddrinfo = real_getaddrinfo  # type: ignore[assignment]
+        selector_events.BaseSelectorEventLoop.sock_connect = real_connect  # type: ignore[method-assign]  # the patch undone
+        socket.getaddrinfo = real_getaddrinfo

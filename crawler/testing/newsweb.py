@@ -28,6 +28,7 @@ import random
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from crawler.testing.webtypes import HTML_TYPE, Reply, SmallWeb
@@ -122,7 +123,7 @@ class NewsWeb(SmallWeb):
 
     # -- serving -------------------------------------------------------------------------
 
-    def reply(self, host: str, path_qs: str, *, attempt: int = 1, accept_gzip: bool = False, headers: dict | None = None) -> Reply:
+    def reply(self, host: str, path_qs: str, *, attempt: int = 1, accept_gzip: bool = False, headers: dict[str, str] | None = None) -> Reply:
         headers = headers or {}
         if host not in self.published:
             return Reply(404, (("Content-Type", HTML_TYPE),), b"no such host")
@@ -159,8 +160,8 @@ class NewsWeb(SmallWeb):
             if p is None or not 1 <= p <= self.archive_lists():
                 return self._404()
             first = (p - 1) * self.archive_page_size
-            ids = range(first, min(self.archive_pages, first + self.archive_page_size))
-            links = "".join(f'<li><a href="/old/{j}">Old story {j}</a></li>' for j in ids)
+            archived = range(first, min(self.archive_pages, first + self.archive_page_size))
+            links = "".join(f'<li><a href="/old/{j}">Old story {j}</a></li>' for j in archived)
             return self._static(f"Archive {p}", f"<nav><a href='/'>home</a></nav><main><ul>{links}</ul></main>", headers)
         if path_qs.startswith("/old/"):
             j = self._int(path_qs[len("/old/"):])
@@ -174,14 +175,14 @@ class NewsWeb(SmallWeb):
     def _int(text: str) -> int | None:
         return int(text) if text.isdigit() and len(text) < 9 else None
 
-    def _list(self, host: str, ids) -> str:
+    def _list(self, host: str, ids: Iterable[int]) -> str:
         return "".join(f'<li><a href="/a/{i}">Article {i}</a></li>' for i in ids)
 
     def _html(self, title: str, body: str, head: str = "") -> Reply:
         page = f"<html><head><title>{title}</title>{head}</head><body>{body}</body></html>"
         return Reply(200, (("Content-Type", HTML_TYPE),), page.encode())
 
-    def _static(self, title: str, body: str, headers: dict) -> Reply:
+    def _static(self, title: str, body: str, headers: dict[str, str]) -> Reply:
         stamp = email.utils.formatdate(_ARCHIVE_EPOCH, usegmt=True)
         if "If-Modified-Since" in headers:
             return Reply(304, (("Last-Modified", stamp),), b"")
@@ -192,7 +193,7 @@ class NewsWeb(SmallWeb):
     def _404() -> Reply:
         return Reply(404, (("Content-Type", HTML_TYPE),), b"not found")
 
-    def _feed(self, host: str, n: int, headers: dict) -> Reply:
+    def _feed(self, host: str, n: int, headers: dict[str, str]) -> Reply:
         newest = self.publication_wall(host, n - 1) if n else _ARCHIVE_EPOCH
         stamp = email.utils.formatdate(newest, usegmt=True)
         tag = f'"{host}-{n}"'

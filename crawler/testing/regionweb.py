@@ -25,9 +25,12 @@ import random
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crawler.testing.webtypes import HTML_TYPE, TEXT_TYPE, Reply, SmallWeb
+
+if TYPE_CHECKING:
+    from crawler.testing.server import RequestRecord
 
 __all__ = ["REGION_ADDRESSES", "RegionWeb", "region_report"]
 
@@ -178,7 +181,7 @@ def region_report(server: Any) -> dict[str, Any]:
     mean time the server took to answer (which is the delay the host's region paid);
     ``min_home_share`` is the lowest share of any requested host (issue 21 asks >= 0.9)."""
     web: RegionWeb = server.web
-    by_host: dict[str, list] = defaultdict(list)
+    by_host: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in server.requests():
         by_host[r.host].append(r)
     hosts: dict[str, Any] = {}
@@ -192,7 +195,7 @@ def region_report(server: Any) -> dict[str, Any]:
             "home": home,
             "requests": len(recs),
             "by_region": dict(counts),
-            "home_share": round(counts[home] / len(recs), 3) if recs else None,
+            "home_share": round((counts[home] if home is not None else 0) / len(recs), 3) if recs else None,
             "mean_latency_s": round(statistics.mean(r.end - r.start for r in recs), 4) if recs else None,
         }
     shares = [h["home_share"] for h in hosts.values() if h["home_share"] is not None]

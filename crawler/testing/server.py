@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from aiohttp import web as aioweb
 
@@ -128,7 +128,7 @@ class WebServer(LoopThreadServer):
         status = 499
         sent = 0
         try:
-            kw: dict = {"headers": dict(request.headers)} if self._wants_headers else {}
+            kw: dict[str, Any] = {"headers": dict(request.headers)} if self._wants_headers else {}
             if self._wants_client:
                 kw["client"] = client
             reply = self.web.reply(host, path_qs, attempt=attempt,

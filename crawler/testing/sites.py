@@ -50,7 +50,7 @@ import html
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import Callable, Iterable, cast
 from urllib.parse import quote
 
 from crawler.testing.webtypes import DOMAIN, MIRROR_ORIGIN, SELF_SPELLINGS, Link, Page, Profile, digest
@@ -91,7 +91,7 @@ def build_sites(seed: int, profile: Profile, render: Callable[[Page], bytes]) ->
                 continue
             links = tuple(
                 t if isinstance(t, Link) else Link(None, t, SELF_SPELLINGS[(n + m) % len(SELF_SPELLINGS)])
-                for m, t in enumerate(val)  # type: ignore[union-attr]
+                for m, t in enumerate(cast("Iterable[Link | str]", val))  # not a Page: its links
             )
             pages[path] = Page(host, path, links=links)
         s = Site(host, behaviour, pages, **kw)  # type: ignore[arg-type]
@@ -242,9 +242,10 @@ def _near_duplicates(host: str, render: Callable[[Page], bytes], count: int = 5)
     try:
         from crawler.content.fingerprints import hamming, simhash64
     except ImportError:
-        chosen = [1000 + 37 * k for k in range(count)]
+        chosen: list[int] = [1000 + 37 * k for k in range(count)]
     else:
-        chosen, fps = [], []
+        chosen = []
+        fps: list[int] = []
         for n in range(1000, 6000):  # usually a few dozen; a web's chrome can make it hundreds
             body = render(make(n)).decode()
             text = html.unescape(re.sub(r"<[^>]*>", " ", body[body.index("<body>"):]))

@@ -17,6 +17,7 @@ import codecs
 import functools
 import re
 import unicodedata
+from collections.abc import Callable
 
 from crawler.content.encodinglabels import C1_CODECS, GB18030_2022_SWAPS, REPLACEMENT, UTF16, WHATWG_LABELS
 from crawler.urls.syntax import BYTE_PCT, C0_SET, sub_non_ascii, utf8_pct
@@ -283,7 +284,7 @@ def _iso2022jp_query(text: str) -> str:
 
 
 # Python codec name -> the WHATWG encoder of one character (None: not encodable).
-_CHAR_ENCODERS = {
+_CHAR_ENCODERS: dict[str, Callable[[str], bytes | None]] = {
     "cp932": _shift_jis_char,
     "shift_jis": _shift_jis_char,
     "euc_jp": _euc_jp_char,
