@@ -270,7 +270,7 @@ class Regions:
 
     # -- views and persistence ----------------------------------------------------------
 
-    def placement_of(self, host: str) -> HostPlacement:
+    def describe(self, host: str) -> HostPlacement:
         """Where the host is fetched from (the region of the shard that holds it, which a
         failed move leaves where it was), how its placement was chosen (rule or
         measurement, with the figures), and its moves (GET /hosts/{host})."""
@@ -286,9 +286,6 @@ class Regions:
             moving_to=self.moving.get(host),
         )
 
-    def describe(self, host: str) -> HostPlacement:
-        """:meth:`placement_of` (the shard's host view calls it so)."""
-        return self.placement_of(host)
 
     def stats(self) -> dict[str, Any]:
         """Counters and gauges for the shard's status (crawl stats, metrics)."""
