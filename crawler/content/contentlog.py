@@ -148,7 +148,7 @@ class ShardLog:
         # durable. A crash loses at most what was written since the last save.
         if self._file is None:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            self._file = open(self.path, "ab")
+            self._file = open(self.path, "ab")  # noqa: SIM115 - held open across appends; close() closes it
         self._file.write(_HEADER.pack(_LOG_MAGIC, kind, t, len(arrays[0])))
         for a in arrays:
             self._file.write(np.ascontiguousarray(a).tobytes())
