@@ -50,6 +50,7 @@ both group the same near-duplicates.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import re
 import threading
@@ -119,7 +120,8 @@ _NATIVE_VERSION = 1
 _native: Any
 _native_error = ""
 try:
-    from crawler.content import _simhash as _native
+    # By name: the extension is built at install time, so the checker may not find it.
+    _native = importlib.import_module("crawler.content._simhash")
 except ImportError as exc:  # not built (no compiler at install), or built for another Python
     _native, _native_error = None, str(exc)
 else:
@@ -283,7 +285,8 @@ def _native_scan(text: str, shingle: int) -> tuple[int, int]:
                     int(_SM2),
                 )
                 _native_ready = True
-    return _native.fingerprint(text, shingle)
+    fp: tuple[int, int] = _native.fingerprint(text, shingle)
+    return fp
 
 
 def set_backend(name: str) -> None:

@@ -18,11 +18,13 @@ of fingerprint + the 8 B reference, once per table. With 4 tables an original co
 (crawler.urls.url_hash, the row's public id), and a verdict names the original by it
 (the ``dup_of`` column; join it to ``url_hash`` to get the URL).
 
-Entries are numpy arrays in sorted runs (a log-structured merge: each batch's additions
-become a run; runs of similar size are merged), so a lookup is a binary search per run,
-vectorized over the batch. Each shard appends its new entries to a log file as they come
-(no copy kept in memory), :meth:`ContentShard.save` makes them durable (fsync: only what
-changed since the last save is written), and a restarted shard rebuilds its runs from it.
+Entries are numpy arrays in sorted runs (crawler.content.sortedruns: a log-structured
+merge; each batch's additions become a run; runs of similar size are merged), so a lookup
+is a binary search per run, vectorized over the batch; the tables' bit permutations are
+crawler.content.simhashtables. Each shard appends its new entries to a log file as they
+come (no copy kept in memory; the file is crawler.content.contentlog),
+:meth:`ContentShard.save` makes them durable (fsync: only what changed since the last save
+is written), and a restarted shard rebuilds its runs from it.
 
 :class:`ContentIndexGroup` is the coordinator: it splits a batch into one request per
 shard and resolves the replies in order. Verdicts depend on every earlier batch, so one
@@ -33,28 +35,33 @@ service, or the Ray content actor).
 from __future__ import annotations
 
 import hashlib
-import itertools
-import math
-import os
-import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
 
 import numpy as np
 
-from crawler.content.fingerprints import check_simhash_params
-from crawler.errors import ConfigError, DamagedStateError, StorageError
-from crawler.output.fs import write_local_atomic
+# The log and the table layout live in their own modules; their public names stay
+# importable from here (crawler.recovery.preflight reads read_log_stamp from this module).
+from crawler.content.contentlog import CONTENT_FIX, ShardLog, read_log_stamp
+from crawler.content.simhashtables import NO_HIT, TableLayout
 from crawler.content.sortedruns import SortedRuns
-from crawler.recovery.stamps import FIX, check
 from crawler.urls import url_hash
 
-__all__ = ["ContentIndexGroup", "ContentShard", "ShardReply", "ShardRequest", "ref_of", "ref_hex"]
+__all__ = [
+    "CONTENT_FIX",
+    "NO_HIT",
+    "ContentIndexGroup",
+    "ContentShard",
+    "ShardReply",
+    "ShardRequest",
+    "TableLayout",
+    "read_log_stamp",
+    "ref_hex",
+    "ref_of",
+]
 
 _U64 = np.uint64
 _MASK64 = (1 << 64) - 1
-#: Distance reported for "no neighbour within k".
-NO_HIT = 255
 
 
 def ref_of(url: str) -> int:
@@ -67,71 +74,8 @@ def ref_hex(ref: int) -> str:
     return f"{ref:016x}"
 
 
-class TableLayout:
-    """Which bits of a fingerprint key each table, and which shard owns which key.
-
-    The 64 bits are cut into ``B`` blocks. A fingerprint within distance ``k`` of another
-    differs in at most ``k`` blocks, so it agrees with it on at least ``B - k`` whole blocks
-    (pigeonhole). A table sorts the fingerprints by a key that puts ``B - k`` of the blocks
-    on top, and one table per choice of blocks finds every neighbour by an exact match on
-    that prefix (Manku, Jain, Das Sarma, WWW 2007):
-
-    * ``tables`` = B with B >= k + 1: one block on top per table (16-bit prefixes for 4
-      tables); the fewest tables, the most candidates per lookup (N / 2^16 per table);
-    * ``tables`` = C(B, k) with B > k + 1 (10, 20, 35 for k = 3): B - k blocks on top per
-      table (26-bit prefixes for 10 tables, 32 for 20): more memory per page, far fewer
-      candidates at scale.
-
-    A key is a permutation of the fingerprint's bits, so Hamming distances between keys
-    are the fingerprints' own.
-    """
-
-    def __init__(self, k: int, tables: int, shards: int) -> None:
-        check_simhash_params(k, tables)
-        if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 256:
-            raise ConfigError(f"content index shards: must be an integer in 1..256, got {shards!r}")
-        self.k, self.tables, self.shards = k, tables, shards
-        blocks, combos = tables, [[t] for t in range(tables)]
-        for b in range(k + 2, 65):
-            n = math.comb(b, k)
-            if n == tables and k > 0:
-                blocks = b
-                combos = [sorted(set(range(b)) - set(drop)) for drop in itertools.combinations(range(b), k)]
-                break
-            if n > tables:
-                break
-        base, extra = divmod(64, blocks)
-        widths = [base + (1 if i < extra else 0) for i in range(blocks)]
-        starts = [sum(widths[:i]) for i in range(blocks)]
-        self.blocks = blocks
-        self.prefix: list[int] = []  # key bits that must match exactly, per table
-        self._moves: list[list[tuple[int, int, int]]] = []  # per table: (source shift, mask, target shift)
-        for top in combos:
-            order = top + [i for i in range(blocks) if i not in top]
-            moves, dst = [], 64
-            for i in order:
-                dst -= widths[i]
-                moves.append((starts[i], (1 << widths[i]) - 1, dst))
-            self._moves.append(moves)
-            self.prefix.append(sum(widths[i] for i in top))
-
-    def key(self, t: int, fps: np.ndarray) -> np.ndarray:
-        """Table ``t``'s sort key of each fingerprint: its bits permuted, the table's blocks on top."""
-        out = np.zeros(len(fps), _U64)
-        for src, mask, dst in self._moves[t]:
-            out |= ((fps >> _U64(src)) & _U64(mask)) << _U64(dst)
-        return out
-
-    def owner(self, t: int, keys: np.ndarray) -> np.ndarray:
-        """Shard of each table-``t`` key: by its top 8 bits (inside the prefix), and the table."""
-        return ((keys >> _U64(56)).astype(np.int64) + 37 * t) % self.shards
-
-    def bounds(self, t: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Smallest and largest key sharing each key's prefix."""
-        low_bits = 64 - self.prefix[t]
-        low = _U64((1 << low_bits) - 1)
-        lo = keys & ~low
-        return lo, lo | low
+#: Four columns of exact entries: k1, k2, ref, near flag.
+_Columns4 = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass
@@ -139,7 +83,7 @@ class ShardRequest:
     """One batch's work for one shard: additions first (from the previous batch), then
     exact lookups, then near probes. Plain numpy arrays (cheap to ship between processes)."""
 
-    add_exact: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None  # k1, k2, ref, near flag
+    add_exact: _Columns4 | None = None  # k1, k2, ref, near flag
     add_near: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)  # (table, keys, refs)
     exact: tuple[np.ndarray, np.ndarray] | None = None  # k1, k2
     near: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (table, keys)
@@ -154,44 +98,15 @@ class ShardReply:
     near: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
-_LOG_MAGIC = b"CIX1"
-_HEADER = struct.Struct("<4sBBI")  # magic, kind (0 exact, 1 near, 2 stamp), table, count (bytes for a stamp)
-_STAMP = 2
-#: The fix a refusal of a content log names: an index that starts over loses no URL, only
-#: the duplicates of pages indexed before (they are stored as originals).
-CONTENT_FIX = f"remove it to start the duplicate index over, or {FIX}"
-
-
-def _stamp_record(identity: str) -> bytes:
-    raw = identity.encode()
-    return _HEADER.pack(_LOG_MAGIC, _STAMP, 0, len(raw)) + raw
-
-
-def read_log_stamp(path: str) -> str | None:
-    """The stamp of the content log at ``path`` (its first record), read without writing;
-    None for a log with none yet (made before stamps: the shard stamps it when it opens it)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(_HEADER.size)
-            if len(head) < _HEADER.size:
-                return None
-            magic, kind, _t, n = _HEADER.unpack(head)
-            if magic != _LOG_MAGIC:
-                raise DamagedStateError(f"{path} is not a content index log: {CONTENT_FIX}")
-            return f.read(n).decode("utf-8", "replace") if kind == _STAMP else None
-    except OSError as exc:
-        raise StorageError(f"content index log {path!r} is unreadable: {exc}") from exc
-
-
 class ContentShard:
     """One shard of the index: its slice of the exact entries and of every table.
 
-    With ``path`` it keeps an append-only log there: additions are appended as they come,
-    :meth:`save` makes them durable, and a new shard on the same path reads it back. A
-    torn last record (a crash between two saves) is cut off when the log is opened, so
-    what is appended next starts on a record boundary. With ``identity`` the log's first
-    record is its stamp (crawler.recovery.stamps): another crawl's log is refused, and a
-    log made before stamps is rewritten once with the stamp first.
+    With ``path`` it keeps an append-only log there (crawler.content.contentlog): additions
+    are appended as they come, :meth:`save` makes them durable, and a new shard on the same
+    path reads it back. A torn last record (a crash between two saves) is cut off when the
+    log is opened, so what is appended next starts on a record boundary. With ``identity``
+    the log's first record is its stamp (crawler.recovery.stamps): another crawl's log is
+    refused, and a log made before stamps is rewritten once with the stamp first.
     """
 
     def __init__(self, k: int = 3, tables: int = 4, path: str | None = None, identity: str | None = None) -> None:
@@ -199,43 +114,28 @@ class ContentShard:
         self.path = path
         self.exact = SortedRuns([_U64, _U64, np.uint8])  # key k1 -> k2, ref, near flag
         self.near = [SortedRuns([_U64]) for _ in range(tables)]  # key -> ref
-        self._log: Any = None  # the log, open for appending (buffered; fsynced by save)
+        self._log: ShardLog | None = ShardLog(path) if path else None
         self.lookups = 0
         self.candidates = 0
-        if path:
-            self._open(path, identity)
-
-    def _open(self, path: str, identity: str | None) -> None:
-        data = b""
-        if os.path.exists(path):
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except OSError as exc:
-                raise StorageError(f"content index log {path!r} is unreadable: {exc}") from exc
-        stamps, end = self._load(path, data) if data else ([], 0)
-        for found in stamps:
-            check(path, found, identity, CONTENT_FIX)
-        first_is_stamp = end >= _HEADER.size and _HEADER.unpack_from(data)[1] == _STAMP
-        if identity is not None and not first_is_stamp:
-            self._rewrite(path, _stamp_record(identity) + data[:end])
-        elif end < len(data):
-            self._rewrite(path, data[:end])  # drop the torn tail: appends start on a record
-
-    @staticmethod
-    def _rewrite(path: str, data: bytes) -> None:
-        write_local_atomic(path, data)
+        if self._log is not None:
+            found = self._log.open(identity, tables)
+            if found.exact is not None:
+                self.exact.add(found.exact[0], found.exact[1:])
+            for t, (keys, refs) in found.near.items():
+                self.near[t].add(keys, [refs])
 
     def call(self, req: ShardRequest) -> ShardReply:
         """Apply the request's additions, then answer its lookups."""
         if req.add_exact is not None and len(req.add_exact[0]):
             k1, k2, ref, flag = req.add_exact
             self.exact.add(k1, [k2, ref, flag])
-            self._append(0, 0, [k1, k2, ref, flag])
+            if self._log is not None:
+                self._log.append_exact([k1, k2, ref, flag])
         for t, keys, refs in req.add_near:
             if len(keys):
                 self.near[t].add(keys, [refs])
-                self._append(1, t, [keys, refs])
+                if self._log is not None:
+                    self._log.append_near(t, [keys, refs])
         reply = ShardReply()
         if req.exact is not None:
             reply.exact = self._exact(*req.exact)
@@ -280,69 +180,17 @@ class ContentShard:
                 bref[q[first]] = cref[first]
         return best, bref, checked
 
-    # -- durability --------------------------------------------------------------------
-
-    def _append(self, kind: int, t: int, arrays: list[np.ndarray]) -> None:
-        # Written as they are added (buffered, no copy kept in memory); save() makes them
-        # durable. A crash loses at most what was written since the last save.
-        if not self.path:
-            return
-        if self._log is None:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            self._log = open(self.path, "ab")
-        self._log.write(_HEADER.pack(_LOG_MAGIC, kind, t, len(arrays[0])))
-        for a in arrays:
-            self._log.write(np.ascontiguousarray(a).tobytes())
+    # -- durability: the log (crawler.content.contentlog) --------------------------------
 
     def save(self) -> None:
         """Make the entries added since the last save durable (flush + fsync of the log)."""
         if self._log is not None:
-            self._log.flush()
-            os.fsync(self._log.fileno())
+            self._log.save()
 
     def close(self) -> None:
         """Save and close the log."""
         if self._log is not None:
-            self.save()
             self._log.close()
-            self._log = None
-
-    def _load(self, path: str, data: bytes) -> tuple[list[str], int]:
-        """Index the log's entries; returns its stamps and where its last whole record ends."""
-        exact: list[list[np.ndarray]] = []
-        near: list[list[list[np.ndarray]]] = [[] for _ in self.near]
-        stamps: list[str] = []
-        pos = 0
-        while pos + _HEADER.size <= len(data):
-            magic, kind, t, n = _HEADER.unpack_from(data, pos)
-            if magic != _LOG_MAGIC or kind not in (0, 1, _STAMP) or (kind == 1 and t >= len(self.near)):
-                raise DamagedStateError(f"{path} is not a content index log (corrupt at byte {pos}): {CONTENT_FIX}")
-            body = pos + _HEADER.size
-            if kind == _STAMP:
-                if body + n > len(data):
-                    break
-                stamps.append(data[body : body + n].decode("utf-8", "replace"))
-                pos = body + n
-                continue
-            dtypes = [_U64, _U64, _U64, np.uint8] if kind == 0 else [_U64, _U64]
-            size = sum(n * np.dtype(d).itemsize for d in dtypes)
-            if body + size > len(data):
-                break  # torn last record: that save never completed
-            arrays, off = [], body
-            for d in dtypes:
-                nb = n * np.dtype(d).itemsize
-                arrays.append(np.frombuffer(data, d, n, off).copy())
-                off += nb
-            (exact if kind == 0 else near[t]).append(arrays)
-            pos = off
-        if exact:
-            cols = [np.concatenate(c) for c in zip(*exact)]
-            self.exact.add(cols[0], cols[1:])
-        for t, recs in enumerate(near):
-            if recs:
-                keys, refs = (np.concatenate(c) for c in zip(*recs))
-                self.near[t].add(keys, [refs])
-        return stamps, pos
 
     def stats(self) -> dict[str, int]:
         """Entries and bytes held (array payload), lookups and candidates checked."""
@@ -428,21 +276,7 @@ class ContentIndexGroup:
     def resolve(self, plan: _Plan, replies: Sequence[ShardReply]) -> list[tuple[str | None, str | None]]:
         """Verdicts ``(dup_kind, original's url_hash)`` in item order; queues the additions."""
         n = len(plan.refs)
-        found = np.zeros(n, np.bool_)
-        eref = np.zeros(n, _U64)
-        eflag = np.zeros(n, np.uint8)
-        best = np.full(n, NO_HIT, np.int64)
-        bref = np.zeros(n, _U64)
-        for s, reply in enumerate(replies):
-            idx, _ = plan.exact_at[s]
-            if reply.exact is not None and len(idx):
-                f, r, fl = reply.exact
-                found[idx], eref[idx], eflag[idx] = f, r, fl
-            for (t, items), (dist, ref, _) in zip(plan.near_at[s], reply.near):
-                d = dist.astype(np.int64)
-                better = (d < best[items]) | ((d == best[items]) & (d != NO_HIT) & (ref < bref[items]))
-                best[items[better]] = d[better]
-                bref[items[better]] = ref[better]
+        found, eref, eflag, best, bref = _gather(plan, replies)
         out: list[tuple[str | None, str | None]] = []
         batch_sha: dict[tuple[int, int], tuple[str | None, int]] = {}  # verdict of a body seen in this batch
         batch_fps = np.zeros(n, _U64)  # originals of this batch with a fingerprint
@@ -560,5 +394,36 @@ class ContentIndexGroup:
         }
 
 
-def _cat(a: tuple[np.ndarray, ...] | None, b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-    return b if a is None else tuple(np.concatenate([x, y]) for x, y in zip(a, b))
+def _gather(
+    plan: _Plan, replies: Sequence[ShardReply]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The shards' replies per item: exact (found, ref, near flag), and the nearest
+    neighbour over every table (distance or NO_HIT, its ref; ties: the smaller ref)."""
+    n = len(plan.refs)
+    found = np.zeros(n, np.bool_)
+    eref = np.zeros(n, _U64)
+    eflag = np.zeros(n, np.uint8)
+    best = np.full(n, NO_HIT, np.int64)
+    bref = np.zeros(n, _U64)
+    for s, reply in enumerate(replies):
+        idx, _ = plan.exact_at[s]
+        if reply.exact is not None and len(idx):
+            f, r, fl = reply.exact
+            found[idx], eref[idx], eflag[idx] = f, r, fl
+        for (_t, items), (dist, ref, _) in zip(plan.near_at[s], reply.near):
+            d = dist.astype(np.int64)
+            better = (d < best[items]) | ((d == best[items]) & (d != NO_HIT) & (ref < bref[items]))
+            best[items[better]] = d[better]
+            bref[items[better]] = ref[better]
+    return found, eref, eflag, best, bref
+
+
+def _cat(a: _Columns4 | None, b: _Columns4) -> _Columns4:
+    if a is None:
+        return b
+    return (
+        np.concatenate([a[0], b[0]]),
+        np.concatenate([a[1], b[1]]),
+        np.concatenate([a[2], b[2]]),
+        np.concatenate([a[3], b[3]]),
+    )

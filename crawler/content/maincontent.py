@@ -82,7 +82,8 @@ def _tag_ids(names: frozenset[str]) -> dict[int, str]:
     document; only unknown names get ids per document, and none is asked for here)."""
     ids: dict[int, str] = {}
     for name in names:
-        node = LexborHTMLParser(f"<body><{name}></{name}>").body.css_first(name)
+        body = LexborHTMLParser(f"<body><{name}></{name}>").body
+        node = body.css_first(name) if body is not None else None
         if node is None or node.tag != name:
             raise RuntimeError(f"selectolax does not parse <{name}> as {name}")
         ids[node.tag_id] = name

@@ -52,7 +52,9 @@ class SortedRuns:
 
     def within(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """Every stored entry with ``lo[i] <= key <= hi[i]``: (query index, key, columns)."""
-        qs, ks, cs = [], [], [[] for _ in self.dtypes]
+        qs: list[np.ndarray] = []
+        ks: list[np.ndarray] = []
+        cs: list[list[np.ndarray]] = [[] for _ in self.dtypes]
         for keys, cols in self.runs:
             left = np.searchsorted(keys, lo, side="left")
             right = np.searchsorted(keys, hi, side="right")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass, field
-from xml.etree.ElementTree import ParseError, XMLPullParser
+from xml.etree.ElementTree import Element, ParseError, XMLPullParser
 
 import feedparser
 
@@ -171,13 +171,16 @@ def _skips(body: bytes) -> tuple[frozenset[int], frozenset[int]]:
     days: set[int] = set()
     if b"skip" not in body:
         return frozenset(), frozenset()
-    parser = XMLPullParser(events=("end",))
+    parser: XMLPullParser[Element] = XMLPullParser(events=("end",))
     try:
         parser.feed(body)
         parser.close()
     except ParseError:
         pass  # feedparser already took what the feed lists; the hints are optional
-    for _, elem in parser.read_events():
+    for event in parser.read_events():
+        elem = event[-1]  # (event, element): "end" events carry elements
+        if not isinstance(elem, Element):
+            continue
         tag = elem.tag.rsplit("}", 1)[-1]
         text = (elem.text or "").strip()
         if tag == "hour" and text.isdigit() and 0 <= int(text) <= 24:

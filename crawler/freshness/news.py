@@ -46,17 +46,47 @@ fetch (:meth:`NewsPolicy.stats`).
 
 from __future__ import annotations
 
-import heapq
-import statistics
-from collections import Counter, OrderedDict, deque
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-from crawler.frontier.urlitem import UrlItem
 from crawler.errors import ConfigError
 from crawler.freshness.feeds import Feed, next_allowed
+from crawler.freshness.newsbook import (
+    DELAY_SAMPLE,
+    MAX_CREDITS,
+    STATS_EVERY_S,
+    STATS_TOP_HOSTS,
+    HostNews,
+    NewsBook,
+    NewsClock,
+    Source,
+    percentile,
+)
 from crawler.freshness.recrawl import Schedule
-from crawler.urls import host_key
+from crawler.frontier.urlitem import UrlItem
+
+# The source table and the figures are crawler.freshness.newsbook's; their names stay
+# importable from here.
+__all__ = [
+    "ACTIVE_GROW_CAP",
+    "ACTIVE_YIELD",
+    "DECAY",
+    "DELAY_SAMPLE",
+    "GROW_CAP",
+    "HOST_DECAY",
+    "MAX_CANDIDATES_PER_HOST",
+    "MAX_CREDITS",
+    "MIN_DATES",
+    "PROBES",
+    "STATS_EVERY_S",
+    "STATS_TOP_HOSTS",
+    "HostNews",
+    "NewsPolicy",
+    "Source",
+    "dated_rate",
+    "percentile",
+]
 
 #: Weight of a source's past fetches in its yield estimate, per fetch.
 DECAY = 0.85
@@ -78,58 +108,10 @@ ACTIVE_GROW_CAP = 1.25
 MAX_CANDIDATES_PER_HOST = 8
 #: Refetches a candidate gets to yield something before it settles.
 PROBES = 3
-#: Publication-to-fetch delays kept per host (the newest), for the median and p95.
-DELAY_SAMPLE = 256
-#: Hosts listed in :meth:`NewsPolicy.stats` (the most new URLs first).
-STATS_TOP_HOSTS = 50
-#: :meth:`NewsPolicy.stats` is recomputed at most this often (clock seconds).
-STATS_EVERY_S = 2.0
-#: Credits waiting for their source to ask (a bound: credits of a source that never asks,
-#: e.g. links re-sent on resume, must not pile up).
-MAX_CREDITS = 100_000
 
-
-@dataclass(slots=True)
-class Source:
-    """What the policy remembers of one source (in memory; bounded by ``max_sources``)."""
-
-    kind: str  # "candidate", "hub", "feed" or "sitemap"
-    host: str
-    interval_s: float
-    last_wall: float
-    new: float = 0.0  # decayed new URLs of its own fetches
-    polls: float = 0.0  # decayed count of its own fetches
-    empty: int = 0  # refetches of a candidate that yielded nothing
-    ttl_s: float | None = None
-    skip_hours: frozenset[int] = frozenset()
-    skip_days: frozenset[int] = frozenset()
-
-
-@dataclass(slots=True)
-class HostNews:
-    """One host's figures (:meth:`NewsPolicy.stats`)."""
-
-    feeds: int = 0
-    hubs: int = 0
-    news_sitemaps: int = 0
-    source_fetches: int = 0
-    new_urls: int = 0
-    delays: deque = field(default_factory=lambda: deque(maxlen=DELAY_SAMPLE))
-    delays_n: int = 0
-    # The host's rate of new URLs, pooled over its sources (decayed per source fetch).
-    new_d: float = 0.0
-    seconds_d: float = 0.0
-    last_poll: float | None = None
-    upcoming: dict[str, float] = field(default_factory=dict)  # source URL -> next due (wall)
-    dated_rate: float | None = None  # from the publication dates a feed or news sitemap gave
-    candidates: int = 0  # pages being probed as hubs now
-
-    def rate(self) -> float | None:
-        """New URLs per second: from publication dates when a source gave enough of them,
-        else over the host's recent source fetches (None: nothing known yet)."""
-        if self.dated_rate is not None:
-            return self.dated_rate
-        return self.new_d / self.seconds_d if self.new_d > 1e-9 and self.seconds_d > 0 else None
+#: The link policy's scope and trap checks, as the pipeline hands them to
+#: :meth:`NewsPolicy.feed_links`: ``follow(urls, depth)`` -> (kept URL, the URL it came from).
+Follow = Callable[[list[str], int], Iterable[tuple[str, str]]]
 
 
 def dated_rate(published: Sequence[float | None], now: float, most: int = 50) -> float | None:
@@ -142,13 +124,6 @@ def dated_rate(published: Sequence[float | None], now: float, most: int = 50) ->
     return (len(dates) - 1) / (now - dates[-1])
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (0..1) of ``values`` by the nearest-rank method."""
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, int(round(q * len(ordered) + 0.5)) - 1))
-    return ordered[k]
-
-
 class NewsPolicy:
     """The source schedule of the module docstring, for one shard.
 
@@ -157,7 +132,8 @@ class NewsPolicy:
         probe_interval_s: the first refetch of a new source or candidate.
         target_new_per_fetch: the yield a source's interval aims at.
         hub_min_new: new URLs a page's first fetch must admit to be a candidate hub.
-        max_sources: sources remembered (least recently fetched forgotten first).
+        max_sources: sources remembered (least recently fetched forgotten first;
+            the table is crawler.freshness.newsbook.NewsBook).
         schedule: False when recrawl is off: sources are read once, as links sources.
         hubs, feeds, news_sitemaps: which kinds of source are used.
         clock: ``wall()`` stamps fetches.
@@ -173,7 +149,7 @@ class NewsPolicy:
         target_new_per_fetch: float,
         hub_min_new: int,
         max_sources: int,
-        clock,
+        clock: NewsClock,
         schedule: bool = True,
         hubs: bool = True,
         feeds: bool = True,
@@ -193,26 +169,16 @@ class NewsPolicy:
         self.scheduling = schedule
         self.hubs, self.feeds, self.news_sitemaps = hubs, feeds, news_sitemaps
         self._clock = clock
-        self._sources: OrderedDict[str, Source] = OrderedDict()
-        self._credits: Counter[str] = Counter()
-        self._hosts: OrderedDict[str, HostNews] = OrderedDict()  # bounded by max_sources
-        self._totals = HostNews()  # the shard's sums (hosts forgotten included)
-        self._delays: deque = deque(maxlen=4 * DELAY_SAMPLE)
-        self._stats: tuple[float, dict[str, Any]] | None = None
         self.counters: Counter[str] = Counter()
+        self._book = NewsBook(self.max_sources, clock, self.counters)
+        self._sources = self._book.sources  # the table itself (read here, kept there)
 
     # -- what the shard tells us -------------------------------------------------------
 
     def credit(self, admitted: Iterable[UrlItem]) -> None:
         """URLs this shard just admitted as new: each counts for its referrer when that is
         a page of the same host (a source asks for its count in :meth:`after_fetch`)."""
-        if len(self._credits) > MAX_CREDITS:
-            self.counters["news_credits_dropped"] += len(self._credits)
-            self._credits.clear()
-        for item in admitted:
-            ref = item.referrer
-            if ref is not None and host_key(ref) == item.host:
-                self._credits[ref] += 1
+        self._book.credit(admitted)
 
     def is_source(self, url: str) -> bool:
         return url in self._sources
@@ -223,14 +189,14 @@ class NewsPolicy:
             for link in links:
                 link.fresh = True
 
-    def feed_links(self, item: UrlItem, feed: Feed, follow) -> list[UrlItem]:
+    def feed_links(self, item: UrlItem, feed: Feed, follow: Follow) -> list[UrlItem]:
         """A feed's entries as fresh links (``follow(urls, depth)``: the link policy's
         scope and trap checks), with their publication times."""
         depth = item.depth + 1
-        published = {}
+        published: dict[str, float | None] = {}
         for url, when, _title in feed.entries:
             published.setdefault(url, when)
-        links = []
+        links: list[UrlItem] = []
         for url, original in follow([u for u, _, _ in feed.entries], depth):
             links.append(UrlItem(url, depth, item.url, fresh=True, published=published.get(original)))
         return links
@@ -241,19 +207,19 @@ class NewsPolicy:
         """A fetched URL's next schedule: ``schedule`` (crawler.freshness.recrawl's) unless the URL is
         or becomes a source (module docstring); also records the publication delay."""
         now = self._clock.wall()
-        new = self._credits.pop(item.url, 0)
+        new = self._book.take_credit(item.url)
         if item.published is not None and item.fetch_seq == 1 and status is not None and status < 400:
-            self._observe_delay(item.host, now - item.published)
+            self._book.observe_delay(item.host, now - item.published)
         if schedule is None:
             return None
         if feed is not None and self.scheduling:
             self._dates(item.host, [p for _, p, _ in feed.entries], now)
-        src = self._sources.get(item.url)
+        src = self._book.touch(item.url)
         if src is None:
             kind = self._new_kind(item, new, feed)
             if kind is None or kind == "candidate" and not self.scheduling:
                 return schedule  # without recrawl a page is fetched once: nothing to probe
-            src = self._track(item.url, item.host, kind, now)
+            src = self._book.track(item.url, item.host, kind, self.probe_interval_s, now)
             if feed is not None:
                 self._hints(src, feed)
             interval: float | None = src.interval_s
@@ -262,7 +228,6 @@ class NewsPolicy:
                 src.interval_s, src.last_wall = last, now - last
                 interval = self._next_interval(item.url, src, new, now)
         else:
-            self._sources.move_to_end(item.url)
             if feed is not None:
                 self._hints(src, feed)
             failed = status is None or status >= 400
@@ -281,19 +246,18 @@ class NewsPolicy:
         ``published`` dates: its next read, as a sitemap item due later, if it is a news
         source; None otherwise."""
         now = self._clock.wall()
-        new = self._credits.pop(item.url, 0)
+        new = self._book.take_credit(item.url)
         if feed is not None:
             published = [p for _, p, _ in feed.entries]
         if news and self.scheduling:
             self._dates(item.host, published, now)
-        src = self._sources.get(item.url)
+        src = self._book.touch(item.url)
         if src is None:
             if not news:
                 return None
-            src = self._track(item.url, item.host, "feed" if feed is not None else "sitemap", now)
+            src = self._book.track(item.url, item.host, "feed" if feed is not None else "sitemap", self.probe_interval_s, now)
             interval: float | None = src.interval_s
         else:
-            self._sources.move_to_end(item.url)
             interval = self._next_interval(item.url, src, new, now)
         if feed is not None:
             self._hints(src, feed)
@@ -309,7 +273,7 @@ class NewsPolicy:
     def _dates(self, host: str, published: Sequence[float | None], now: float) -> None:
         rate = dated_rate(published, now)
         if rate is not None:
-            self._host(host).dated_rate = rate
+            self._book.host(host).dated_rate = rate
 
     def _new_kind(self, item: UrlItem, new: int, feed: Feed | None) -> str | None:
         if feed is not None:
@@ -319,7 +283,7 @@ class NewsPolicy:
         if item.fetch_seq == 1:
             if new < self.hub_min_new:
                 return None
-            if self._host(item.host).candidates >= MAX_CANDIDATES_PER_HOST:
+            if self._book.host(item.host).candidates >= MAX_CANDIDATES_PER_HOST:
                 self.counters["news_candidates_skipped"] += 1
                 return None
             return "candidate"
@@ -329,31 +293,13 @@ class NewsPolicy:
         fast = item.prev is not None and item.prev.interval_s is not None and item.prev.interval_s < self.initial_interval_s
         return "hub" if new >= (1 if fast else self.hub_min_new) else None
 
-    def _track(self, url: str, host: str, kind: str, now: float) -> Source:
-        if len(self._sources) >= self.max_sources:
-            old, gone = self._sources.popitem(last=False)
-            self._untrack(old, gone)
-            self.counters["news_sources_forgotten"] += 1
-        src = Source(kind, host, self.probe_interval_s, now)
-        self._sources[url] = src
-        h = self._host(host)
-        if kind == "candidate":
-            h.candidates += 1
-        if kind == "feed":
-            self._count(h, "feeds")
-        elif kind == "sitemap":
-            self._count(h, "news_sitemaps")
-        elif kind == "hub":
-            self._count(h, "hubs")
-        return src
-
     def _active(self, src: Source) -> bool:
         """Whether a source yielded in its recent fetches (a share of the host's news)."""
         return src.kind != "candidate" and src.polls > 0 and src.new / src.polls >= ACTIVE_YIELD
 
     def _next_interval(self, url: str, src: Source, new: int, now: float) -> float | None:
         """Steps 2 and 3 of the module docstring; None: the source settles."""
-        h = self._host(src.host)
+        h = self._book.host(src.host)
         elapsed = now - (h.last_poll if h.last_poll is not None else src.last_wall)
         h.last_poll = now
         h.new_d = HOST_DECAY * h.new_d + new
@@ -361,18 +307,18 @@ class NewsPolicy:
         src.last_wall = now
         src.new = DECAY * src.new + new
         src.polls = DECAY * src.polls + 1
-        self._count(h, "source_fetches")
-        self._count(h, "new_urls", new)
+        self._book.count(h, "source_fetches")
+        self._book.count(h, "new_urls", new)
         if src.kind == "candidate":
             if new == 0:
                 src.empty += 1
                 if src.empty >= PROBES:
-                    self._forget(url)
+                    self._book.settle(url)
                     return None
                 return min(src.interval_s * GROW_CAP, self.initial_interval_s)
             src.kind = "hub"
             h.candidates = max(0, h.candidates - 1)
-            self._count(h, "hubs")
+            self._book.count(h, "hubs")
         rate = h.rate()
         if rate is None or not self._active(src):
             interval = src.interval_s * GROW_CAP
@@ -382,25 +328,15 @@ class NewsPolicy:
             turns = max(1, sum(1 for o in sources if o is not src and self._active(o)) + 1)
             interval = min(self.target / rate * turns, src.interval_s * ACTIVE_GROW_CAP)
         if interval >= self.initial_interval_s and src.kind == "hub":
-            self._forget(url)
+            self._book.settle(url)
             return None
         return min(interval, self.max_interval_s)
-
-    def _forget(self, url: str) -> None:
-        self._untrack(url, self._sources.pop(url))
-        self.counters["news_sources_settled"] += 1
-
-    def _untrack(self, url: str, src: Source) -> None:
-        h = self._host(src.host)
-        h.upcoming.pop(url, None)
-        if src.kind == "candidate":
-            h.candidates = max(0, h.candidates - 1)
 
     def _due(self, url: str, src: Source, interval: float, now: float) -> float:
         """Step 4: the turn among the host's active sources, floors, skipped hours."""
         floor = max(self.min_interval_s, src.ttl_s or 0.0)
         interval = max(interval, floor)
-        h = self._host(src.host)
+        h = self._book.host(src.host)
         rate = h.rate()
         due = now + interval
         if rate is not None and self._active(src):
@@ -420,28 +356,12 @@ class NewsPolicy:
     def _hints(src: Source, feed: Feed) -> None:
         src.ttl_s, src.skip_hours, src.skip_days = feed.ttl_s, feed.skip_hours, feed.skip_days
 
-    # -- figures ---------------------------------------------------------------------------
+    # -- figures: crawler.freshness.newsbook ----------------------------------------------
 
-    def _host(self, host: str) -> HostNews:
-        h = self._hosts.get(host)
-        if h is None:
-            if len(self._hosts) >= self.max_sources:  # the least recently active host goes
-                self._hosts.popitem(last=False)
-            h = self._hosts[host] = HostNews()
-        else:
-            self._hosts.move_to_end(host)
-        return h
-
-    def _count(self, h: HostNews, name: str, n: int = 1) -> None:
-        setattr(h, name, getattr(h, name) + n)
-        setattr(self._totals, name, getattr(self._totals, name) + n)
-
-    def _observe_delay(self, host: str, delay: float) -> None:
-        h = self._host(host)
-        h.delays.append(max(0.0, delay))
-        h.delays_n += 1
-        self._delays.append(max(0.0, delay))
-        self._totals.delays_n += 1
+    @property
+    def _hosts(self) -> dict[str, HostNews]:
+        """The hosts remembered (tests/unit/test_news.py checks the bound)."""
+        return self._book.hosts
 
     def stats(self, *, fresh: bool = False) -> dict[str, Any]:
         """This shard's figures: feeds, hubs and news sitemaps found, refetches of them and
@@ -451,32 +371,8 @@ class NewsPolicy:
         ``STATS_EVERY_S`` (progress asks several times a second; a shard may follow many
         hosts; ``fresh``: now, e.g. for the final figures). The shape
         :func:`crawler.session.crawlstats.merge_news` merges across shards."""
-        now = self._clock.now()
-        if not fresh and self._stats is not None and now - self._stats[0] < STATS_EVERY_S:
-            return self._stats[1]
-        t = self._totals
-        top = heapq.nlargest(STATS_TOP_HOSTS, self._hosts.items(), key=lambda kv: (kv[1].new_urls, kv[1].delays_n))
-        out = {
-            **self._figures(t, list(self._delays)),
-            "hosts": {host: self._figures(h, list(h.delays)) for host, h in top},
-        }
-        self._stats = (now, out)
-        return out
-
-    @staticmethod
-    def _figures(h: HostNews, delays: list[float]) -> dict[str, Any]:
-        return {
-            "feeds": h.feeds,
-            "hubs": h.hubs,
-            "news_sitemaps": h.news_sitemaps,
-            "source_fetches": h.source_fetches,
-            "new_urls": h.new_urls,
-            "new_per_fetch": round(h.new_urls / h.source_fetches, 3) if h.source_fetches else None,
-            "delay_median_s": round(statistics.median(delays), 3) if delays else None,
-            "delay_p95_s": round(percentile(delays, 0.95), 3) if delays else None,
-            "delays": h.delays_n,
-        }
+        return self._book.stats(fresh=fresh)
 
     def sources(self) -> dict[str, int]:
         """Sources tracked now, by kind."""
-        return dict(Counter(s.kind for s in self._sources.values()))
+        return self._book.kinds()

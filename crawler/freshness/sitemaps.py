@@ -29,18 +29,59 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import pyexpat
 import re
 import zlib
+from collections import Counter
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
-import pyexpat
+from typing import Any, Protocol
 
 from crawler.errors import DeliveryError
 from crawler.freshness.feeds import Feed, looks_like_feed, parse_feed
 from crawler.freshness.feedstream import Refused
+from crawler.freshness.news import NewsPolicy
+from crawler.frontier.urlitem import UrlItem
 from crawler.urls import join_url
 
 RunBlocking = Callable[..., Awaitable[Any]]
+
+
+class _Scope(Protocol):
+    def allows(self, url: str) -> bool: ...
+
+
+class _Traps(Protocol):
+    def check(self, url: str, depth: int) -> str | None: ...
+
+
+class SitemapLinks(Protocol):
+    """What the reader needs of the link policy (crawler.policy.links.LinkPolicy)."""
+
+    @property
+    def normalizer(self) -> Callable[[str], str | None]: ...
+
+    @property
+    def scope(self) -> _Scope: ...
+
+    @property
+    def traps(self) -> _Traps: ...
+
+    def follow_urls(self, urls: list[str], depth: int, counts: Counter[str]) -> list[tuple[str, str]]: ...
+
+
+class _Fetched(Protocol):
+    """What the reader reads of a fetch (crawler.fetch.fetcher.FetchResult)."""
+
+    @property
+    def status(self) -> int | None: ...
+
+    @property
+    def body(self) -> bytes: ...
+
+
+#: ``await fetch(host, url, max_body_bytes=...)``: one politeness-paced GET.
+Fetch = Callable[..., Awaitable[_Fetched]]
 
 #: sitemaps.org limits per file.
 MAX_URLS = 50_000
@@ -269,7 +310,7 @@ class _Digest:
     failed: bool = False
     feed: Feed | None = None
     sitemap: Sitemap | None = None
-    links: list = field(default_factory=list)
+    links: list[UrlItem] = field(default_factory=list)
     nudges: list[tuple[str, float]] = field(default_factory=list)
     news: bool = False
 
@@ -284,8 +325,19 @@ class SitemapReader:
     (discovery through links is unaffected; no admitted URL is involved).
     """
 
-    def __init__(self, *, max_files: int, max_urls: int, max_bytes: int, links, counters, dropped, nudge=None, news=None,
-                 run_blocking: RunBlocking = asyncio.to_thread) -> None:
+    def __init__(
+        self,
+        *,
+        max_files: int,
+        max_urls: int,
+        max_bytes: int,
+        links: SitemapLinks,
+        counters: MutableMapping[str, int],
+        dropped: Counter[str],
+        nudge: Callable[[str, float], object] | None = None,
+        news: NewsPolicy | None = None,
+        run_blocking: RunBlocking = asyncio.to_thread,
+    ) -> None:
         self._max_files = max_files
         self._max_urls = max_urls
         self.max_bytes = max_bytes
@@ -299,11 +351,9 @@ class SitemapReader:
         # a worker thread by default (DESIGN invariant 16), inline in tests on the mock clock.
         self._run_blocking = run_blocking
 
-    def plan(self, origin: str, host: str, listed: list[str], allowed) -> list:
+    def plan(self, origin: str, host: str, listed: list[str], allowed: Callable[[str], bool]) -> list[UrlItem]:
         """Sitemap items for ``origin`` after its robots.txt (``allowed(url)``: its rules)."""
-        from crawler.frontier.backqueue import UrlItem
-
-        out = []
+        out: list[UrlItem] = []
         for url in robots_sitemaps(origin, listed):
             item = UrlItem(url, 0, kind="sitemap")
             if item.host != host:
@@ -323,7 +373,13 @@ class SitemapReader:
         self._planned[host] = n + 1
         return True
 
-    async def read(self, item, fetch, queue, route) -> None:
+    async def read(
+        self,
+        item: UrlItem,
+        fetch: Fetch,
+        queue: Callable[[list[UrlItem]], object],
+        route: Callable[[list[UrlItem]], Awaitable[bool]],
+    ) -> None:
         """Fetch one sitemap (``await fetch(host, url, max_body_bytes=...)``, politeness-paced),
         ``queue`` the sitemaps it lists and ``route`` its URLs as discovered links. The file
         is parsed and its URLs checked off the event loop (``run_blocking``)."""
@@ -342,12 +398,12 @@ class SitemapReader:
             if again is not None:
                 queue([again])
 
-    def yields(self, item, status: int | None, body: bytes) -> tuple[list, list]:
+    def yields(self, item: UrlItem, status: int | None, body: bytes) -> tuple[list[UrlItem], list[UrlItem]]:
         """(links to route, sitemap items to queue) from a fetched sitemap."""
         links, more, _, _ = self._yields(item, status, body)
         return links, more
 
-    def _yields(self, item, status: int | None, body: bytes) -> tuple[list, list, bool, Feed | None]:
+    def _yields(self, item: UrlItem, status: int | None, body: bytes) -> tuple[list[UrlItem], list[UrlItem], bool, Feed | None]:
         """What :meth:`yields` says, and whether the sitemap listed news (or was a feed):
         :meth:`read`'s steps, all inline."""
         digest = self._digest(item, status, body)
@@ -355,11 +411,9 @@ class SitemapReader:
         self._nudge_all(digest.nudges)
         return out
 
-    def _digest(self, item, status: int | None, body: bytes) -> _Digest:
+    def _digest(self, item: UrlItem, status: int | None, body: bytes) -> _Digest:
         """The input-sized part of a read: parse, and the URLs in scope and free of traps.
         Reads nothing the event loop writes but the link policy's caches (plain dicts)."""
-        from crawler.frontier.backqueue import UrlItem
-
         if status != 200:
             return _Digest(failed=True)
         if self._news is not None and self._news.feeds and looks_like_feed("", body[:2048]):
@@ -381,11 +435,9 @@ class SitemapReader:
                 digest.nudges.append((canon, lastmod))
         return digest
 
-    def _settle(self, item, digest: _Digest) -> tuple[list, list, bool, Feed | None]:
+    def _settle(self, item: UrlItem, digest: _Digest) -> tuple[list[UrlItem], list[UrlItem], bool, Feed | None]:
         """The shard's side of a read, on its loop: counters, the nested sitemaps' slots,
         a feed's entries as links (at most its entry limit)."""
-        from crawler.frontier.backqueue import UrlItem
-
         if digest.failed:
             self._counters["sitemaps_failed"] += 1
             return [], [], False, None
@@ -403,7 +455,7 @@ class SitemapReader:
             self._counters["sitemaps_malformed"] += 1
         if sm.truncated:
             self._counters["sitemaps_truncated"] += 1
-        more = []
+        more: list[UrlItem] = []
         for url in sm.sitemaps:
             nested = UrlItem(url, 0, kind="sitemap")
             if nested.host == item.host and self._take_slot(item.host):

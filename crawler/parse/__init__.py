@@ -2,8 +2,12 @@
 
 * :mod:`~crawler.parse.charset`: which encoding a page is in (BOM, HTTP charset, ``<meta>``
   prescan, late ``<meta>``) and decoding with the WHATWG decoders' behaviour;
-* :mod:`~crawler.parse.html`: :func:`parse_page` (lexbor tree, ``<base>``, links, meta
-  robots / X-Robots-Tag, text, deep-nesting guard) and :func:`is_html`.
+* :mod:`~crawler.parse.html`: :func:`parse_page` (the lexbor tree, ``<base>``, title,
+  robots ``<meta>``, feeds) and :func:`is_html` (Content-Type, sniffing), with its parts:
+  :mod:`~crawler.parse.links` (the link elements and their resolution),
+  :mod:`~crawler.parse.robotsdirectives` (meta robots / X-Robots-Tag),
+  :mod:`~crawler.parse.pagetext` (visible text) and :mod:`~crawler.parse.depthguard`
+  (the deep-nesting guard).
 
 Nothing here raises on input from the web (docs/invariants.md #7).
 """

@@ -17,42 +17,34 @@ import logging
 import re
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
-import numpy as np
 from selectolax.lexbor import LexborHTMLParser
 
 from crawler.content.encodinglabels import REPLACEMENT, UTF16
+from crawler.content.maincontent import extract_main
 from crawler.errors import ConfigError
 from crawler.freshness.feeds import FEED_TYPES
-from crawler.content.maincontent import extract_main
 from crawler.parse.charset import ASCII_WS, decode, decoding_codec, detect_encoding
+
+# The page's parts live in their own modules (links, robots directives, text, the depth
+# guard); the names below stay readable here, under the names they had in this module.
+from crawler.parse.depthguard import FLATTEN as _FLATTEN
+from crawler.parse.depthguard import too_deep as _too_deep
+from crawler.parse.links import Link, frozen_base, resolve_links
+from crawler.parse.links import in_foreign_content as _in_foreign_content
+from crawler.parse.links import link_elements as _link_elements
+from crawler.parse.pagetext import OTHER_WS as _OTHER_WS  # noqa: F401 - tests/unit/test_parse_text.py reads it here
+from crawler.parse.pagetext import STRIP_FOR_TEXT as _STRIP_FOR_TEXT
+from crawler.parse.pagetext import collapse_ws
+from crawler.parse.robotsdirectives import PRODUCT_TOKEN as _PRODUCT_TOKEN
+from crawler.parse.robotsdirectives import header_values as _header_values
+from crawler.parse.robotsdirectives import robots_tokens as _robots_tokens
+from crawler.parse.robotsdirectives import x_robots_tag as _x_robots_tag
 from crawler.urls import join_url
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Link", "ParsedPage", "collapse_ws", "parse_page", "is_html"]
-
-
-class Link(NamedTuple):
-    """One followable link of a page (an ``<a href>`` or ``<area href>``), in document order.
-
-    Immutable. A named tuple, not a frozen dataclass: a page has ~50 links, and a frozen
-    dataclass's ``__init__`` (one ``object.__setattr__`` per field) cost 0.5 us per link,
-    a fifth of the link pass; ``parse_page`` builds these with ``tuple.__new__`` (0.1 us).
-    """
-
-    raw: str
-    """The href attribute as written (character references decoded by the parser)."""
-    resolved: str | None
-    """``join_url(base, raw, encoding)``: absolute but not normalized; None if unresolvable.
-
-    ``javascript:``, ``mailto:``, ``data:`` hrefs resolve to themselves; the caller drops
-    them by scheme."""
-    nofollow: bool
-    """``rel`` has the token ``nofollow`` (ASCII case-insensitive), or the page is nofollow."""
-    tag: str
-    """``"a"`` or ``"area"``."""
 
 
 @dataclass(slots=True)
@@ -181,189 +173,15 @@ def is_html(content_type: str | None, body: bytes, counters: MutableMapping[str,
 
 
 # --------------------------------------------------------------------------------------
-# Robots directives (meta robots and X-Robots-Tag)
-
-# Directives whose syntax is "name: value"; any other "word:" prefix names a user agent.
-_VALUED_DIRECTIVES = frozenset({"unavailable_after", "max-snippet", "max-image-preview", "max-video-preview"})
-_PRODUCT_TOKEN = re.compile(r"[A-Za-z0-9_-]+\Z")
-
-
-def _robots_tokens(content: str) -> tuple[bool, bool]:
-    """(noindex, nofollow) from a comma/space separated directive list."""
-    tokens = content.lower().replace(",", " ").split()
-    none = "none" in tokens
-    return none or "noindex" in tokens, none or "nofollow" in tokens
-
-
-def _header_values(headers: Mapping[str, str], name: str) -> list[str]:
-    """All values of a header, case-insensitively (works for dicts and aiohttp multidicts)."""
-    getall = getattr(headers, "getall", None)
-    if getall is not None:
-        return [str(v) for v in getall(name, ())]
-    lname = name.lower()
-    return [str(v) for k, v in headers.items() if isinstance(k, str) and k.lower() == lname]
-
-
-def _x_robots_tag(values: list[str], agent_token: str | None) -> tuple[bool, bool]:
-    """(noindex, nofollow) from X-Robots-Tag header values.
-
-    A value is a comma-separated list; ``agent: directives`` starts a group that applies
-    only to that crawler and lasts to the end of the header line (Google's documented
-    form, e.g. ``googlebot: noindex, nofollow``).
-    """
-    noindex = nofollow = False
-    for value in values:
-        agent: str | None = None
-        for part in value.split(","):
-            name, colon, rest = part.partition(":")
-            name = name.strip().lower()
-            if colon and name and " " not in name and name not in _VALUED_DIRECTIVES:
-                agent, part = name, rest
-            if agent is not None and agent != agent_token:
-                continue
-            ni, nf = _robots_tokens(part)
-            noindex |= ni
-            nofollow |= nf
-    return noindex, nofollow
-
-
-# --------------------------------------------------------------------------------------
-# Pathological nesting guard
-#
-# The HTML tree builder walks the stack of open elements for many tags ("has a p element
-# in button scope", "any other end tag"), so N tags at nesting depth D cost O(N * D):
-# 100k unclosed <div> (500 KB) take ~20 s in lexbor. Browsers cap the depth (Blink at
-# 512); lexbor does not. A page with few tags cannot be deep, so only bodies with many
-# '<' pay for a depth estimate, and a page over budget is parsed from a flattened copy.
-
-_GUARD_MIN_TAGS = 7000  # below this, N * D <= N**2 stays under the budget
-_STACK_WORK_BUDGET = 50_000_000  # ~0.1 s of tree-builder stack walking
-# Void elements never open a level; the others are closed implicitly by their next
-# sibling (<a> by the adoption agency algorithm), so they do not nest deep in practice.
-_NO_DEPTH = frozenset(
-    b"area base br col embed hr img input link meta param source track wbr keygen frame "
-    b"basefont bgsound image p li dd dt td th tr option optgroup rb rp rt rtc tbody thead "
-    b"tfoot colgroup caption a".split()
-)
-_NO_DEPTH_END = frozenset(b"/" + name for name in _NO_DEPTH)
-# Start and end tag names ("div", "/div"); a name must end like a tag, so "<a<a<a..."
-# (one giant tag name to the tree builder) costs nothing here either.
-_TAG_SCAN = re.compile(rb"<(/?[A-Za-z][A-Za-z0-9]*)(?=[ \t\n\x0c\r/>])")
-# Every tag except the ones parse_page reads; "[^<>]*" keeps each match local, so an
-# unterminated tag cannot make the regex rescan the rest of the body (no quadratic case).
-_FLATTEN = re.compile(
-    rb"</?(?!(?:a|area|base|meta|title)[ \t\n\x0c\r/>])[A-Za-z][^<>]*>?", re.IGNORECASE
-)
-
-
-def _too_deep(data: bytes) -> bool:
-    """True when building the DOM of ``data`` could exceed the stack-walk budget."""
-    if len(data) < 3 * _GUARD_MIN_TAGS:  # a tag takes at least 3 bytes ("<b>")
-        return False
-    # numpy counts 3x faster than bytes.count, and this runs for every larger page.
-    n_tags = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 0x3C))
-    if n_tags < _GUARD_MIN_TAGS:
-        return False
-    depth = deepest = 0
-    no_depth, no_depth_end = _NO_DEPTH, _NO_DEPTH_END
-    for name in _TAG_SCAN.findall(data):
-        name = name.lower()
-        if name[0] == 0x2F:  # '/'
-            if name not in no_depth_end:
-                depth -= depth > 0
-        elif name not in no_depth:
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-    return deepest * n_tags > _STACK_WORK_BUDGET
-
-
-# --------------------------------------------------------------------------------------
 # parse_page
 
-_LINKS = "a[href], area[href]"
-_REFUSED_BASE_SCHEMES = ("data:", "javascript:")
-# An SVG or MathML <base> is not the HTML base element; below these, content is HTML again.
-_FOREIGN_ROOTS = frozenset({"svg", "math"})
-_HTML_INTEGRATION_POINTS = frozenset({"foreignobject", "desc", "title", "annotation-xml"})
 
-
-def _in_foreign_content(node: object) -> bool:
-    """True when ``node`` sits in SVG or MathML (its nearest foreign root comes before any
-    HTML integration point on the way up)."""
-    parent = getattr(node, "parent", None)
-    while parent is not None:
-        tag = (parent.tag or "").lower()
-        if tag in _FOREIGN_ROOTS:
-            return True
-        if tag in _HTML_INTEGRATION_POINTS:
-            return False
-        parent = parent.parent
-    return False
-
-
-_STRIP_FOR_TEXT = ["script", "style", "noscript", "template", "svg"]
-
-
-# Every character str.split() splits on except " " (Py_UNICODE_ISSPACE: none is above
-# U+3000; tests/unit/test_parse_text.py checks the whole code space).
-_OTHER_WS = "".join(c for c in map(chr, range(0x3001)) if c.isspace() and c != " ")
-_ASCII_OTHER_WS = "".join(c for c in _OTHER_WS if c < "\x80")
-
-
-def collapse_ws(text: str) -> str:
-    """``" ".join(text.split())``, without building the word list when ``text`` is
-    collapsed already (no leading, trailing or double space, no other whitespace).
-
-    Splitting and joining a page's text costs ~5 ns per character (a str per word); the
-    checks cost a few C scans, and text taken with ``strip=True`` passes them on pages
-    whose text nodes hold no line breaks. Anything else takes the split path, so the
-    result is always exactly ``" ".join(text.split())``.
-    """
-    if not text or text[0] == " " or text[-1] == " ":
-        return " ".join(text.split())
-    if text.isascii():
-        for c in _ASCII_OTHER_WS:
-            if c in text:
-                return " ".join(text.split())
-        # "  " in text scans at ~1.4 ns per character (spaces are frequent, each one a
-        # candidate match); numpy finds adjacent spaces ~6x faster.
-        spaces = np.frombuffer(text.encode("ascii"), dtype=np.uint8) == 0x20
-        if (spaces[1:] & spaces[:-1]).any():
-            return " ".join(text.split())
-        return text
-    for c in _OTHER_WS:
-        if c in text:
-            return " ".join(text.split())
-    return " ".join(text.split()) if "  " in text else text
-
-
-def _link_elements(tree: LexborHTMLParser, max_links: int) -> tuple[list[tuple[dict[str, str | None], str]], int]:
-    """(attributes, tag) of the first ``max_links`` elements ``a[href], area[href]``
-    selects, in document order, and how many more there are.
-
-    A page without ``<area>`` (nearly all) has its links found by lexbor's C walk for
-    one tag name, ~half the instructions of the selector engine, and the attributes read
-    here are the ones the link pass reads anyway. An ``<a>`` with an ``xlink:href`` but
-    no ``href`` leaves it to the selector: ``[href]`` matches that attribute in SVG
-    (where the parser puts it in the XLink namespace) but not in HTML.
-    """
-    if not tree.tags("area"):
-        found: list[dict[str, str | None]] = []
-        for node in tree.tags("a"):
-            attrs = node.attributes
-            if "href" in attrs:
-                found.append(attrs)
-            elif "xlink:href" in attrs:
-                break
-        else:
-            return [(attrs, "a") for attrs in found[:max_links]], max(0, len(found) - max_links)
-    nodes = tree.css(_LINKS)
-    return [(node.attributes, node.tag or "a") for node in nodes[:max_links]], max(0, len(nodes) - max_links)
-
-
-def _empty(url: str, html: bool, charset: str, **kw: object) -> ParsedPage:
-    return ParsedPage(url=url, base_url=url, is_html=html, charset=charset, **kw)  # type: ignore[arg-type]
+def _empty(
+    url: str, html: bool, charset: str, *, meta_noindex: bool = False, meta_nofollow: bool = False, error: str | None = None
+) -> ParsedPage:
+    return ParsedPage(
+        url=url, base_url=url, is_html=html, charset=charset, meta_noindex=meta_noindex, meta_nofollow=meta_nofollow, error=error
+    )
 
 
 def parse_page(
@@ -473,39 +291,11 @@ def _parse_html(
             if "alternate" in rel and (attrs["type"] or "").split(";")[0].strip().lower() in FEED_TYPES:
                 feed_hrefs.append(attrs["href"] or "")
 
-    # HTML spec "frozen base URL": the first base element with an href, resolved against
-    # the document URL with the document's encoding; unresolvable -> the document URL.
-    base_url = url
-    if base_href is not None:
-        joined = join_url(url, base_href, url_encoding)
-        # Chromium refuses data: and javascript: base URLs (the document URL stays the
-        # base); without this every relative link of such a page would be lost.
-        if joined is not None and not joined.startswith(_REFUSED_BASE_SCHEMES):
-            base_url = joined
-
+    base_url = frozen_base(url, base_href, url_encoding)
     feeds = [u for u in (join_url(base_url, h, url_encoding) for h in feed_hrefs if h) if u]
 
     elements, dropped = _link_elements(tree, max_links)
-    links: list[Link] = []
-    append = links.append
-    new_link = tuple.__new__  # Link(...) without the generated __new__'s Python frame
-    cache: dict[str, str | None] = {}  # pages repeat hrefs (nav, pagination)
-    for attrs, tag in elements:
-        raw = attrs.get("href")
-        if raw is None:
-            if "href" not in attrs:
-                continue  # only an SVG xlink:href matched [href]; a[href] skips it in a browser
-            raw = ""  # <a href> with no value: the document itself
-        if raw in cache:
-            resolved = cache[raw]
-        else:
-            resolved = cache[raw] = join_url(base_url, raw, url_encoding)
-        link_nofollow = nofollow
-        if not nofollow:
-            rel = attrs.get("rel")
-            if rel and "nofollow" in rel.lower().split():
-                link_nofollow = True
-        append(new_link(Link, (raw, resolved, link_nofollow, tag)))
+    links = resolve_links(elements, base_url, url_encoding, nofollow)
     del elements
 
     text = main = ""

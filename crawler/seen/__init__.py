@@ -8,8 +8,11 @@ hash over N seen shards. Modules, each importing only those above it:
 * :mod:`~crawler.seen.bloom`: the Bloom backends (pybloom-live, optional rbloom);
 * :mod:`~crawler.seen.store`: the exact stores (memory, SQLite) and the hot cache;
 * :mod:`~crawler.seen.snapshot`: the ``<path>.bloom`` file and the snapshot blob;
-* :mod:`~crawler.seen.ondisk`: :class:`SeenOnDisk`, the files of a set with a path and
-  its exact check against SQLite;
+* :mod:`~crawler.seen.ondisk`: :class:`SeenOnDisk`, the files of a set with a path (and
+  their stamps) and its exact check against SQLite;
+* :mod:`~crawler.seen.inmemory`: the checks without a database (exact in memory,
+  Bloom-only);
+* :mod:`~crawler.seen.seenstats`: the set's counters and figures;
 * :mod:`~crawler.seen.set`: :class:`SeenSet`, one shard's set;
 * :mod:`~crawler.seen.group`: :class:`SeenGroup`, a batch split over the shards.
 """

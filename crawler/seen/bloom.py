@@ -18,7 +18,8 @@ from __future__ import annotations
 import operator
 import struct
 import sys
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 import xxhash
@@ -67,6 +68,23 @@ class Bloom(Protocol):
         """Resident bytes of the bit array."""
 
 
+class _Digest(Protocol):
+    """A hash object of hashlib or xxhash, as the vectorized rebuild drives it."""
+
+    @property
+    def digest_size(self) -> int: ...
+
+    def copy(self) -> _Digest: ...
+
+    def update(self, data: bytes, /) -> None: ...
+
+    def digest(self) -> bytes: ...
+
+
+#: pybloom_live's hashing choices: the salted digests, the unpack dtype, values per digest.
+_VectorPlan = tuple[list[_Digest], "np.dtype[Any]", int]
+
+
 class PyBloom:
     """pybloom_live.BloomFilter driven through its own hash maker and bitarray.
 
@@ -92,10 +110,10 @@ class PyBloom:
         self._make = self._f.make_hashes
         self._bits = self._f.bitarray
         self._bps = self._f.bits_per_slice
-        self.k = self._f.num_slices
-        self.m = self._f.num_bits
+        self.k: int = self._f.num_slices
+        self.m: int = self._f.num_bits
         self._set = self._bits.count() if raw is not None else 0
-        self._plan: tuple | None | bool = False  # vectorized rebuild plan, computed on first use
+        self._plan: _VectorPlan | None | bool = False  # vectorized rebuild plan, computed on first use
 
     def check_and_add(self, h: int) -> bool:
         bits = self._bits
@@ -138,7 +156,7 @@ class PyBloom:
                 # One mask per pass, so repeated byte indices cannot lose a bit.
                 view[byte[bit == j]] |= np.uint8(1 << j)
 
-    def _vector_plan(self) -> tuple | None:
+    def _vector_plan(self) -> _VectorPlan | None:
         """pybloom_live.make_hashfuncs's choices (digest, unpack width, salts), if they
         reproduce ``make_hashes`` on probe keys; None otherwise."""
         if self._plan is not False:
@@ -148,7 +166,7 @@ class PyBloom:
         bps, k = self._bps, self.k
         code, width = ("<Q", 8) if bps >= 1 << 31 else ("<I", 4) if bps >= 1 << 15 else ("<H", 2)
         total = 8 * k * width
-        fn = xxhash.xxh128
+        fn: Callable[..., _Digest] = xxhash.xxh128
         for bound, digest in ((384, hashlib.sha512), (256, hashlib.sha384), (160, hashlib.sha256), (128, hashlib.sha1)):
             if total > bound:
                 fn = digest
@@ -164,7 +182,7 @@ class PyBloom:
         self._plan = plan if got is not None and np.array_equal(got, want) else None
         return self._plan
 
-    def _positions(self, plan: tuple, hashes: list[int]) -> np.ndarray:
+    def _positions(self, plan: _VectorPlan, hashes: list[int]) -> np.ndarray:
         salts, dtype, per = plan
         keys = [str(h).encode() for h in hashes]  # pybloom hashes str(key) for non-str keys
         cols = []
@@ -179,7 +197,8 @@ class PyBloom:
         return vals + np.arange(self.k, dtype=np.uint64) * np.uint64(self._bps)
 
     def to_bytes(self) -> bytes:
-        return self._bits.tobytes()
+        raw: bytes = self._bits.tobytes()
+        return raw
 
     def memory_bytes(self) -> int:
         return self.m // 8

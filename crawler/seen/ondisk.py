@@ -20,11 +20,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crawler.errors import ConfigError, StorageError
+from crawler.recovery.stamps import check
 from crawler.seen.bloom import Bloom
-from crawler.seen.snapshot import LoadedFilter, load_bloom_only, load_or_rebuild, refuse_other_mode, write_bloom_file
-from crawler.seen.store import PAGE_CACHE_KIB, DiskStore, HotSet
+from crawler.seen.snapshot import (
+    BadSnapshot,
+    LoadedFilter,
+    SnapshotHeader,
+    load_bloom_only,
+    load_or_rebuild,
+    read_bloom_file,
+    refuse_other_mode,
+    write_bloom_file,
+)
+from crawler.seen.store import PAGE_CACHE_KIB, SEEN_FIX, DiskStore, HotSet
 
-__all__ = ["OpenedSeen", "SeenOnDisk"]
+__all__ = ["OpenedSeen", "SeenOnDisk", "claim_bloom_identity", "claim_disk_identity"]
 
 
 @dataclass
@@ -49,7 +59,7 @@ class SeenOnDisk:
         durable: False: SQLite ``synchronous=OFF`` and no fsync of the snapshot.
     """
 
-    def __init__(self, path: str, header: dict, *, exact: bool, cache_size: int, durable: bool) -> None:
+    def __init__(self, path: str, header: SnapshotHeader, *, exact: bool, cache_size: int, durable: bool) -> None:
         self.path = path
         self.bloom_path = path + ".bloom"
         self._header = header
@@ -60,10 +70,18 @@ class SeenOnDisk:
         self.hot: HotSet | None = None  # recently seen hashes in front of it
         self.closed = False
 
-    def open(self, make_bloom: Callable[[bytes | None], Bloom], fresh: Bloom) -> OpenedSeen:
+    def open(self, make_bloom: Callable[[bytes | None], Bloom], fresh: Bloom, identity: str | None = None) -> OpenedSeen:
         """Open (or create) the files: the database, then the Bloom filter from its
         snapshot when that still matches, else rebuilt from the database. ``fresh`` is
-        the empty filter used when there is nothing to load."""
+        the empty filter used when there is nothing to load. With ``identity``, files of
+        another crawl are refused (crawler.recovery.stamps; see the claim_* functions)."""
+        if not self.exact:
+            claim_bloom_identity(self.bloom_path, identity)
+        opened = self._open(make_bloom, fresh)
+        claim_disk_identity(self, identity)
+        return opened
+
+    def _open(self, make_bloom: Callable[[bytes | None], Bloom], fresh: Bloom) -> OpenedSeen:
         path, bloom_path = self.path, self.bloom_path
         if os.path.isdir(path):
             raise ConfigError(f"seen path {path}: is a directory; give a file path")
@@ -214,3 +232,29 @@ class SeenOnDisk:
         except OSError:
             pass  # no snapshot written yet
         return total
+
+
+def claim_bloom_identity(bloom_path: str, identity: str | None) -> None:
+    """A Bloom-only set's stamp is in its snapshot's header (written with every snapshot):
+    refuse another crawl's (crawler.recovery.stamps). A damaged snapshot is left to the
+    open, which refuses it with its own message."""
+    if identity is None:
+        return
+    try:
+        found = read_bloom_file(bloom_path)
+    except BadSnapshot:
+        return
+    if found is not None:
+        check(bloom_path, found[0].get("identity"), identity, SEEN_FIX)
+
+
+def claim_disk_identity(files: SeenOnDisk, identity: str | None) -> None:
+    """An exact set's stamp is in its database (crawler.seen.store.DiskStore.claim_identity);
+    a refused set's files are closed again."""
+    if files.disk is None:
+        return
+    try:
+        files.disk.claim_identity(identity)
+    except BaseException:
+        files.close()
+        raise

@@ -18,8 +18,20 @@ SQLite transaction: when it returns, the URLs it reported new are on disk
 (process-crash safe). The Bloom filter is snapshotted next to the database
 (``<path>.bloom``, :mod:`crawler.seen.snapshot`) by :meth:`SeenSet.snapshot_bloom` /
 :meth:`SeenSet.close` and reloaded on restart when it matches the database, else
-rebuilt from it. Numbers measured on the project machine are in the :class:`SeenSet`
-docstring.
+rebuilt from it.
+
+Disk mode (exact, ``path`` set), measured on the project machine (2 cores shared with
+other jobs, pybloom, durable, batches of 1000 hashes with 70% repeats): 92k checks/s
+at 1M stored URLs; at 10M 50-61k/s wall clock (load average 3-6; ~30k/s at load 9),
+77-83k/s of CPU time: per batch ~13 ms CPU = Bloom + Python ~4.5, SQLite lookups
+~2.7, insert + commit ~5.5 (checkpoint fsyncs add ~4 ms of wall). rbloom: 69k/s;
+``durable=False``: 88k/s. RSS growth 3.2 bytes per URL at 10M (Bloom 12 MB + 8 MB
+page cache + ~7 MB hot cache; in memory 75-82 bytes per URL); 14.3 bytes per URL on
+disk (+1.2 for the snapshot, + up to 16 MB of WAL). Bloom rebuild from the database:
+1.3 s per million URLs with pybloom, 0.6 s with rbloom; a 10M snapshot loads in 0.1 s.
+
+The checks of each mode are crawler.seen.ondisk (exact, on disk) and crawler.seen.inmemory
+(exact in memory, Bloom-only); the counters and figures, crawler.seen.seenstats.
 """
 
 from __future__ import annotations
@@ -30,23 +42,16 @@ from typing import Self
 from crawler.errors import ConfigError, StorageError
 from crawler.seen.bloom import BLOOM_BACKENDS, DEFAULT_BLOOM, Bloom, make_bloom
 from crawler.seen.hashing import MASK64, url_hash64
-from crawler.seen.ondisk import SeenOnDisk
-from crawler.seen.snapshot import SNAPSHOT_VERSION, BadSnapshot, read_bloom_file
-from crawler.seen.store import SEEN_FIX, DiskStore, ExactStore
-from crawler.recovery.stamps import check
+from crawler.seen.inmemory import check_bloom_only, check_in_memory, forget_in_memory
 
-__all__ = ["SeenSet"]
+# claim_*_identity live with the files they check; crawler.recovery.preflight imports
+# claim_bloom_identity from here.
+from crawler.seen.ondisk import SeenOnDisk, claim_bloom_identity, claim_disk_identity
+from crawler.seen.seenstats import SEEN_COUNTERS, SeenStats, seen_stats
+from crawler.seen.snapshot import snapshot_header
+from crawler.seen.store import DiskStore, ExactStore
 
-_COUNTERS = (
-    "checks",
-    "novel",
-    "bloom_positives",
-    "exact_confirmations",
-    "false_positives",
-    "cache_hits",
-    "db_lookups",
-    "forgotten",
-)
+__all__ = ["SeenSet", "claim_bloom_identity", "claim_disk_identity"]
 
 
 class SeenSet:
@@ -69,16 +74,6 @@ class SeenSet:
             (exact disk mode only; 0 disables it).
         durable: False trades OS-crash safety for speed (SQLite ``synchronous=OFF``, no
             fsync of the snapshot); a crash of the process itself loses nothing either way.
-
-    Disk mode (exact, ``path`` set), measured on the project machine (2 cores shared with
-    other jobs, pybloom, durable, batches of 1000 hashes with 70% repeats): 92k checks/s
-    at 1M stored URLs; at 10M 50-61k/s wall clock (load average 3-6; ~30k/s at load 9),
-    77-83k/s of CPU time: per batch ~13 ms CPU = Bloom + Python ~4.5, SQLite lookups
-    ~2.7, insert + commit ~5.5 (checkpoint fsyncs add ~4 ms of wall). rbloom: 69k/s;
-    ``durable=False``: 88k/s. RSS growth 3.2 bytes per URL at 10M (Bloom 12 MB + 8 MB
-    page cache + ~7 MB hot cache; in memory 75-82 bytes per URL); 14.3 bytes per URL on
-    disk (+1.2 for the snapshot, + up to 16 MB of WAL). Bloom rebuild from the database:
-    1.3 s per million URLs with pybloom, 0.6 s with rbloom; a 10M snapshot loads in 0.1 s.
 
     Restart: every call is committed before it returns, so reopening the same path never
     reports as new a URL some earlier call marked seen, crash or not. The Bloom filter is
@@ -104,16 +99,7 @@ class SeenSet:
         durable: bool = True,
         identity: str | None = None,
     ) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ConfigError(f"seen capacity: must be a positive integer, got {capacity!r}")
-        if not isinstance(error_rate, (int, float)) or not 0.0 < error_rate < 1.0:
-            raise ConfigError(f"seen error_rate: must be between 0 and 1 (e.g. 0.01), got {error_rate!r}")
-        if bloom not in BLOOM_BACKENDS:
-            raise ConfigError(f"seen bloom: must be one of {', '.join(BLOOM_BACKENDS)}, got {bloom!r}")
-        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
-            raise ConfigError(f"seen cache_size: must be an integer >= 0, got {cache_size!r}")
-        if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise ConfigError(f"seen path: must be a file path or None, got {path!r}")
+        _check_args(capacity, error_rate, bloom, cache_size, path)
         self.capacity = capacity
         self.error_rate = float(error_rate)
         self.exact = bool(exact)
@@ -150,13 +136,19 @@ class SeenSet:
         capacity: int,
         error_rate: float = 0.01,
         exact: bool = True,
-        **kwargs: object,
+        *,
+        bloom: str = DEFAULT_BLOOM,
+        cache_size: int = 100_000,
+        durable: bool = True,
+        identity: str | None = None,
     ) -> SeenSet:
         """The disk-backed set at ``path``: reopened with its contents if it exists, else new.
 
-        Same as ``SeenSet(capacity, error_rate, exact=exact, path=path, **kwargs)``.
+        Same as ``SeenSet(capacity, error_rate, exact=exact, path=path, ...)``.
         """
-        return cls(capacity, error_rate, exact=exact, path=path, **kwargs)  # type: ignore[arg-type]
+        return cls(
+            capacity, error_rate, exact=exact, bloom=bloom, path=path, cache_size=cache_size, durable=durable, identity=identity
+        )
 
     # --- disk mode: open, snapshot, close --------------------------------------------------
 
@@ -166,36 +158,19 @@ class SeenSet:
         return None if self.path is None else self.path + ".bloom"
 
     def _open_path(self, path: str) -> None:
-        files = SeenOnDisk(
-            path, self._snapshot_header(), exact=self.exact, cache_size=self.cache_size, durable=self.durable
-        )
-        if not self.exact:
-            claim_bloom_identity(self.bloom_path or "", self.identity)
-        opened = files.open(self._make_bloom, self._bloom)
-        claim_disk_identity(files, self.identity)
+        header = snapshot_header(self.exact, self.bloom_backend, self.capacity, self.error_rate, self.identity)
+        files = SeenOnDisk(path, header, exact=self.exact, cache_size=self.cache_size, durable=self.durable)
+        opened = files.open(self._make_bloom, self._bloom, self.identity)
         self._files, self._disk = files, files.disk
         if files.disk is not None:
             self._store = files.disk
         if opened.loaded is None:
             return
-        for c in _COUNTERS:
-            setattr(self, c, int(opened.counters.get(c, 0)))
+        self._take({c: int(opened.counters.get(c, 0)) for c in SEEN_COUNTERS})
         self._est_dropped = opened.est_dropped
         self._bloom = opened.loaded.bloom
         self.bloom_source, self.bloom_source_reason = opened.loaded.source, opened.loaded.reason
         self.bloom_rebuild_seconds = opened.loaded.rebuild_seconds
-
-    def _snapshot_header(self) -> dict:
-        header = {
-            "version": SNAPSHOT_VERSION,
-            "exact": self.exact,
-            "bloom": self.bloom_backend,
-            "capacity": self.capacity,
-            "error_rate": self.error_rate,
-        }
-        if not self.exact and self.identity is not None:
-            header["identity"] = self.identity  # a Bloom-only set's stamp (its database's, in exact mode)
-        return header
 
     def snapshot_bloom(self) -> None:
         """Write the Bloom filter to ``<path>.bloom`` (atomically: temp file + rename).
@@ -247,7 +222,12 @@ class SeenSet:
             raise StorageError(f"seen set {self.path} is closed")
 
     def _counters(self) -> dict[str, float]:
-        return {c: getattr(self, c) for c in _COUNTERS}
+        return {c: getattr(self, c) for c in SEEN_COUNTERS}
+
+    def _take(self, counters: dict[str, float]) -> None:
+        """Keep the counters a check (or an open) returned."""
+        for c, v in counters.items():
+            setattr(self, c, v)
 
     # --- checks ---------------------------------------------------------------------------
 
@@ -274,63 +254,15 @@ class SeenSet:
         """
         if self._closed:
             self._require_open()
-        if self._store is None:
-            return self._check_lossy(hashes)
+        masked = [h & MASK64 for h in hashes]
         if self._files is not None and self._disk is not None:
-            out, counters = self._files.check([h & MASK64 for h in hashes], self._bloom, self._counters())
-            for c, v in counters.items():
-                setattr(self, c, v)
-            return out
-        bloom = self._bloom
-        out: list[bool] = [True] * len(hashes)
-        novel_here: set[int] = set()
-        pending: list[int] = []  # positions the Bloom filter could not clear
-        for i, h in enumerate(hashes):
-            h &= MASK64
-            if bloom.check_and_add(h):
-                pending.append(i)
-            else:
-                novel_here.add(h)  # a Bloom negative is definitely new
-        self.bloom_positives += len(pending)
-        if pending:
-            asked = [hashes[i] & MASK64 for i in pending]
-            known = self._store.contains_many(asked)  # type: ignore[union-attr]
-            for i, h, was_seen in zip(pending, asked, known):
-                if was_seen or h in novel_here:
-                    # Really seen (before, or earlier in this batch): the maybe was right.
-                    self.exact_confirmations += 1
-                    out[i] = False
-                else:
-                    # The Bloom filter lied; the exact store saves the URL.
-                    self.false_positives += 1
-                    novel_here.add(h)
-        self._store.add_many(novel_here)  # type: ignore[union-attr]
-        self.checks += len(hashes)
-        self.novel += len(novel_here)
-        return out
-
-    def _check_lossy(self, hashes: list[int]) -> list[bool]:
-        bloom = self._bloom
-        k, m = bloom.k, bloom.m
-        out: list[bool] = []
-        positives = 0
-        est = 0.0
-        for h in hashes:
-            if bloom.check_and_add(h & MASK64):
-                positives += 1
-                out.append(False)
-            else:
-                # A new URL got through. A new URL arriving now would have been a false
-                # positive with probability p = fill^k, so each one that got through
-                # stands for p / (1 - p) that did not (estimator in stats()).
-                p = (bloom.bits_set() / m) ** k
-                if p < 1.0:
-                    est += p / (1.0 - p)
-                out.append(True)
-        self._est_dropped += est
-        self.bloom_positives += positives
-        self.checks += len(hashes)
-        self.novel += len(hashes) - positives
+            out, counters = self._files.check(masked, self._bloom, self._counters())
+        elif isinstance(self._store, ExactStore):
+            out, counters = check_in_memory(masked, self._bloom, self._store, self._counters())
+        else:  # Bloom-only: crawler.seen.inmemory.check_bloom_only
+            out, counters, est = check_bloom_only(masked, self._bloom, self._counters())
+            self._est_dropped += est
+        self._take(counters)
         return out
 
     def forget_hashes(self, hashes: list[int]) -> int:
@@ -349,16 +281,12 @@ class SeenSet:
         hs = list(dict.fromkeys(h & MASK64 for h in hashes))
         if not hs:
             return 0
-        if self._store is None:
-            removed = min(len(hs), self.novel)
-        elif self._files is not None and self._disk is not None:
+        if self._files is not None and self._disk is not None:
             removed, counters = self._files.forget(hs, self._counters())
-            self.novel, self.forgotten = int(counters["novel"]), int(counters["forgotten"])
-            return removed
         else:
-            removed = self._store.discard_many(hs)  # type: ignore[union-attr]
-        self.novel -= removed
-        self.forgotten += removed
+            store = self._store if isinstance(self._store, ExactStore) else None
+            removed, counters = forget_in_memory(hs, store, self._counters())
+        self._take(counters)
         return removed
 
     def key_page(self, after: int | None, limit: int) -> list[int]:
@@ -377,45 +305,24 @@ class SeenSet:
         """Chance that a new URL checked now is reported seen by the filter: fill^k."""
         return self.fill_ratio() ** self._bloom.k
 
-    def stats(self) -> dict[str, float | int | bool | str]:
-        """Counters and filter health.
+    def stats(self) -> SeenStats:
+        """Counters and filter health (what each figure means: crawler.seen.seenstats).
 
-        ``estimated_false_positives`` (meaningful in Bloom-only mode, where nothing else
-        can tell a false positive from a repeat) is the Horvitz-Thompson style estimate
-        sum over Bloom negatives of p_i / (1 - p_i), p_i = fill_i^k at the time of the
-        check: new URLs arrive, each is dropped with probability p_i, so every one that
-        got through represents p_i / (1 - p_i) that were dropped. In exact mode the real
-        count is ``false_positives``.
-
-        ``cache_hits`` counts Bloom positives answered by the hot cache and
-        ``db_lookups`` the hashes asked from SQLite (both 0 without a path). With a
-        path, ``bloom_source`` says whether the filter was loaded from its snapshot,
-        rebuilt from the database (``bloom_rebuild_seconds``) or new.
+        With a path, also ``bloom_source``: whether the filter was loaded from its
+        snapshot, rebuilt from the database (``bloom_rebuild_seconds``) or new.
         """
         self._bloom.recount()
-        rate = self.estimated_false_positive_rate()
-        out: dict[str, float | int | bool | str] = {
-            "backend": self.bloom_backend,
-            "exact": self.exact,
-            "capacity": self.capacity,
-            "error_rate": self.error_rate,
-            "items": len(self),
-            "checks": self.checks,
-            "novel": self.novel,
-            "already_seen": self.checks - self.novel,
-            "bloom_positives": self.bloom_positives,
-            "exact_confirmations": self.exact_confirmations,
-            "false_positives": self.false_positives,
-            "cache_hits": self.cache_hits,
-            "db_lookups": self.db_lookups,
-            "forgotten": self.forgotten,
-            "bloom_bits": self._bloom.m,
-            "bloom_hashes": self._bloom.k,
-            "fill_ratio": self.fill_ratio(),
-            "estimated_false_positive_rate": rate,
-            "estimated_false_positives": self._est_dropped if not self.exact else float(self.false_positives),
-            "memory_bytes": self.memory_bytes(),
-        }
+        out = seen_stats(
+            backend=self.bloom_backend,
+            exact=self.exact,
+            capacity=self.capacity,
+            error_rate=self.error_rate,
+            items=len(self),
+            counters=self._counters(),
+            bloom=self._bloom,
+            est_dropped=self._est_dropped,
+            memory_bytes=self.memory_bytes(),
+        )
         if self.path is not None:
             out.update(
                 path=self.path,
@@ -443,27 +350,17 @@ class SeenSet:
         return 0 if self._files is None else self._files.disk_bytes()
 
 
-def claim_bloom_identity(bloom_path: str, identity: str | None) -> None:
-    """A Bloom-only set's stamp is in its snapshot's header (written with every snapshot):
-    refuse another crawl's (crawler.recovery.stamps). A damaged snapshot is left to the
-    open, which refuses it with its own message."""
-    if identity is None:
-        return
-    try:
-        found = read_bloom_file(bloom_path)
-    except BadSnapshot:
-        return
-    if found is not None:
-        check(bloom_path, found[0].get("identity"), identity, SEEN_FIX)
-
-
-def claim_disk_identity(files: SeenOnDisk, identity: str | None) -> None:
-    """An exact set's stamp is in its database (crawler.seen.store.DiskStore.claim_identity);
-    a refused set's files are closed again."""
-    if files.disk is None:
-        return
-    try:
-        files.disk.claim_identity(identity)
-    except BaseException:
-        files.close()
-        raise
+def _check_args(
+    capacity: int, error_rate: float, bloom: str, cache_size: int, path: str | os.PathLike[str] | None
+) -> None:
+    """A SeenSet's arguments, refused with the setting to fix (crawler.errors.ConfigError)."""
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise ConfigError(f"seen capacity: must be a positive integer, got {capacity!r}")
+    if not isinstance(error_rate, (int, float)) or not 0.0 < error_rate < 1.0:
+        raise ConfigError(f"seen error_rate: must be between 0 and 1 (e.g. 0.01), got {error_rate!r}")
+    if bloom not in BLOOM_BACKENDS:
+        raise ConfigError(f"seen bloom: must be one of {', '.join(BLOOM_BACKENDS)}, got {bloom!r}")
+    if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
+        raise ConfigError(f"seen cache_size: must be an integer >= 0, got {cache_size!r}")
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"seen path: must be a file path or None, got {path!r}")

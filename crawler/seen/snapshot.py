@@ -21,6 +21,7 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import xxhash
 
@@ -31,12 +32,14 @@ from crawler.seen.store import DiskStore
 __all__ = [
     "SNAPSHOT_VERSION",
     "BadSnapshot",
+    "SnapshotHeader",
     "LoadedFilter",
     "check_snapshot_mode",
     "load_bloom_only",
     "load_or_rebuild",
     "read_bloom_file",
     "refuse_other_mode",
+    "snapshot_header",
     "write_bloom_file",
 ]
 
@@ -46,13 +49,29 @@ SNAPSHOT_VERSION = 1
 _BLOOM_MAGIC = b"SEENBLM\x01"
 
 MakeBloom = Callable[[bytes | None], Bloom]
+#: A snapshot's JSON header (read from the file: JSON values, checked key by key).
+SnapshotHeader = dict[str, Any]
+
+
+def snapshot_header(exact: bool, backend: str, capacity: int, error_rate: float, identity: str | None) -> SnapshotHeader:
+    """The parameters a set writes in every snapshot header (and compares on open)."""
+    header: SnapshotHeader = {
+        "version": SNAPSHOT_VERSION,
+        "exact": exact,
+        "bloom": backend,
+        "capacity": capacity,
+        "error_rate": error_rate,
+    }
+    if not exact and identity is not None:
+        header["identity"] = identity  # a Bloom-only set's stamp (its database's, in exact mode)
+    return header
 
 
 class BadSnapshot(StorageError):
     """The Bloom snapshot file is unreadable or does not match (internal: caller decides)."""
 
 
-def write_bloom_file(path: str, header: dict, bits: bytes, *, durable: bool) -> None:
+def write_bloom_file(path: str, header: SnapshotHeader, bits: bytes, *, durable: bool) -> None:
     """Write ``header`` and the filter's ``bits`` to ``path`` atomically (temp file + rename).
 
     ``durable`` fsyncs the file and its directory, so the snapshot survives an OS crash.
@@ -79,7 +98,7 @@ def write_bloom_file(path: str, header: dict, bits: bytes, *, durable: bool) -> 
         raise StorageError(f"seen Bloom snapshot {path}: write failed: {exc}") from exc
 
 
-def read_bloom_file(path: str) -> tuple[dict, bytes] | None:
+def read_bloom_file(path: str) -> tuple[SnapshotHeader, bytes] | None:
     """(header, bits), or None if there is no snapshot; BadSnapshot if it is damaged."""
     try:
         with open(path, "rb") as f:
@@ -102,7 +121,7 @@ def read_bloom_file(path: str) -> tuple[dict, bytes] | None:
     return header, bits
 
 
-def check_snapshot_mode(header: dict, exact: bool, bloom_path: str) -> None:
+def check_snapshot_mode(header: SnapshotHeader, exact: bool, bloom_path: str) -> None:
     """ConfigError if the snapshot at ``bloom_path`` belongs to a set of the other mode."""
     if bool(header.get("exact")) != exact:
         kind = "an exact" if header.get("exact") else "a Bloom-only"
@@ -123,7 +142,7 @@ def refuse_other_mode(bloom_path: str, exact: bool) -> None:
         check_snapshot_mode(found[0], exact, bloom_path)
 
 
-def load_bloom_only(bloom_path: str, mine: dict, make: MakeBloom) -> tuple[Bloom, dict] | None:
+def load_bloom_only(bloom_path: str, mine: SnapshotHeader, make: MakeBloom) -> tuple[Bloom, SnapshotHeader] | None:
     """A Bloom-only set's filter and snapshot header, or None if there is no snapshot yet.
 
     ``mine`` is the opening set's own header; a snapshot written with other parameters
@@ -158,7 +177,7 @@ class LoadedFilter:
     rebuild_seconds: float = 0.0
 
 
-def load_or_rebuild(bloom_path: str, mine: dict, disk: DiskStore, make: MakeBloom, fresh: Bloom) -> LoadedFilter:
+def load_or_rebuild(bloom_path: str, mine: SnapshotHeader, disk: DiskStore, make: MakeBloom, fresh: Bloom) -> LoadedFilter:
     """The snapshot's filter if it matches ``disk`` exactly, else one rebuilt from ``disk``.
 
     ``mine`` is the opening set's own header; ``fresh`` is its empty filter, kept when

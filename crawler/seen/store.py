@@ -387,7 +387,7 @@ class DiskStore:
             pages, size = (self.conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "page_size"))
         except sqlite3.Error:
             return self.cache_kib * 1024
-        return min(self.cache_kib * 1024, pages * size)
+        return min(self.cache_kib * 1024, int(pages) * int(size))
 
     def close(self) -> None:
         """Close the connection (releases the exclusive lock). Idempotent."""
