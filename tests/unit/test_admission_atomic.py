@@ -17,6 +17,10 @@ from crawler.clock import MockClock
 from crawler.seen import SeenGroup, SeenSet
 from crawler.seen.hashing import url_hash64
 from crawler.session.crawlsession import CrawlSession
+from crawler.config.settings import CrawlConfig
+from crawler.frontier.urlitem import UrlItem
+
+from tests.unit.doubles import IdleRuntime
 
 URLS = [f"https://a{i}.example/p" for i in range(40)]
 
@@ -68,7 +72,7 @@ def test_bloom_only_mode_cannot_undo_but_stops_counting_the_mark() -> None:
     assert s.check_and_add(URLS[:1]) == [False]  # lossy by choice: the bits remain
 
 
-class FlakyRuntime:
+class FlakyRuntime(IdleRuntime):
     """A runtime whose seen group is real and whose shard refuses deliveries while ``broken``."""
 
     def __init__(self) -> None:
@@ -87,37 +91,19 @@ class FlakyRuntime:
 
         return call
 
-    def default_shards(self, cfg):
+    def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
         return 1, 2
 
-    async def start(self, plan):
-        return None
-
-    async def heartbeat(self):
-        return None
-
-    async def vet_seeds(self, shard_id, urls):
-        return [None] * len(urls)
-
-    async def widen_scope(self, urls):
-        return None
-
-    async def seen_check(self, urls):
+    async def seen_check(self, urls: list[str]) -> list[bool]:
         return await self.group.check_and_add(urls)
 
-    async def seen_forget(self, urls):
+    async def seen_forget(self, urls: list[str]) -> int:
         return await self.group.forget(urls)
 
-    async def deliver(self, shard_id, items):
+    async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
         if self.broken:
             raise OverflowError("Python int too large to convert to SQLite INTEGER")
         self.held.extend(i.url for i in items)
-
-    async def statuses(self):
-        return []
-
-    async def close(self):
-        return None
 
 
 async def test_a_failed_delivery_leaves_nothing_marked_and_adding_again_works(tmp_path) -> None:

@@ -30,7 +30,7 @@ from crawler.engine.assembly import build_shard
 from crawler.testing.regionweb import RegionWeb
 from crawler.placement.topology import Topology, shard_ids
 
-from tests.unit.test_scheduler import MemorySeen, NoBudgetLimit, inline
+from tests.unit.doubles import MemorySeen, NoBudgetLimit, inline, no_dups
 
 REGIONS = ("near", "far")
 CLIENTS = {"10.0.0.1": "near", "10.0.0.2": "far"}
@@ -59,10 +59,6 @@ class Network:
 
     async def close(self) -> None:
         return None
-
-
-async def no_dups(items):
-    return [(None, None)] * len(items)
 
 
 class Crawl:
