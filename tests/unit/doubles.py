@@ -51,6 +51,18 @@ def html(*links: str) -> bytes:
 # -- the web ------------------------------------------------------------------------------
 
 
+def response(url: str, status: int = 200, body: bytes = b"", *, ctype: str | None = "text/html",
+             truncated: bool = False, error: str | None = None, **headers: str) -> FetchResult:
+    """A response as the fetcher returns it, all at time 0: ``ctype`` None sends no
+    Content-Type; ``headers`` by keyword, ``_`` for ``-`` (``last_modified=...``)."""
+    hdrs = {"content-type": ctype} if ctype else {}
+    hdrs.update({k.replace("_", "-"): v for k, v in headers.items()})
+    return FetchResult(
+        url=url, status=status, headers=hdrs, body=body, truncated=truncated, error=error, error_kind=None,
+        transient=False, started_at=0.0, headers_at=0.0, finished_at=0.0, ip="127.0.0.1",
+    )
+
+
 class ScriptedServer:
     """Answers each URL from a script (one response per request, the last repeats) after
     ``delay`` seconds of the mock clock, and logs (url, start, end) in clock time."""
@@ -139,6 +151,23 @@ class NoBudgetLimit:
 
     async def acquire(self) -> bool:
         return True
+
+
+class ContentTable:
+    """The duplicate-content service of one page pipeline (crawler.engine.pipeline.ContentCheck):
+    answers ``(dup_kind, dup_of)`` from a table by sha256 (empty: every page is new); logs
+    what it was asked."""
+
+    def __init__(self, answers: dict[str, tuple[str, str]] | None = None) -> None:
+        self.answers = answers or {}
+        self.asked: list[ContentQuery] = []
+
+    async def submit(self, item: ContentQuery) -> ContentAnswer:
+        self.asked.append(item)
+        return self.answers.get(item[1], (None, None))
+
+    def pending(self) -> int:
+        return 0
 
 
 async def no_dups(items: list[ContentQuery]) -> list[ContentAnswer]:
