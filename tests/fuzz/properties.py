@@ -77,7 +77,7 @@ _IPS = st.sampled_from(["127.0.0.1", "::1", "[::1]", "10.1.2.3", "999.1.1.1", "x
 def _typed(tp: Any) -> st.SearchStrategy[Any]:
     """Mostly well-typed values for a config field annotation, sometimes anything."""
     origin_ = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _section(tp)
     if origin_ is Literal:
         return st.sampled_from(typing.get_args(tp))

@@ -123,7 +123,8 @@ def test_a_browser_killed_mid_crawl_loses_no_url(tmp_path):
 
 
 def _crawl_and_kill(spa: WebServer, tmp_path) -> list[int]:
-    web: SpaWeb = spa.web
+    web = spa.web
+    assert isinstance(web, SpaWeb)
     cfg = spa_config(spa, tmp_path / "out")
     killed: list[int] = []
 

@@ -77,7 +77,7 @@ def test_config_load_raises_only_config_error(text: str, overrides: list[str]) -
 
 def test_config_regressions_found_by_fuzzing(tmp_path) -> None:
     """Inputs that raised something other than ConfigError before the loader was fixed."""
-    bad = [
+    bad: list[tuple[dict[str, Any], list[str]]] = [
         ({"seeds": [datetime.date(2024, 1, 1)]}, ["limits.max_depth=3"]),  # date + override: TypeError
         ({"fetch": {"timeout_s": math.nan}}, []),  # accepted NaN
         ({"politeness": {"interval_s": math.nan}}, []),  # NaN interval: politeness off
