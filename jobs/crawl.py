@@ -139,7 +139,13 @@ async def _run(session: CrawlSession, stopped_by: list[int], api: ControlApi | N
     # Again once the runtime is up: ray.init installs its own SIGTERM handler, which
     # would end the driver without a clean stop.
     announce = session.on_start
-    session.on_start = lambda s: (announce(s) if announce else None, install())
+
+    def on_start(started: CrawlSession) -> None:
+        if announce is not None:
+            announce(started)
+        install()
+
+    session.on_start = on_start
     install()
     try:
         if api is not None:

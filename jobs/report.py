@@ -18,8 +18,10 @@ Each chart is a ``<figure data-chart=NAME>`` whose marks use its own colour
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import html
 import json
+import operator
 from collections import Counter
 from typing import Any, Sequence
 
@@ -107,7 +109,7 @@ def _line_chart(ys: np.ndarray, step_s: float, color: str) -> str:
 
 def _stacked_chart(series: dict[str, np.ndarray], colors: dict[str, str], step_s: float) -> str:
     n = len(next(iter(series.values())))
-    totals = sum(series.values())
+    totals = functools.reduce(operator.add, series.values())  # sum() would start from the int 0
     ymax = float(totals.max()) if n and totals.max() > 0 else 1.0
     plot_w, plot_h = _W - _PAD_L - 8, _H - _PAD_B - 8
     bw = plot_w / max(n, 1)
@@ -208,7 +210,7 @@ def build_report(out: str, storage_options: dict | None = None) -> str:
     figures.append(_figure("status-codes", "Status codes", _vbar_chart(statuses, CHART_COLORS["status-codes"]),
                            "'none': no response (failed or robots_blocked)"))
     figures.append(_figure("top-hosts-pages", "Top hosts by pages", _hbar_chart(summary["top_hosts"], CHART_COLORS["top-hosts-pages"])))
-    errs = Counter()
+    errs: Counter[str] = Counter()
     if t.num_rows:
         bad = t.filter(pc.is_in(t["outcome"], value_set=pa.array(["http_error", "failed"])))
         errs = Counter(bad["host"].to_pylist())

@@ -3,7 +3,7 @@
     python -m tests.fuzz.run [--minutes N] [--target urls|parse|robots|config|all] [--seed S]
 
 Each target gets ``--minutes`` of wall time, shared by its properties (see
-:data:`tests.unit.test_fuzz_properties.PROPERTIES`): hypothesis generates examples in
+:data:`tests.fuzz.properties.PROPERTIES`): hypothesis generates examples in
 rounds of up to ``--chunk`` examples (``max_examples`` per round, no deadline, no example database, so
 every round explores anew) until the time is up. It prints the examples run per
 property and target, and any failure with hypothesis's shrunk example; the exit status
@@ -25,7 +25,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 
-from tests.unit.test_fuzz_properties import PROPERTIES, TARGETS, Property
+from tests.fuzz.properties import PROPERTIES, TARGETS, Property
 
 
 def run_property(prop: Property, seconds: float, chunk: int, rng: random.Random) -> tuple[int, str | None]:

@@ -50,7 +50,7 @@ def check_politeness(server: WebServer, cfg: CrawlConfig, slack_s: float = 0.0) 
     for r in server.requests():
         by_host[r.host].append(r)
     delays = web.robots_delay_hosts()
-    violations = []
+    violations: list[tuple[Any, ...]] = []
     for host, recs in by_host.items():
         recs.sort(key=lambda r: r.start)
         floor = max(cfg.politeness.interval_s, delays.get(host, 0.0))
@@ -70,7 +70,9 @@ def check_retry_after(server: WebServer) -> None:
         wait = web.retry_after(url)
         if wait is None:
             continue
-        host, path = web.split(url)
+        parts = web.split(url)
+        assert parts is not None, url
+        host, path = parts
         recs = sorted((r for r in server.requests(host) if canonical_path_qs(r.path_qs) == path), key=lambda r: r.start)
         assert len(recs) == 2 and recs[1].start - recs[0].end >= wait - 0.05, f"Retry-After not honoured for {url}"
 
@@ -81,6 +83,7 @@ def check_traps_bounded(server: WebServer, cfg: CrawlConfig) -> None:
     budget = cfg.limits.max_pages_per_host
     for host, kind in web.trap_hosts().items():
         # +2 for robots.txt and /sitemap.xml
+        assert budget is not None, "a crawl of trap hosts sets limits.max_pages_per_host"
         assert counts[host] <= budget + 2, f"trap {kind} on {host}: {counts[host]} requests > budget {budget}"
 
 

@@ -36,18 +36,20 @@ class LocalCluster:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**_env(), **(env or {})},
                                      cwd=ROOT,
                                      start_new_session=True)  # its own process group: ray_node_pids
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both PIPE
+        self._stdin, self._stdout = self.proc.stdin, self.proc.stdout
         first = self._read()
         self.address, self.head = first["address"], first["head"]
         self.worker: str | None = None
 
     def _read(self) -> dict:
-        line = self.proc.stdout.readline()
+        line = self._stdout.readline()
         assert line, f"the cluster process ended (exit {self.proc.poll()})"
         return json.loads(line)
 
     def ask(self, cmd: str) -> dict:
-        self.proc.stdin.write(cmd + "\n")
-        self.proc.stdin.flush()
+        self._stdin.write(cmd + "\n")
+        self._stdin.flush()
         return self._read()
 
     def add_worker(self, local_dir: str | None = None, *, region: str | None = None, source: str | None = None) -> str:
@@ -62,8 +64,8 @@ class LocalCluster:
     def close(self) -> None:
         try:
             if self.proc.poll() is None:
-                self.proc.stdin.write("quit\n")
-                self.proc.stdin.flush()
+                self._stdin.write("quit\n")
+                self._stdin.flush()
                 self.proc.wait(timeout=60)
         except (OSError, subprocess.TimeoutExpired):
             pass

@@ -32,6 +32,7 @@ import json
 import os
 import signal
 import sys
+from typing import Any
 
 from actors import quietray
 from tests.integration.procs import _proc_table
@@ -68,7 +69,7 @@ def main(temp_dir: str) -> None:
     os.environ.update(quietray.QUIET_ENV)
     from ray.cluster_utils import Cluster
 
-    common = {**quietray.NODE_KWARGS, "num_cpus": 2, "object_store_memory": 80 * 2**20}
+    common: dict[str, Any] = {**quietray.NODE_KWARGS, "num_cpus": 2, "object_store_memory": 80 * 2**20}
     with quietray.quiet_head():
         cluster = Cluster(initialize_head=True, head_node_args={
             **common, "temp_dir": temp_dir, "_system_config": HEALTH_CHECK,
@@ -78,6 +79,7 @@ def main(temp_dir: str) -> None:
     def say(obj: dict) -> None:
         print(json.dumps(obj), flush=True)
 
+    assert cluster.head_node is not None  # initialize_head=True
     say({"address": cluster.address, "head": cluster.head_node.node_id})
     try:
         for line in sys.stdin:

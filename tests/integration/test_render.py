@@ -19,17 +19,14 @@ import pytest
 from crawler.config import settings as config
 from crawler.session.inprocess import local_session
 from crawler.output import BlobStore, read_pages
-from crawler.render.browser import CANDIDATES
 from crawler.testing.server import WebServer
 from crawler.testing.spaweb import SpaWeb
 from crawler.testing.webtypes import USER_AGENT
 
 from tests.integration import checks, procs
+from tests.integration.chromium import NEEDS_CHROMIUM
 
-pytestmark = pytest.mark.skipif(
-    not any(__import__("shutil").which(c) for c in CANDIDATES) and os.environ.get("CI") != "true",
-    reason="no Chromium on PATH (apt-get install chromium); CI installs it",
-)
+pytestmark = NEEDS_CHROMIUM
 
 INTERVAL = 0.05
 
@@ -126,7 +123,8 @@ def test_a_browser_killed_mid_crawl_loses_no_url(tmp_path):
 
 
 def _crawl_and_kill(spa: WebServer, tmp_path) -> list[int]:
-    web: SpaWeb = spa.web
+    web = spa.web
+    assert isinstance(web, SpaWeb)
     cfg = spa_config(spa, tmp_path / "out")
     killed: list[int] = []
 

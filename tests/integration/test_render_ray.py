@@ -33,7 +33,9 @@ from crawler.testing.webtypes import USER_AGENT
 from jobs.crawl import Crawl, make_session, render_line
 
 from tests.integration import checks, procs
-from tests.integration.test_render import pytestmark  # noqa: F401 - skipped where there is no Chromium
+from tests.integration.chromium import NEEDS_CHROMIUM
+
+pytestmark = NEEDS_CHROMIUM
 
 INTERVAL = 0.05
 

@@ -24,6 +24,12 @@ def make_urls(n: int, tag: str = "") -> list[str]:
     return [f"https://h{i % 97}.example/{tag}p/{i}?x={i * 7}" for i in range(n)]
 
 
+def numbers(s: SeenSet) -> dict[str, float]:
+    """``s.stats()`` without its one text field (``path``): the counts, rates and flags a
+    test compares as numbers."""
+    return {k: v for k, v in s.stats().items() if not isinstance(v, str)}
+
+
 def feed(s: SeenSet, urls: list[str], batch: int = 100) -> list[bool]:
     """``s.check_and_add`` over ``urls`` in batches; the verdicts in order."""
     out: list[bool] = []

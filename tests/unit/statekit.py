@@ -47,5 +47,6 @@ def row(url: str, shard: str = SHARD) -> OutcomeRow:
 
 
 async def snapshot(st: ShardState, events=None) -> bool:
-    assert st.log is not None
-    return await st.log.snapshot(lambda dest: st.store.backup(dest, lambda: st.log.seq), events=events)
+    log = st.log
+    assert log is not None
+    return await log.snapshot(lambda dest: st.store.backup(dest, lambda: log.seq), events=events)

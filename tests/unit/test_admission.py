@@ -24,7 +24,7 @@ from crawler.policy.politeness import Politeness
 from crawler.robots import RobotsCache
 from crawler.engine.assembly import build_shard
 from crawler.policy.hostbudget import HostBudget
-from tests.unit.test_scheduler import MemorySeen, NoBudgetLimit, ScriptedServer, inline
+from tests.unit.doubles import MemorySeen, NoBudgetLimit, ScriptedServer, inline, no_delivery, no_dups
 
 UA = "raycrawl/0.1 (+https://example.invalid/bot)"
 ROBOTS = b"User-agent: *\nDisallow: /private/\n"
@@ -131,14 +131,11 @@ async def test_a_shard_writes_and_counts_one_row_per_refusal(tmp_path) -> None:
     """Through the shard: each refused URL is one row, counted by its outcome in
     ``status().counters`` (what stats.json's outcomes sum); a robots.txt that got no
     response refuses too, but the row says the network failed, not the site."""
-    async def no_dups(items):
-        return [(None, None)] * len(items)
-
     cfg = config.from_dict({"seeds": ["http://a.test/"], "scope": "any", "output": {"path": str(tmp_path / "out")}})
     clock = MockClock()
     shard = build_shard(
         cfg, "shard-000", seeds=["http://a.test/"], seen=MemorySeen(), content=no_dups, budget=NoBudgetLimit(),
-        deliver=None, owner_of=lambda h: "shard-000", store=FrontierStore(str(tmp_path / "shard.sqlite")),
+        deliver=no_delivery, owner_of=lambda h: "shard-000", store=FrontierStore(str(tmp_path / "shard.sqlite")),
         clock=clock, fetcher=ScriptedServer(clock, {}), run_blocking=inline,
     )
     robots = shard.parts.admission.robots

@@ -9,6 +9,7 @@ session undoes the marks of a failed delivery (``SeenSet.forget_hashes``).
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,11 @@ from crawler.clock import MockClock
 from crawler.seen import SeenGroup, SeenSet
 from crawler.seen.hashing import url_hash64
 from crawler.session.crawlsession import CrawlSession
+from crawler.config.settings import CrawlConfig
+from crawler.frontier.urlitem import UrlItem
+
+from tests.unit.doubles import IdleRuntime
+from tests.unit.seen_kit import numbers
 
 URLS = [f"https://a{i}.example/p" for i in range(40)]
 
@@ -27,7 +33,7 @@ def _hashes(urls):
 
 @pytest.mark.parametrize("on_disk", [False, True])
 def test_a_forgotten_url_is_new_again_and_no_longer_counted(tmp_path, on_disk) -> None:
-    kw = {"path": str(tmp_path / "seen.sqlite")} if on_disk else {}
+    kw: dict[str, Any] = {"path": str(tmp_path / "seen.sqlite")} if on_disk else {}
     s = SeenSet(1000, **kw)
     assert s.check_and_add(URLS) == [True] * len(URLS)
     assert s.forget_hashes(_hashes(URLS[:10])) == 10
@@ -68,7 +74,7 @@ def test_bloom_only_mode_cannot_undo_but_stops_counting_the_mark() -> None:
     assert s.check_and_add(URLS[:1]) == [False]  # lossy by choice: the bits remain
 
 
-class FlakyRuntime:
+class FlakyRuntime(IdleRuntime):
     """A runtime whose seen group is real and whose shard refuses deliveries while ``broken``."""
 
     def __init__(self) -> None:
@@ -87,37 +93,19 @@ class FlakyRuntime:
 
         return call
 
-    def default_shards(self, cfg):
+    def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
         return 1, 2
 
-    async def start(self, plan):
-        return None
-
-    async def heartbeat(self):
-        return None
-
-    async def vet_seeds(self, shard_id, urls):
-        return [None] * len(urls)
-
-    async def widen_scope(self, urls):
-        return None
-
-    async def seen_check(self, urls):
+    async def seen_check(self, urls: list[str]) -> list[bool]:
         return await self.group.check_and_add(urls)
 
-    async def seen_forget(self, urls):
+    async def seen_forget(self, urls: list[str]) -> int:
         return await self.group.forget(urls)
 
-    async def deliver(self, shard_id, items):
+    async def deliver(self, shard_id: str, items: list[UrlItem]) -> None:
         if self.broken:
             raise OverflowError("Python int too large to convert to SQLite INTEGER")
         self.held.extend(i.url for i in items)
-
-    async def statuses(self):
-        return []
-
-    async def close(self):
-        return None
 
 
 async def test_a_failed_delivery_leaves_nothing_marked_and_adding_again_works(tmp_path) -> None:
@@ -126,18 +114,18 @@ async def test_a_failed_delivery_leaves_nothing_marked_and_adding_again_works(tm
     session = CrawlSession(cfg, rt, durable=False, clock=MockClock())
     with pytest.raises(Exception, match="could not be queued"):
         await session.start()  # the run's own seed: the start fails, nothing half-applied
-    assert sum(s.stats()["novel"] for s in rt.sets) == 0
+    assert sum(numbers(s)["novel"] for s in rt.sets) == 0
 
     answer = await session.add_seeds(URLS[:3], strict=False)
     assert (answer["accepted"], answer["already_seen"], answer["refused"]) == (0, 0, 3)
     assert all(e["reason"].startswith("not queued: OverflowError") for e in answer["urls"])
-    assert sum(s.stats()["novel"] for s in rt.sets) == 0
+    assert sum(numbers(s)["novel"] for s in rt.sets) == 0
 
     rt.broken = False
     answer = await session.add_seeds(URLS[:3], strict=False)
     assert answer["accepted"] == 3 and sorted(rt.held) == sorted(URLS[:3])
     # Admitted (seen.novel) == held by a shard: the ledger's equation.
-    assert sum(s.stats()["novel"] for s in rt.sets) == len(rt.held) == 3
+    assert sum(numbers(s)["novel"] for s in rt.sets) == len(rt.held) == 3
 
 
 @pytest.mark.parametrize("bad", [2**63, -(2**63) - 1, 1001, -1001, 1.5, True, "3"])
@@ -147,7 +135,7 @@ async def test_a_priority_out_of_range_is_refused_before_anything_is_marked(tmp_
     rt.broken = False
     session = CrawlSession(cfg, rt, durable=False, clock=MockClock())
     await session.start()
-    before = sum(s.stats()["checks"] for s in rt.sets)
+    before = sum(numbers(s)["checks"] for s in rt.sets)
     with pytest.raises(config.ConfigError, match="priority: expected a whole number from -1000 to 1000"):
         await session.add_seeds(URLS[:2], priority=bad)
-    assert sum(s.stats()["checks"] for s in rt.sets) == before
+    assert sum(numbers(s)["checks"] for s in rt.sets) == before

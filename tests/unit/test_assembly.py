@@ -46,9 +46,9 @@ def _fields(trees: dict[Path, ast.Module]) -> dict[str, set[str]]:
         for cls in ast.walk(tree):
             if not isinstance(cls, ast.ClassDef) or cls.name not in PART_CLASSES:
                 continue
-            for node in cls.body:
-                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                    out.setdefault(node.target.id, set()).add(cls.name)
+            for stmt in cls.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    out.setdefault(stmt.target.id, set()).add(cls.name)
             for node in ast.walk(cls):
                 if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
                     continue

@@ -118,6 +118,11 @@ def _row(i: int, seq: int = 1, at: float = 1_700_000_000.0) -> OutcomeRow:
                       fetch_seq=seq, fetched_at=dt.datetime.fromtimestamp(at + i, dt.timezone.utc))
 
 
+def _fetched_s(row: OutcomeRow) -> float:
+    assert isinstance(row.fetched_at, dt.datetime)  # as _row makes it
+    return row.fetched_at.timestamp()
+
+
 def _crawl(tmp_path, parts: int, acked: int):
     """A shard that accepted and fetched 10 URLs per part, wrote ``parts`` part files,
     and acked the first ``acked`` of them."""
@@ -131,7 +136,7 @@ def _crawl(tmp_path, parts: int, acked: int):
         writer.add(batch)
         writer.flush()
         if p < acked:
-            store.record([(r, Schedule(None, 100.0, r.fetched_at.timestamp() + 100.0)) for r in batch])
+            store.record([(r, Schedule(None, 100.0, _fetched_s(r) + 100.0)) for r in batch])
     return out, store
 
 

@@ -8,6 +8,7 @@ import itertools
 import random
 import re
 import statistics
+from collections.abc import Iterable
 
 import pytest
 from hypothesis import given, settings
@@ -266,7 +267,7 @@ def test_shingle_size_is_validated() -> None:
 # --- SimHashIndex -----------------------------------------------------------------------
 
 
-def _flip(fp: int, bits: set[int] | list[int]) -> int:
+def _flip(fp: int, bits: Iterable[int]) -> int:
     for b in bits:
         fp ^= 1 << b
     return fp

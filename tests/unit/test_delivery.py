@@ -17,7 +17,7 @@ from typing import Callable
 
 from crawler.clock import MockClock
 from crawler.config import settings as config
-from crawler.engine.assembly import build_shard
+from crawler.engine.assembly import ContentCall, build_shard
 from crawler.engine.dispatcher import GATE_RETRY_S, IDLE_WAIT_S
 from crawler.engine.shard import Shard
 from crawler.errors import ServiceUnavailableError
@@ -25,7 +25,7 @@ from crawler.frontier.store import FrontierStore
 from crawler.frontier.urlitem import UrlItem
 from crawler.output import read_pages
 
-from tests.unit.test_scheduler import NoBudgetLimit, ScriptedServer, html, inline
+from tests.unit.doubles import ContentAnswer, ContentQuery, MemorySeen, NoBudgetLimit, ScriptedServer, html, inline, no_dups
 
 REFUSAL_S = 30.0
 SEED = "http://a.test/"
@@ -40,28 +40,6 @@ WEB = {
 PAGES = set(WEB)
 
 
-class Seen:
-    """The crawl's seen set, with the undo a router uses when a delivery is given up."""
-
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-        self.novel = 0
-
-    async def check_and_add(self, urls: list[str]) -> list[bool]:
-        out = []
-        for u in urls:
-            out.append(u not in self.seen)
-            self.seen.add(u)
-        self.novel += sum(out)
-        return out
-
-    async def forget(self, urls: list[str]) -> int:
-        gone = self.seen & set(urls)
-        self.seen -= gone
-        self.novel -= len(gone)
-        return len(gone)
-
-
 class ShutFor:
     """A shard's gate (crawler.engine.dispatcher.Gate) shut from ``start`` for ``seconds``
     of the clock: what a silent driver or an unreadable lease does to a shard."""
@@ -73,15 +51,11 @@ class ShutFor:
         return not self.start <= self.clock.now() < self.end
 
 
-async def no_dups(items):
-    return [(None, None)] * len(items)
-
-
 class Crawl:
     """Two shards over one server and one seen set; ``gates``/``content`` per shard."""
 
-    def __init__(self, tmp: Path, clock: MockClock, server: ScriptedServer, seen: Seen,
-                 gates: dict[str, Callable[[], bool]] | None = None, content=None, max_in_flight: int = 16) -> None:
+    def __init__(self, tmp: Path, clock: MockClock, server: ScriptedServer, seen: MemorySeen,
+                 gates: dict[str, Callable[[], bool]] | None = None, content: ContentCall | None = None, max_in_flight: int = 16) -> None:
         self.tmp, self.clock, self.server, self.seen = tmp, clock, server, seen
         self.cfg = config.from_dict({
             "seeds": [SEED], "scope": "any", "politeness": {"interval_s": 0.5},
@@ -148,14 +122,16 @@ def test_a_receiver_that_refuses_for_30_s_costs_time_not_pages(tmp_path):
     async def scenario() -> None:
         clock = MockClock()
         server = ScriptedServer(clock, WEB)
-        crawl = Crawl(tmp_path, clock, server, Seen(), gates={"shard-b": ShutFor(clock, 0.0, REFUSAL_S)})
+        crawl = Crawl(tmp_path, clock, server, MemorySeen(), gates={"shard-b": ShutFor(clock, 0.0, REFUSAL_S)})
         crawl.start()
         await clock.run_until(lambda: crawl.fetches().get(SEED) == 1)
         await clock.run_until(lambda: clock.now() >= REFUSAL_S - 1.0)
         # The seed's page waits for its links: in flight, unacked, and the shard is not idle.
         st = crawl.a.report()
         assert not st.idle and st.in_flight >= 1 and st.router["links_in_transit"] >= 2
-        assert SEED not in crawl.rows() and crawl.a.parts.store.url_status(SEED)["in_flight"]
+        assert crawl.a.parts.store is not None
+        seed_status = crawl.a.parts.store.url_status(SEED)
+        assert SEED not in crawl.rows() and seed_status is not None and seed_status["in_flight"]
         assert st.router["batches_refused"] > 10 and st.router["links_lost"] == 0
         await clock.run_until(crawl.done)
         assert clock.now() > REFUSAL_S
@@ -174,7 +150,7 @@ def test_a_stop_during_the_refusal_leaves_the_page_for_the_resume(tmp_path):
     async def scenario() -> None:
         clock = MockClock()
         server = ScriptedServer(clock, WEB)
-        seen = Seen()
+        seen = MemorySeen()
         first = Crawl(tmp_path, clock, server, seen, gates={"shard-b": ShutFor(clock, 0.0, 1e9)})
         first.start()
         await clock.run_until(lambda: first.a.report().router["batches_refused"] >= 5)
@@ -206,7 +182,7 @@ def test_a_bug_is_counted_and_retried_and_the_page_fetched_once_more_at_most(tmp
     async def scenario() -> None:
         clock = MockClock()
         server = ScriptedServer(clock, WEB)
-        crawl = Crawl(tmp_path, clock, server, Seen())
+        crawl = Crawl(tmp_path, clock, server, MemorySeen())
         page = crawl.a.parts.pipeline.page
         raised: list[str] = []
 
@@ -237,7 +213,7 @@ def test_a_receiver_with_a_bug_ends_in_a_failed_row_and_links_counted_lost(tmp_p
     async def scenario() -> None:
         clock = MockClock()
         server = ScriptedServer(clock, WEB)
-        crawl = Crawl(tmp_path, clock, server, Seen())
+        crawl = Crawl(tmp_path, clock, server, MemorySeen())
 
         async def broken(items):
             raise RuntimeError("a bug in accept")
@@ -264,13 +240,13 @@ def test_a_service_that_cannot_answer_now_defers_the_page_without_a_row(tmp_path
         server = ScriptedServer(clock, WEB)
         calls: list[int] = []
 
-        async def index_restarting_once(items):
+        async def index_restarting_once(items: list[ContentQuery]) -> list[ContentAnswer]:
             calls.append(len(items))
             if len(calls) == 1:
                 raise ServiceUnavailableError("content index: unavailable for 120s")
             return await no_dups(items)
 
-        crawl = Crawl(tmp_path, clock, server, Seen(), content=index_restarting_once)
+        crawl = Crawl(tmp_path, clock, server, MemorySeen(), content=index_restarting_once)
         crawl.start()
         await clock.run_until(crawl.done)
         await crawl.stop()
@@ -299,7 +275,7 @@ def test_a_shut_gate_is_polled_not_spun(tmp_path):
                 return shut()
             return True
 
-        crawl = Crawl(tmp_path, clock, server, Seen(), gates={"shard-a": gate})
+        crawl = Crawl(tmp_path, clock, server, MemorySeen(), gates={"shard-a": gate})
         crawl.start()
         await clock.run_until(lambda: bool(server.log))
         assert 10.0 <= server.log[0][1] <= 10.0 + GATE_RETRY_S
@@ -328,7 +304,7 @@ def test_a_shard_whose_slots_all_wait_on_a_receiver_does_not_spin(tmp_path):
             turns.append(clock.now())
             return True
 
-        crawl = Crawl(tmp_path, clock, server, Seen(), gates={"shard-a": counting, "shard-b": ShutFor(clock, 0.0, REFUSAL_S)},
+        crawl = Crawl(tmp_path, clock, server, MemorySeen(), gates={"shard-a": counting, "shard-b": ShutFor(clock, 0.0, REFUSAL_S)},
                       max_in_flight=1)
         crawl.a.admit([UrlItem("http://c.test/", 0)])
         crawl.start()

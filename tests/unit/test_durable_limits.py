@@ -26,7 +26,7 @@ from crawler.engine.assembly import build_shard
 from crawler.frontier.store import FrontierStore
 from crawler.frontier.urlitem import UrlItem
 from crawler.recovery.statefiles import open_shard_store, state_dir
-from tests.unit.test_scheduler import MemorySeen, NoBudgetLimit, ScriptedServer, inline
+from tests.unit.doubles import ContentAnswer, ContentQuery, MemorySeen, NoBudgetLimit, ScriptedServer, inline, no_delivery, no_dups
 
 HOST = "a.test"
 ROBOTS = b"User-agent: *\nDisallow: /private/\n"
@@ -55,12 +55,12 @@ class Node:
         st = open_shard_store(cfg, "shard-000", state_dir(cfg.output.path, None, cfg.fingerprint()), self.clock)
         self.store = st.store
 
-        async def content(items):  # every page a copy of the first one, or none a copy
+        async def content(items: list[ContentQuery]) -> list[ContentAnswer]:  # every page a copy of the first one, or none a copy
             return [("exact", f"http://{HOST}/p/0") if duplicates else (None, None)] * len(items)
 
         self.shard = build_shard(
             cfg, "shard-000", seeds=[f"http://{HOST}/"], seen=MemorySeen(), content=content, budget=NoBudgetLimit(),
-            deliver=None, owner_of=lambda h: "shard-000", store=st.store, clock=self.clock, fetcher=self.server,
+            deliver=no_delivery, owner_of=lambda h: "shard-000", store=st.store, clock=self.clock, fetcher=self.server,
             run_blocking=inline, state_log=st.log, restored=st.restored,
         )
 
@@ -197,8 +197,8 @@ def test_with_a_local_output_a_killed_shard_keeps_its_budget_without_a_checkpoin
 
     def shard(clock):
         return build_shard(
-            cfg, "shard-000", seeds=[f"http://{HOST}/"], seen=MemorySeen(), content=None, budget=NoBudgetLimit(),
-            deliver=None, owner_of=lambda h: "shard-000", store=FrontierStore(str(tmp_path / "shard.sqlite")),
+            cfg, "shard-000", seeds=[f"http://{HOST}/"], seen=MemorySeen(), content=no_dups, budget=NoBudgetLimit(),
+            deliver=no_delivery, owner_of=lambda h: "shard-000", store=FrontierStore(str(tmp_path / "shard.sqlite")),
             clock=clock, fetcher=ScriptedServer(clock, {}), run_blocking=inline,
         )
 

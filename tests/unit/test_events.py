@@ -18,6 +18,8 @@ from crawler.events.sinks import FileSink, SinkError, build_sink, sink_factory
 from crawler.engine.outbox import Outbox
 from crawler.output import OutcomeRow
 
+from tests.unit.doubles import inline
+
 
 def row(i: int, outcome: str = "fetched") -> OutcomeRow:
     return OutcomeRow(
@@ -126,10 +128,6 @@ class Acks:
 
     def record(self, fetched):  # crawler.engine.outbox.Acks: (row, schedule) pairs
         self.done_urls.extend(row.url for row, _ in fetched)
-
-
-async def inline(fn, *args):
-    return fn(*args)
 
 
 async def test_an_event_is_logged_only_once_its_row_is_durable_and_before_the_ack():

@@ -144,7 +144,7 @@ class Site:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
+        self.port = self._runner.addresses[0][1]
         if v6:
             await web.TCPSite(self._runner, "::1", self.port).start()
 
@@ -185,21 +185,21 @@ class Site:
         if path == "/big":
             return web.Response(body=b"x" * 100_000)
         if path == "/endless":
-            resp = web.StreamResponse()
-            await resp.prepare(request)
+            endless = web.StreamResponse()
+            await endless.prepare(request)
             chunk = b"y" * 65536
             for _ in range(3000):  # up to ~200 MB, far more than any test reads
-                await resp.write(chunk)
-            return resp
+                await endless.write(chunk)
+            return endless
         if path == "/bomb":
-            resp = web.StreamResponse(headers={"Content-Encoding": "gzip", "Content-Type": "text/html"})
-            await resp.prepare(request)
-            await resp.write(BOMB_FIRST)
+            bomb = web.StreamResponse(headers={"Content-Encoding": "gzip", "Content-Type": "text/html"})
+            await bomb.prepare(request)
+            await bomb.write(BOMB_FIRST)
             self.bomb_bytes_sent = len(BOMB_FIRST)
             for _ in range(1023):  # 1 GiB of zeros once inflated
-                await resp.write(BOMB_REPEAT)
+                await bomb.write(BOMB_REPEAT)
                 self.bomb_bytes_sent += len(BOMB_REPEAT)
-            return resp
+            return bomb
         if path == "/moved":
             raise web.HTTPMovedPermanently(location="/ok")
         if path == "/to-loopback":  # a permitted host redirecting to a forbidden one

@@ -33,7 +33,9 @@ def setup(script, **kw) -> tuple[MockClock, FakeTransport, Fetcher]:
     clock = MockClock(T0)
     fake = FakeTransport(script, clock=clock)
     kw.setdefault("timeout_s", 10.0)
-    return clock, fake, Fetcher(user_agent=UA, transport=fake, clock=clock, **kw)
+    # The ignore: crawler.testing.fakes types its response's headers as a list, the
+    # Transport protocol as a settable Collection (invariant); the fix belongs there.
+    return clock, fake, Fetcher(user_agent=UA, transport=fake, clock=clock, **kw)  # type: ignore[arg-type]
 
 
 async def run(clock: MockClock, aw: Awaitable[T]) -> T:

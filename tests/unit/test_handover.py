@@ -32,7 +32,7 @@ from crawler.engine.assembly import build_shard
 from crawler.testing.regionweb import RegionWeb
 from crawler.placement.topology import Topology, shard_ids
 
-from tests.unit.test_scheduler import MemorySeen, NoBudgetLimit, inline
+from tests.unit.doubles import MemorySeen, NoBudgetLimit, inline, no_dups
 
 REGIONS = ("near", "far")
 CLIENTS = {"10.0.0.1": "near", "10.0.0.2": "far"}
@@ -50,6 +50,7 @@ class Network:
 
     async def fetch(self, url: str, headers=None, **kw) -> FetchResult:
         parts = urlsplit(url)
+        assert parts.hostname is not None  # the crawler fetches URLs with a host
         start = self.clock.now()
         reply = self.web.reply(parts.hostname, parts.path or "/", client=ADDRESS[self.region])
         await self.clock.sleep(reply.delay + 0.01)
@@ -61,10 +62,6 @@ class Network:
 
     async def close(self) -> None:
         return None
-
-
-async def no_dups(items):
-    return [(None, None)] * len(items)
 
 
 class Crawl:
@@ -89,6 +86,7 @@ class Crawl:
         seen = MemorySeen()
         for sid in ids:
             region = self.topology.region_of_shard(sid)
+            assert region is not None  # a shard of a topology with regions
             self.shards[sid] = build_shard(
                 self.cfg, sid, seeds=self.cfg.seeds, seen=seen, content=no_dups, budget=NoBudgetLimit(),
                 deliver=self.peers.accept, owner_of=self.topology.home_of,
@@ -179,6 +177,7 @@ def test_a_move_in_the_middle_of_a_crawl_loses_nothing_and_keeps_the_interval(tm
         # Wait until the host has a few pages fetched near home, then place it far away.
         await c.clock.run_until(lambda: sum(1 for h, p, *_ in c.log if h == host and p != "/robots.txt") >= 2, max_time=600)
         home = c.shards[c.topology.home_of(key)]
+        assert home.parts.regions is not None  # a shard of a crawl with runtime.regions
         placing = asyncio.ensure_future(home.parts.regions.place(key, "far"))  # the clock runs meanwhile
         await c.clock.run_until(placing.done, max_time=600)
         answer = placing.result()

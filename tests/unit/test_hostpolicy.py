@@ -21,7 +21,7 @@ from crawler.policy.politeness import Politeness
 from crawler.engine.assembly import build_shard
 from crawler.policy.hostbudget import HostBudget
 
-from tests.unit.test_scheduler import MemorySeen, NoBudgetLimit, ScriptedServer, html, inline
+from tests.unit.doubles import MemorySeen, NoBudgetLimit, ScriptedServer, html, inline, no_delivery, no_dups
 
 
 async def run_for(clock: MockClock, seconds: float) -> None:
@@ -143,13 +143,9 @@ async def test_shard_hostname_pause_stops_every_port_until_resumed(tmp_path):
     pages = {f"http://a.test:{p}/{i}": [(200, html(), 0.1)] for p in (81, 82) for i in range(6)}
     server = ScriptedServer(clock, pages)
     store = FrontierStore(str(tmp_path / "shard.sqlite"))
-
-    async def no_dups(items):
-        return [(None, None)] * len(items)
-
     shard = build_shard(
         cfg, "shard-000", seeds=["http://a.test:81/"], seen=MemorySeen(), content=no_dups, budget=NoBudgetLimit(),
-        deliver=None, owner_of=lambda host: "shard-000", store=store, clock=clock, rng=random.Random(1),
+        deliver=no_delivery, owner_of=lambda host: "shard-000", store=store, clock=clock, rng=random.Random(1),
         fetcher=server, run_blocking=inline,
     )
     shard.apply_host_policy(PolicyChange("a.test", paused=True, hostname_wide=True))

@@ -20,6 +20,7 @@ from crawler.output import ResultWriter, read_pages
 from crawler.recovery.incarnation import claim, claim_name, read_claim
 from crawler.recovery.statelog import RemoteDir, StateLog, segment_name
 
+from tests.unit.doubles import MemorySeen, NoBudgetLimit, NoFetches, no_delivery, no_dups
 from tests.unit.statekit import SHARD, cfg_for, items, open_on, queued, row, snapshot
 
 
@@ -195,21 +196,11 @@ def test_a_zombie_shard_acks_no_delivery_and_stops_taking_work(out, tmp_path, mo
 
     cfg = cfg_for(out)
 
-    class Unlimited:
-        async def acquire(self):
-            return True
-
-    async def no_dups(items):
-        return [(None, None)] * len(items)
-
-    async def nowhere(owner, items):
-        raise AssertionError("no links are routed here")
-
     async def run():
         st = open_on(cfg, str(tmp_path / "a"), monkeypatch)
-        shard = build_shard(cfg, SHARD, seeds=[], seen=None, content=no_dups, budget=Unlimited(), deliver=nowhere,
-                            owner_of=lambda h: SHARD, store=st.store, clock=MockClock(), fetcher=object(),
-                            state_log=st.log, restored=st.restored)
+        shard = build_shard(cfg, SHARD, seeds=[], seen=MemorySeen(), content=no_dups, budget=NoBudgetLimit(),
+                            deliver=no_delivery, owner_of=lambda h: SHARD, store=st.store, clock=MockClock(),
+                            fetcher=NoFetches(), state_log=st.log, restored=st.restored)
         assert await shard.accept([UrlItem("http://a.test/0", 1)]) == 1
         open_on(cfg, str(tmp_path / "b"), monkeypatch)  # the successor, while this one is cut off
         with pytest.raises(FencedError):

@@ -33,6 +33,7 @@ from crawler.policy.traprules import TrapRules
 from crawler.urls import Scope
 from jobs import cli
 
+from tests.unit.doubles import LoopBack, MemorySeen, NoBudgetLimit, inline, no_dups
 from tests.unit.reportkit import make_output
 
 # -- feeds -------------------------------------------------------------------------------
@@ -337,33 +338,13 @@ def _news_crawl(tmp_path, news: dict, duration: float, seed: int = 2, archive: t
         "output": {"path": str(tmp_path / "out"), "row_flush_interval_s": 5.0},
     })
     store = FrontierStore(str(tmp_path / "shard.sqlite"))
-    seen: set[str] = {seed_url}
-    shard = None
-
-    class Seen:
-        async def check_and_add(self, urls):
-            out = [u not in seen for u in urls]
-            seen.update(urls)
-            return out
-
-    class Budget:
-        async def acquire(self):
-            return True
-
-    async def deliver(owner, items):
-        shard.admit(items)
-
-    async def no_dups(items):
-        return [(None, None)] * len(items)
-
-    async def inline(fn, *args):
-        return fn(*args)
-
+    deliver = LoopBack()
     shard = build_shard(
-        cfg, "shard-000", seeds=[seed_url], seen=Seen(), content=no_dups, budget=Budget(), deliver=deliver,
-        owner_of=lambda host: "shard-000", store=store, clock=clock, rng=random.Random(7), fetcher=fetcher,
-        run_blocking=inline,
+        cfg, "shard-000", seeds=[seed_url], seen=MemorySeen({seed_url}), content=no_dups, budget=NoBudgetLimit(),
+        deliver=deliver, owner_of=lambda host: "shard-000", store=store, clock=clock, rng=random.Random(7),
+        fetcher=fetcher, run_blocking=inline,
     )
+    deliver.shard = shard
 
     async def scenario():
         shard.admit([UrlItem(seed_url, 0)])

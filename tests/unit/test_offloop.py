@@ -22,13 +22,15 @@ from crawler.clock import MockClock
 from crawler.config import settings as config
 from crawler.engine.partbuilders import build_link_policy, build_news, build_recrawl, build_sitemaps
 from crawler.engine.pipeline import OFF_LOOP_BYTES, PagePipeline, ParseSlot
-from crawler.fetch.fetcher import FetchResult, classify
+from crawler.fetch.fetcher import classify
 from crawler.freshness.sitemaps import CHUNK_BYTES, SitemapReader, parse_sitemap
 from crawler.frontier.urlitem import UrlItem
 from crawler.policy.politeness import Politeness
 from crawler.robots import RobotsCache, RobotsClient
 from crawler.robots.rules import INDEX_MIN_RULES, RuleIndex, _quote_path
 from crawler.urls import host_key, join_url
+
+from tests.unit.doubles import ContentTable, response
 
 SEED = "http://a.test/"
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
@@ -45,26 +47,13 @@ class Recorder:
         return fn(*args, **kwargs)
 
 
-class Content:
-    async def submit(self, item):
-        return None, None
-
-    def pending(self) -> int:
-        return 0
-
-
-def response(url: str, body: bytes, ctype: str, status: int = 200) -> FetchResult:
-    return FetchResult(url=url, status=status, headers={"content-type": ctype}, body=body, truncated=False, error=None,
-                       error_kind=None, transient=False, started_at=0.0, headers_at=0.0, finished_at=0.0, ip="127.0.0.1")
-
-
 def cfg():
     return config.from_dict({"seeds": [SEED], "scope": "host"})
 
 
 def pipeline(seam: Recorder, clock: MockClock) -> PagePipeline:
     c = cfg()
-    return PagePipeline("s0", build_link_policy(c, [SEED]), Content(), clock, user_agent_token="raycrawl",
+    return PagePipeline("s0", build_link_policy(c, [SEED]), ContentTable(), clock, user_agent_token="raycrawl",
                         max_links_per_page=100, min_text_tokens=5, max_body_bytes=c.limits.max_body_bytes,
                         store_bodies=False, recrawl=build_recrawl(c), news=build_news(c, clock), run_blocking=seam)
 
@@ -82,9 +71,9 @@ async def test_large_pages_are_parsed_off_the_loop_and_small_ones_inline_with_th
     seam, clock = Recorder(), MockClock()
     pipe = pipeline(seam, clock)
     small, large = page(OFF_LOOP_BYTES // 4), page(OFF_LOOP_BYTES + 1000)
-    out_small = await pipe.page(UrlItem(SEED + "s", 0), response(SEED + "s", small, "text/html"))
+    out_small = await pipe.page(UrlItem(SEED + "s", 0), response(SEED + "s", body=small, ctype="text/html"))
     assert seam.ran == [] and len(out_small.links) == 100
-    out_large = await pipe.page(UrlItem(SEED + "l", 0), response(SEED + "l", large, "text/html"))
+    out_large = await pipe.page(UrlItem(SEED + "l", 0), response(SEED + "l", body=large, ctype="text/html"))
     assert seam.ran == ["parse_page"] and len(out_large.links) == 100
     assert [link.url for link in out_large.links] == [link.url for link in out_small.links]
     assert out_large.row.simhash is not None
@@ -93,7 +82,7 @@ async def test_large_pages_are_parsed_off_the_loop_and_small_ones_inline_with_th
 async def test_a_feed_is_always_parsed_off_the_loop():
     seam, clock = Recorder(), MockClock()
     feed = b'<rss version="2.0"><channel><item><link>/a/1</link></item></channel></rss>'
-    out = await pipeline(seam, clock).page(UrlItem(SEED + "feed.xml", 0), response(SEED + "feed.xml", feed, "application/rss+xml"))
+    out = await pipeline(seam, clock).page(UrlItem(SEED + "feed.xml", 0), response(SEED + "feed.xml", body=feed, ctype="application/rss+xml"))
     assert seam.ran == ["parse_feed"] and [link.url for link in out.links] == [SEED + "a/1"]
 
 
@@ -136,7 +125,7 @@ async def test_a_sitemap_is_parsed_and_checked_off_the_loop_and_yields_what_it_y
     routed, queued = [], []
 
     async def fetch(host, url, max_body_bytes=None):
-        return response(url, body, "application/xml")
+        return response(url, body=body, ctype="application/xml")
 
     async def route(got) -> bool:
         routed.extend(got)
@@ -191,7 +180,7 @@ async def test_a_robots_body_is_parsed_off_the_loop():
                           pacer=Politeness(1.0, 60.0, clock=clock), clock=clock, run_blocking=seam)
 
     async def fetch(host, url):
-        return response(url, b"User-agent: *\nDisallow: /private/\n", "text/plain")
+        return response(url, body=b"User-agent: *\nDisallow: /private/\n", ctype="text/plain")
 
     rules, requests = await client.refresh("http://a.test", "a.test", fetch)
     assert seam.ran == ["read"] and requests == 1

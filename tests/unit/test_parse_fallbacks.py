@@ -17,7 +17,6 @@ from crawler.config import settings as config
 
 from crawler.content import maincontent
 from crawler.clock import MockClock
-from crawler.fetch.fetcher import FetchResult
 from crawler.frontier.urlitem import UrlItem
 from crawler.parse import html as parse_html
 from crawler.parse import is_html, parse_page
@@ -25,33 +24,20 @@ from crawler.engine.pipeline import PagePipeline
 from crawler.freshness.recrawl import RecrawlPolicy
 from crawler.engine.partbuilders import build_link_policy
 
+from tests.unit.doubles import ContentTable, response
+
 SEED = "http://a.test/"
 PAGE = ("<html><body><nav>home about</nav><article><p>" + " ".join(f"w{i}" for i in range(80))
         + '</p><a href="/next">next</a></article></body></html>').encode()
 
 
-class Content:
-    async def submit(self, item):
-        return None, None
-
-    def pending(self) -> int:
-        return 0
-
-
 def _pipeline() -> PagePipeline:
     cfg = config.from_dict({"seeds": [SEED], "scope": "host", "limits": {"max_depth": 3}})
     return PagePipeline(
-        "shard-000", build_link_policy(cfg, [SEED]), Content(), MockClock(), user_agent_token="raycrawl",
+        "shard-000", build_link_policy(cfg, [SEED]), ContentTable(), MockClock(), user_agent_token="raycrawl",
         max_links_per_page=100, min_text_tokens=5, max_body_bytes=1 << 20, store_bodies=False,
         recrawl=RecrawlPolicy(min_interval_s=60.0, max_interval_s=86400.0, initial_interval_s=3600.0,
                               grow_factor=2.0, shrink_factor=0.5, fingerprint_distance=3),
-    )
-
-
-def _response(body: bytes, ctype: str | None) -> FetchResult:
-    return FetchResult(
-        url=SEED, status=200, headers={"content-type": ctype} if ctype else {}, body=body, truncated=False,
-        error=None, error_kind=None, transient=False, started_at=0.0, headers_at=0.0, finished_at=0.0, ip="127.0.0.1",
     )
 
 
@@ -75,7 +61,7 @@ def test_a_broken_main_content_step_keeps_the_page_and_is_counted(monkeypatch, c
 
     async def crawl() -> None:
         for _ in range(2):
-            await pipe.page(UrlItem(SEED, 0), _response(PAGE, "text/html"))
+            await pipe.page(UrlItem(SEED, 0), response(SEED, body=PAGE, ctype="text/html"))
 
     asyncio.run(crawl())
     assert pipe.counters["main_text_failed"] == 2
@@ -97,7 +83,7 @@ def test_a_broken_sniff_is_not_html_and_is_counted(monkeypatch, caplog):
     assert is_html("text/html", sniffless, counters) and counters == {"html_sniff_failed": 1}
 
     pipe = _pipeline()
-    asyncio.run(pipe.page(UrlItem(SEED, 0), _response(sniffless, None)))
+    asyncio.run(pipe.page(UrlItem(SEED, 0), response(SEED, body=sniffless, ctype=None)))
     assert pipe.counters["html_sniff_failed"] == 1
     assert pipe.links_from(SEED, 0, None, sniffless) == []
     assert pipe.counters["html_sniff_failed"] == 2

@@ -15,12 +15,13 @@ import pytest
 
 from crawler.config import settings as config
 from crawler.clock import MockClock
-from crawler.fetch.fetcher import FetchResult
 from crawler.frontier.urlitem import UrlItem
 from crawler.output import BlobStore
 from crawler.engine.pipeline import PagePipeline
 from crawler.freshness.recrawl import Previous, RecrawlPolicy
 from crawler.engine.partbuilders import build_link_policy
+
+from tests.unit.doubles import ContentTable, response
 
 SEED = "http://a.test/"
 WALL0 = 1_700_000_000.0
@@ -31,30 +32,6 @@ def html(*links: str, words: int = 40, extra: str = "") -> bytes:
     text = " ".join(f"word{i}" for i in range(words))
     anchors = "".join(f'<a href="{u}">x</a>' for u in links)
     return f"<html><head>{extra}</head><body><p>{text}</p>{anchors}</body></html>".encode()
-
-
-def response(url: str, status: int = 200, body: bytes = b"", *, ctype: str = "text/html", truncated: bool = False,
-             error: str | None = None, **headers: str) -> FetchResult:
-    hdrs = {"content-type": ctype, **{k.replace("_", "-"): v for k, v in headers.items()}}
-    return FetchResult(
-        url=url, status=status, headers=hdrs, body=body, truncated=truncated, error=error, error_kind=None,
-        transient=False, started_at=0.0, headers_at=0.0, finished_at=0.0, ip="127.0.0.1",
-    )
-
-
-class ContentTable:
-    """The duplicate-content service: answers ``(dup_kind, dup_of)`` from a table by sha256."""
-
-    def __init__(self, answers: dict[str, tuple[str, str]] | None = None) -> None:
-        self.answers = answers or {}
-        self.asked: list[tuple[str, str, int | None]] = []
-
-    async def submit(self, item: tuple[str, str, int | None]) -> tuple[str | None, str | None]:
-        self.asked.append(item)
-        return self.answers.get(item[1], (None, None))
-
-    def pending(self) -> int:
-        return 0
 
 
 def make(content: ContentTable | None = None, *, store_bodies: bool = True, clock: MockClock | None = None,

@@ -326,7 +326,7 @@ def test_pause_lets_the_in_flight_request_finish(pol: Politeness, clock: MockClo
 def test_bad_override_is_a_config_error(pol: Politeness) -> None:
     for bad in (-1.0, float("nan"), float("inf"), "fast"):
         with pytest.raises(ConfigError, match="interval"):
-            pol.set_override(H, interval_s=bad)
+            pol.set_override(H, interval_s=bad)  # type: ignore[arg-type]  # "fast" on purpose: refused at run time
 
 
 # -- memory and persistence --------------------------------------------------------------------------
@@ -426,4 +426,5 @@ def test_parse_retry_after(value, expected) -> None:
 
 
 def test_parse_retry_after_huge_number_is_finite() -> None:
-    assert math.isfinite(parse_retry_after("9" * 5000, NOW))
+    wait = parse_retry_after("9" * 5000, NOW)
+    assert wait is not None and math.isfinite(wait)

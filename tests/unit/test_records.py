@@ -50,7 +50,7 @@ def test_a_urls_state_comes_back_as_one_url_status() -> None:
 
 
 def test_the_records_are_declared_once() -> None:
-    names = {"PolicyChange": [], "UrlStatus": [], "ShardStatus": []}
+    names: dict[str, list[str]] = {"PolicyChange": [], "UrlStatus": [], "ShardStatus": []}
     for top in ("crawler", "actors", "jobs"):
         for path in sorted((ROOT / top).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

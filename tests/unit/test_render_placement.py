@@ -10,7 +10,7 @@ from crawler.render.sizing import ClusterCpus, RenderPlan
 from crawler.session.crawlstats import render_summary
 from jobs.crawl import render_line
 
-from tests.unit.test_render_shard import SHELL, crawl, url
+from tests.unit.doubles import SHELL, render_crawl, spa_url
 
 
 def shard(name: str, region: str | None = None) -> Pending:
@@ -55,13 +55,13 @@ def test_a_render_pool_not_placed_says_what_is_short_and_which_settings_to_chang
 
 def test_without_render_actors_every_page_that_wanted_rendering_is_stored_raw_and_counted(tmp_path):
     why = "no render actor was placed"
-    cfg, server, browser, shard_, rows = crawl(tmp_path, service=NoRenderService(why))
-    home = rows[url("/")]
+    cfg, server, browser, shard_, rows = render_crawl(tmp_path, service=NoRenderService(why))
+    home = rows[spa_url("/")]
     assert home["outcome"] == "fetched" and home["rendered"] is False
     assert "render: unavailable, raw page stored" in home["error"]
     assert [p for p, *_ in server.log if p == "/"] == ["/"]  # fetched once, as ever
     assert not [p for p, *_ in server.log if p.startswith(("/api/", "/app.js"))]  # no browser, no subrequests
-    c = shard_.counters
+    c = shard_.parts.counters
     assert c["render_fallback_unavailable"] == 1 == c["render_started"] and c["rendered"] == 0
     assert browser.jobs == [] and SHELL  # the scripted browser was never asked
 

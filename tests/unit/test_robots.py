@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 
@@ -343,7 +344,8 @@ def test_snapshot_round_trip_on_a_new_clock(cache: RobotsCache, clock: MockClock
     assert fresh.crawl_delay("https://p.com") == 7.0
     assert fresh.allowed("https://a.com/x", "https://a.com") is True
     assert fresh.allowed("https://d.com/x", "https://d.com") is False  # unreachable verdict kept
-    assert fresh.get("https://p.com").kind == "parsed"
+    restored = fresh.get("https://p.com")
+    assert restored is not None and restored.kind == "parsed"
 
 
 def test_snapshot_restore_times(clock: MockClock) -> None:
@@ -366,7 +368,7 @@ def test_snapshot_restore_times(clock: MockClock) -> None:
 
 def test_restore_skips_malformed_entries(cache: RobotsCache) -> None:
     good = {"origin": "https://g.com", "kind": "allow_all", "source_status": 404, "age_s": 0, "ttl_left_s": 10}
-    bad = [
+    bad: list[dict[str, Any]] = [
         {"origin": "https://x.com"},
         {**good, "kind": "maybe"},
         {**good, "kind": "parsed", "text": None},

@@ -15,45 +15,16 @@ from crawler.errors import FencedError
 from crawler.frontier.urlitem import UrlItem
 from crawler.engine.linkrouter import LinkRouter
 
+from tests.unit.doubles import MemorySeen
+
 FLUSH_S = 0.05
-
-
-class Seen:
-    """The seen-URL service: first sight is novel; optionally fails its first calls."""
-
-    def __init__(self, known: tuple[str, ...] = (), fail: int = 0, forget_fails: bool = False) -> None:
-        self.seen = set(known)
-        self.fail = fail
-        self.forget_fails = forget_fails
-        self.calls: list[list[str]] = []
-        self.forgotten: list[str] = []
-
-    async def check_and_add(self, urls: list[str]) -> list[bool]:
-        self.calls.append(list(urls))
-        if self.fail:
-            self.fail -= 1
-            self.seen.update(urls[: len(urls) // 2])  # a partial mark before the failure
-            raise ConnectionError("seen shard restarting")
-        out = []
-        for u in urls:  # the first of a URL within the batch is the novel one
-            out.append(u not in self.seen)
-            self.seen.add(u)
-        return out
-
-    async def forget(self, urls: list[str]) -> int:
-        if self.forget_fails:
-            raise ConnectionError("seen shard down")
-        self.forgotten.extend(urls)
-        gone = self.seen & set(urls)
-        self.seen -= gone
-        return len(gone)
 
 
 class Owners:
     """The shards' accept calls: records what each owner accepted, and when."""
 
     def __init__(self, clock: MockClock, fail: int = 0, hold: asyncio.Event | None = None,
-                 down: set[str] = frozenset(), error: type[Exception] = ConnectionError) -> None:
+                 down: frozenset[str] | set[str] = frozenset(), error: type[Exception] = ConnectionError) -> None:
         self.clock = clock
         self.fail = fail  # the first ``fail`` calls raise
         self.down = down  # owners whose every call raises
@@ -82,13 +53,13 @@ def items(*urls: str) -> list[UrlItem]:
     return [UrlItem(u, 1, "http://a.test/") for u in urls]
 
 
-def router(seen: Seen, owners: Owners, clock: MockClock, **kw) -> LinkRouter:
+def router(seen: MemorySeen, owners: Owners, clock: MockClock, **kw) -> LinkRouter:
     return LinkRouter(seen, owner_of, owners.deliver, clock=clock, **{"flush_interval_s": FLUSH_S, **kw})
 
 
 async def test_links_are_seen_checked_together_and_each_owner_gets_its_novel_links_once() -> None:
     clock = MockClock()
-    seen, owners = Seen(known=("http://a.test/old",)), Owners(clock)
+    seen, owners = MemorySeen(known=("http://a.test/old",)), Owners(clock)
     r = router(seen, owners, clock)
     first = r.submit(items("http://a.test/1", "http://b.test/1", "http://a.test/old"))
     second = r.submit(items("http://b.test/2", "http://a.test/1"))  # a.test/1 again, from another page
@@ -107,7 +78,7 @@ async def test_links_are_seen_checked_together_and_each_owner_gets_its_novel_lin
 async def test_a_full_buffer_flushes_at_once_without_waiting_for_the_timer() -> None:
     clock = MockClock()
     owners = Owners(clock)
-    r = router(Seen(), owners, clock, batch_size=3)
+    r = router(MemorySeen(), owners, clock, batch_size=3)
     done = r.submit(items("http://a.test/1", "http://a.test/2", "http://a.test/3"))
     await clock.settle()
     assert done.done() and clock.now() == 0.0
@@ -123,7 +94,7 @@ async def test_light_traffic_is_flushed_early_and_heavy_traffic_waits_for_a_larg
     after the short wait, as many as keep arriving under load wait for the long window,
     so one flush carries them all (one seen call, one delivery per owner)."""
     clock = MockClock()
-    seen, owners = Seen(), Owners(clock)
+    seen, owners = MemorySeen(), Owners(clock)
     r = router(seen, owners, clock, flush_interval_s=0.25, early_flush_s=0.05, small_batch=10, batch_size=1000)
     light = r.submit(links(3))
     await clock.run_until(light.done)
@@ -146,7 +117,7 @@ async def test_light_traffic_is_flushed_early_and_heavy_traffic_waits_for_a_larg
 async def test_a_full_buffer_does_not_wait_for_the_long_window() -> None:
     clock = MockClock()
     owners = Owners(clock)
-    r = router(Seen(), owners, clock, flush_interval_s=0.25, early_flush_s=0.05, small_batch=10, batch_size=20)
+    r = router(MemorySeen(), owners, clock, flush_interval_s=0.25, early_flush_s=0.05, small_batch=10, batch_size=20)
     first = r.submit(links(15))
     clock.advance(0.06)  # over the small batch at the early check: waits
     await clock.settle()
@@ -159,7 +130,7 @@ async def test_a_full_buffer_does_not_wait_for_the_long_window() -> None:
 async def test_a_failed_delivery_is_retried_with_backoff_and_accepted_once() -> None:
     clock = MockClock()
     owners = Owners(clock, fail=2)
-    r = router(Seen(), owners, clock)
+    r = router(MemorySeen(), owners, clock)
     done = r.submit(items("http://a.test/1"))
     await clock.run_until(done.done)
     assert done.result() is True
@@ -172,7 +143,7 @@ async def test_a_failed_delivery_is_retried_with_backoff_and_accepted_once() -> 
 
 async def test_a_delivery_that_keeps_failing_with_a_bug_is_given_up_and_its_marks_undone() -> None:
     clock = MockClock()
-    seen, owners = Seen(known=("http://a.test/old",)), Owners(clock, down={"shard-a"}, error=RuntimeError)
+    seen, owners = MemorySeen(known=("http://a.test/old",)), Owners(clock, down={"shard-a"}, error=RuntimeError)
     r = router(seen, owners, clock, max_attempts=3)
     lost = r.submit(items("http://a.test/1", "http://a.test/2"))
     replayed = r.submit(items("http://a.test/old"), bypass_seen=True)
@@ -193,7 +164,7 @@ async def test_a_receiver_that_refuses_for_now_is_asked_again_until_it_takes_the
     """A fenced receiver (its driver silent) is "not now", never "lost": 30 s of
     refusals, far past max_attempts, and the batch is delivered once it is taken."""
     clock = MockClock()
-    seen, owners = Seen(), Owners(clock, down={"shard-a"}, error=FencedError)
+    seen, owners = MemorySeen(), Owners(clock, down={"shard-a"}, error=FencedError)
     r = router(seen, owners, clock, max_attempts=3)
     done = r.submit(items("http://a.test/1", "http://b.test/1"))
     await clock.run_until(lambda: clock.now() >= 30.0)
@@ -211,7 +182,7 @@ async def test_a_receiver_that_refuses_for_now_is_asked_again_until_it_takes_the
 
 async def test_a_stop_ends_the_retries_at_once_and_undoes_the_marks() -> None:
     clock = MockClock()
-    seen, owners = Seen(), Owners(clock, down={"shard-a"}, error=FencedError)
+    seen, owners = MemorySeen(), Owners(clock, down={"shard-a"}, error=FencedError)
     r = router(seen, owners, clock)
     waiting = r.submit(items("http://a.test/1"))
     await clock.run_until(lambda: len(owners.attempts) == 3)
@@ -231,7 +202,7 @@ async def test_a_stop_ends_the_retries_at_once_and_undoes_the_marks() -> None:
 
 async def test_marks_that_cannot_be_undone_are_counted() -> None:
     clock = MockClock()
-    seen, owners = Seen(forget_fails=True), Owners(clock, down={"shard-a"}, error=RuntimeError)
+    seen, owners = MemorySeen(forget_fails=True), Owners(clock, down={"shard-a"}, error=RuntimeError)
     r = router(seen, owners, clock, max_attempts=1)
     lost = r.submit(items("http://a.test/1"))
     await clock.run_until(lost.done)
@@ -243,7 +214,7 @@ async def test_marks_that_cannot_be_undone_are_counted() -> None:
 async def test_a_lost_delivery_costs_only_that_owners_links() -> None:
     clock = MockClock()
     owners = Owners(clock, down={"shard-a"}, error=RuntimeError)
-    r = router(Seen(), owners, clock, max_attempts=2)
+    r = router(MemorySeen(), owners, clock, max_attempts=2)
     done = r.submit(items("http://a.test/1", "http://b.test/1", "http://b.test/2"))
     await clock.run_until(done.done)
     # The page's links did not all arrive, so the page is not acked as routed...
@@ -257,7 +228,7 @@ async def test_a_lost_delivery_costs_only_that_owners_links() -> None:
 
 async def test_a_batch_whose_seen_check_failed_is_delivered_unfiltered() -> None:
     clock = MockClock()
-    seen, owners = Seen(known=("http://a.test/old",), fail=1), Owners(clock)
+    seen, owners = MemorySeen(known=("http://a.test/old",), fail=1), Owners(clock)
     r = router(seen, owners, clock)
     done = r.submit(items("http://a.test/old", "http://a.test/new"))
     await clock.run_until(done.done)
@@ -271,7 +242,7 @@ async def test_a_batch_whose_seen_check_failed_is_delivered_unfiltered() -> None
 
 async def test_links_of_a_replayed_page_bypass_the_seen_filter() -> None:
     clock = MockClock()
-    seen, owners = Seen(known=("http://a.test/1", "http://a.test/2")), Owners(clock)
+    seen, owners = MemorySeen(known=("http://a.test/1", "http://a.test/2")), Owners(clock)
     r = router(seen, owners, clock)
     replay = r.submit(items("http://a.test/1"), bypass_seen=True)
     normal = r.submit(items("http://a.test/2"))
@@ -284,7 +255,7 @@ async def test_links_count_as_in_transit_until_the_owner_has_accepted_them() -> 
     clock = MockClock()
     hold = asyncio.Event()
     owners = Owners(clock, hold=hold)
-    r = router(Seen(), owners, clock)
+    r = router(MemorySeen(), owners, clock)
     done = r.submit(items("http://a.test/1", "http://b.test/1"))
     await clock.run_until(lambda: len(owners.attempts) == 2)
     # Out of the buffer, seen-checked, handed to the owners, not yet accepted: still busy.
@@ -300,7 +271,7 @@ async def test_links_count_as_in_transit_until_the_owner_has_accepted_them() -> 
 async def test_flush_waits_until_everything_submitted_is_delivered() -> None:
     clock = MockClock()
     owners = Owners(clock, fail=1)
-    r = router(Seen(), owners, clock, flush_interval_s=3600.0)
+    r = router(MemorySeen(), owners, clock, flush_interval_s=3600.0)
     r.submit(items("http://a.test/1"))
     flushing = asyncio.ensure_future(r.flush())
     await clock.run_until(flushing.done)
@@ -310,6 +281,6 @@ async def test_flush_waits_until_everything_submitted_is_delivered() -> None:
 
 async def test_an_empty_submit_is_done_at_once_and_starts_no_timer() -> None:
     clock = MockClock()
-    r = router(Seen(), Owners(clock), clock)
+    r = router(MemorySeen(), Owners(clock), clock)
     fut = r.submit([])
     assert fut.done() and fut.result() is True and clock.next_deadline() is None and r.pending() == 0

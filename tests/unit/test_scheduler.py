@@ -12,72 +12,18 @@ import pytest
 from crawler.config import settings as config
 from crawler.control.hostpolicy import PolicyChange
 from crawler.clock import MockClock
-from crawler.fetch.fetcher import FetchResult
 from crawler.frontier.urlitem import UrlItem
 from crawler.frontier.store import FrontierStore
 from crawler.output import read_pages
 from crawler.engine.assembly import build_shard
+from crawler.engine.shard import Shard
+
+from tests.unit.doubles import LoopBack, MemorySeen, NoBudgetLimit, ScriptedServer, html, inline, no_delivery, no_dups
 
 HOST = "a.test"
 INTERVAL = 1.0
 BACKOFF = 4.0
 ROBOTS = b"User-agent: *\nDisallow: /private/\n"
-
-
-def html(*links: str) -> bytes:
-    return ("<html><body><p>" + "words " * 30 + "</p>" + "".join(f'<a href="{u}">x</a>' for u in links) + "</body></html>").encode()
-
-
-class ScriptedServer:
-    """Answers each URL from a script (one response per request, the last repeats) after
-    ``delay`` seconds of the mock clock, and logs (url, start, end) in clock time."""
-
-    def __init__(self, clock: MockClock, script: dict[str, list[tuple[int, bytes, float]]]) -> None:
-        self.clock = clock
-        self.script = {u: list(r) for u, r in script.items()}
-        self.log: list[tuple[str, float, float]] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    async def fetch(self, url: str, headers=None, **kw) -> FetchResult:
-        start = self.clock.now()
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        replies = self.script.get(url, [(404, b"", 0.1)])
-        status, body, delay = replies.pop(0) if len(replies) > 1 else replies[0]
-        await self.clock.sleep(delay)
-        self.in_flight -= 1
-        self.log.append((url, start, self.clock.now()))
-        ctype = "text/plain" if url.endswith("robots.txt") else "text/html"
-        return FetchResult(
-            url=url, status=status, headers={"content-type": ctype}, body=body, truncated=False,
-            error=None, error_kind=None, transient=status >= 500, started_at=start,
-            headers_at=start + delay, finished_at=self.clock.now(), ip="127.0.0.1",
-        )
-
-    async def close(self) -> None:
-        return None
-
-
-class MemorySeen:
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-
-    async def check_and_add(self, urls):
-        out = []
-        for u in urls:
-            out.append(u not in self.seen)
-            self.seen.add(u)
-        return out
-
-
-class NoBudgetLimit:
-    async def acquire(self) -> bool:
-        return True
-
-
-async def inline(fn, *args):
-    return fn(*args)
 
 
 def url(path: str) -> str:
@@ -106,20 +52,13 @@ def crawl(tmp_path):
     )
     seen = MemorySeen()
     store = FrontierStore(str(tmp_path / "shard.sqlite"))
-
-    async def no_dups(items):
-        return [(None, None)] * len(items)
-
-    shard = None
-
-    async def deliver(owner, items):
-        shard.admit(items)
-
+    deliver = LoopBack()
     shard = build_shard(
         cfg, "shard-000", seeds=[url("/")], seen=seen, content=no_dups, budget=NoBudgetLimit(),
         deliver=deliver, owner_of=lambda host: "shard-000", store=store, clock=clock,
         rng=random.Random(7), fetcher=server, run_blocking=inline,
     )
+    deliver.shard = shard
     return cfg, clock, server, shard, seen
 
 
@@ -166,13 +105,10 @@ def test_host_policy_and_backoff_survive_a_restart_of_the_shard(tmp_path):
     cfg = config.from_dict({"seeds": [url("/")], "politeness": {"interval_s": INTERVAL, "max_interval_s": 30.0},
                             "output": {"path": str(tmp_path / "out")}})
 
-    async def no_dups(items):
-        return [(None, None)] * len(items)
-
-    def shard(clock):
+    def shard(clock: MockClock) -> Shard:
         return build_shard(
             cfg, "shard-000", seeds=[url("/")], seen=MemorySeen(), content=no_dups, budget=NoBudgetLimit(),
-            deliver=None, owner_of=lambda h: "shard-000", store=FrontierStore(str(tmp_path / "shard.sqlite")),
+            deliver=no_delivery, owner_of=lambda h: "shard-000", store=FrontierStore(str(tmp_path / "shard.sqlite")),
             clock=clock, fetcher=ScriptedServer(clock, {}), run_blocking=inline,
         )
 
@@ -210,15 +146,8 @@ def test_a_shard_after_an_unclean_end_waits_out_its_predecessors_requests(tmp_pa
     store.add([UrlItem(url("/"), 0)])  # queued by the predecessor
     clock = MockClock()
     server = ScriptedServer(clock, {url("/robots.txt"): [(404, b"", 0.1)], url("/"): [(200, html(), 0.1)]})
-
-    async def no_dups(items):
-        return [(None, None)] * len(items)
-
-    async def deliver(owner, items):
-        raise AssertionError("no links here")
-
     shard = build_shard(cfg, "shard-000", seeds=[url("/")], seen=MemorySeen(), content=no_dups, budget=NoBudgetLimit(),
-                        deliver=deliver, owner_of=lambda host: "shard-000", store=store, clock=clock,
+                        deliver=no_delivery, owner_of=lambda host: "shard-000", store=store, clock=clock,
                         fetcher=server, run_blocking=inline, unclean_start=unclean)
 
     async def scenario():

@@ -9,7 +9,7 @@ import pytest
 
 from crawler.errors import ConfigError, StorageError
 from crawler.seen import SeenSet, url_hash64
-from tests.unit.seen_kit import BACKENDS, feed, make_urls
+from tests.unit.seen_kit import BACKENDS, feed, make_urls, numbers
 
 
 def _disk(tmp_path, capacity: int = 1000, **kwargs) -> SeenSet:
@@ -36,14 +36,14 @@ def test_disk_mode_answers_exactly_like_memory_mode_with_a_saturated_filter(tmp_
     mem = SeenSet(100, 0.01, bloom=bloom)
     with SeenSet(100, 0.01, bloom=bloom, path=tmp_path / "s.db", cache_size=500) as disk:
         assert feed(disk, stream, batch=250) == feed(mem, stream, batch=250)
-        st, ref = disk.stats(), mem.stats()
+        st, ref = numbers(disk), numbers(mem)
         for key in ("checks", "novel", "bloom_positives", "exact_confirmations", "false_positives", "items"):
             assert st[key] == ref[key], key
         assert st["false_positives"] > 1000  # the filter lied often; SQLite caught every lie
         assert st["items"] == 6000 == len(disk)
         # Bloom positives are settled by this batch, the hot cache or SQLite.
         assert 0 < st["cache_hits"] and 0 < st["db_lookups"] <= st["bloom_positives"]
-        assert st["path"] == str(tmp_path / "s.db") and st["disk_bytes"] > 6000 * 8
+        assert disk.stats()["path"] == str(tmp_path / "s.db") and st["disk_bytes"] > 6000 * 8
 
 
 def test_disk_mode_batch_duplicates_are_novel_once(tmp_path) -> None:
@@ -67,7 +67,7 @@ def test_unsigned_hashes_map_to_distinct_signed_sqlite_keys_and_back(tmp_path) -
     s = _disk(tmp_path, capacity=1, cache_size=0)
     assert s.check_and_add_hashes(EXTREMES) == [True] * 6
     assert s.check_and_add_hashes(EXTREMES + [2**62]) == [False] * 6 + [True]
-    assert s.stats()["db_lookups"] >= 6
+    assert numbers(s)["db_lookups"] >= 6
     s.close()
     db = sqlite3.connect(tmp_path / "seen.db")
     stored = {h for (h,) in db.execute("SELECT h FROM seen")}
@@ -220,6 +220,7 @@ def test_disk_mode_memory_is_bounded_and_much_smaller_than_memory_mode(tmp_path)
     with _disk(tmp_path, capacity=50_000, cache_size=2000) as s:
         feed(s, urls, 1000)
         assert not any(s.check_and_add(urls[::7]))
+        assert s._files is not None and s._files.hot is not None  # a set with a path
         assert len(s._files.hot) <= 2000  # the cache holds at most cache_size hashes
         bloom = s._bloom.memory_bytes()
         assert s.memory_bytes() > bloom

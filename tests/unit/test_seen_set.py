@@ -10,7 +10,8 @@ import pytest
 
 from crawler.errors import ConfigError
 from crawler.seen import SeenSet, url_hash64
-from tests.unit.seen_kit import BACKENDS, feed, make_urls
+from crawler.seen.store import ExactStore
+from tests.unit.seen_kit import BACKENDS, feed, make_urls, numbers
 
 
 # --- exact mode -------------------------------------------------------------------------
@@ -23,7 +24,7 @@ def test_first_sighting_is_novel_and_batch_repeats_are_not(bloom: str) -> None:
     assert s.check_and_add(["c", "d", "d", "a"]) == [False, True, False, False]
     assert s.check_and_add([]) == []
     assert len(s) == 4
-    st = s.stats()
+    st = numbers(s)
     assert st["checks"] == 10 and st["novel"] == 4 and st["already_seen"] == 6
 
 
@@ -48,11 +49,11 @@ def test_exact_mode_loses_nothing_ten_times_over_capacity_with_a_saturated_filte
     novel_urls = Counter(u for u, novel in zip(stream, verdicts) if novel)
     assert set(novel_urls) == set(urls)
     assert set(novel_urls.values()) == {1}
-    first_pos = {}
+    first_pos: dict[str, int] = {}
     for i, u in enumerate(stream):
         first_pos.setdefault(u, i)
     assert all(verdicts[i] == (first_pos[u] == i) for i, u in enumerate(stream))
-    st = s.stats()
+    st = numbers(s)
     assert st["false_positives"] > 0  # the filter did lie, and the exact store caught it
     assert st["false_positives"] + st["exact_confirmations"] == st["bloom_positives"]
     assert st["exact_confirmations"] == len(stream) - len(urls)
@@ -66,7 +67,7 @@ def test_exact_store_is_asked_only_about_bloom_positives(bloom: str) -> None:
     s = SeenSet(50_000, 0.01, bloom=bloom)
     asked: list[int] = []
     store = s._store
-    assert store is not None
+    assert isinstance(store, ExactStore)  # no path: the store is in memory
     real = store.contains_many
 
     def spy(hashes: list[int]) -> list[bool]:
@@ -93,7 +94,7 @@ def test_lossy_mode_drops_some_and_its_estimate_is_within_2x(bloom: str) -> None
     urls = make_urls(4000)  # all distinct: every "seen" verdict is a dropped URL
     verdicts = feed(s, urls, batch=50)
     dropped = verdicts.count(False)
-    st = s.stats()
+    st = numbers(s)
     assert dropped > 100
     assert dropped / 2 <= st["estimated_false_positives"] <= dropped * 2
     assert st["bloom_positives"] == dropped
@@ -110,7 +111,7 @@ def test_lossy_mode_within_capacity_drops_about_the_error_rate(bloom: str) -> No
     verdicts = feed(s, make_urls(20_000), batch=500)
     dropped = verdicts.count(False)
     assert dropped < 0.01 * 20_000  # the rate is reached only at the very end
-    st = s.stats()
+    st = numbers(s)
     assert 0.005 < st["estimated_false_positive_rate"] < 0.02
     assert dropped / 2 - 5 <= st["estimated_false_positives"] <= dropped * 2 + 5
 

@@ -9,7 +9,6 @@ from the moment the lease is taken, not from the moment the runtime is up.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from crawler.config import settings as config
 from crawler.clock import MockClock
@@ -17,8 +16,10 @@ from crawler.recovery.lease import Lease
 from crawler.session.runtime import Plan
 from crawler.session.crawlsession import CrawlSession
 
+from tests.unit.doubles import IdleRuntime, inline
 
-class SlowStartRuntime:
+
+class SlowStartRuntime(IdleRuntime):
     """A runtime whose start takes ``start_s`` of the clock; records heartbeats."""
 
     def __init__(self, clock: MockClock, start_s: float) -> None:
@@ -26,27 +27,12 @@ class SlowStartRuntime:
         self.beats: list[float] = []
         self.started = False
 
-    def default_shards(self, cfg: Any) -> tuple[int, int]:
-        return 1, 1
-
     async def start(self, plan: Plan) -> None:
         await self.clock.sleep(self.start_s)
         self.started = True
 
     async def heartbeat(self) -> None:
         self.beats.append(self.clock.now())
-
-    async def seen_check(self, urls: list[str]) -> list[bool]:
-        return [True] * len(urls)
-
-    async def deliver(self, shard_id: str, items: list[Any]) -> None:
-        return None
-
-    async def statuses(self) -> list[Any]:
-        return []
-
-    async def close(self) -> None:
-        return None
 
 
 def test_the_lease_is_renewed_while_the_runtime_starts(tmp_path, monkeypatch):
@@ -61,9 +47,6 @@ def test_the_lease_is_renewed_while_the_runtime_starts(tmp_path, monkeypatch):
         return real_renew(self)
 
     monkeypatch.setattr(Lease, "renew", renew)
-
-    async def inline(fn: Any, *args: Any) -> Any:  # lease file I/O without a thread: the mock clock can settle
-        return fn(*args)
 
     runtime = SlowStartRuntime(clock, start_s=20.0)  # more than three lease lifetimes
     session = CrawlSession(cfg, runtime, clock=clock, run_blocking=inline)

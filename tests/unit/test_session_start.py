@@ -10,39 +10,24 @@ from crawler.config import settings as config
 from crawler.clock import MockClock
 from crawler.recovery.lease import Lease
 from crawler.session.crawlsession import CrawlSession
+from crawler.session.runtime import Plan
+
+from tests.unit.doubles import IdleRuntime, inline
 
 TTL = 4.0
 START_S = 30.0  # how long the runtime takes to start, on the session's clock
 
 
-class SlowRuntime:
+class SlowRuntime(IdleRuntime):
     """Starts in START_S of the clock; otherwise does nothing."""
 
     def __init__(self, clock: MockClock) -> None:
         self.clock = clock
         self.started_at: float | None = None
 
-    def default_shards(self, cfg):
-        return 1, 1
-
-    async def start(self, plan):
+    async def start(self, plan: Plan) -> None:
         await self.clock.sleep(START_S)
         self.started_at = self.clock.now()
-
-    async def heartbeat(self):
-        return None
-
-    async def statuses(self):
-        return []
-
-    async def seen_check(self, urls):
-        return [True] * len(urls)
-
-    async def deliver(self, shard_id, items):
-        return None
-
-    async def close(self):
-        return None
 
 
 async def test_the_lease_is_renewed_while_the_runtime_starts(tmp_path, monkeypatch):
@@ -53,9 +38,6 @@ async def test_the_lease_is_renewed_while_the_runtime_starts(tmp_path, monkeypat
     def renew(self):
         renewals.append(clock.now())
         return real_renew(self)
-
-    async def inline(fn, *args):
-        return fn(*args)
 
     monkeypatch.setattr(Lease, "renew", renew)
     cfg = config.from_dict({"seeds": ["http://a.test/"], "output": {"path": str(tmp_path / "out")},

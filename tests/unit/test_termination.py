@@ -16,6 +16,8 @@ from crawler.engine.linkrouter import LinkRouter
 from crawler.engine.status import ShardStatus
 from crawler.session.termination import TerminationDetector
 
+from tests.unit.doubles import MemorySeen
+
 
 def shard(name="shard-000", *, idle=True, inc="a", sent=0, received=0, requests=0, queued=0, paused=0):
     return ShardStatus(
@@ -107,15 +109,12 @@ async def test_not_done_while_a_routers_batch_is_between_shards() -> None:
     hold = asyncio.Event()
     received = {"batches": 0, "requests": 0}
 
-    async def seen(urls):
-        return [True] * len(urls)
-
     async def deliver(owner: str, items: list[UrlItem]) -> None:
         await hold.wait()
         received["batches"] += 1
         received["requests"] += len(items)  # B fetches them at once (and finds nothing new)
 
-    router = LinkRouter(seen, lambda host: B, deliver, flush_interval_s=0.05, clock=clock)
+    router = LinkRouter(MemorySeen(), lambda host: B, deliver, flush_interval_s=0.05, clock=clock)
 
     def status_a():
         st = router.stats()

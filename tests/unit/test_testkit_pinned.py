@@ -17,7 +17,7 @@ import asyncio
 import hashlib
 from collections import defaultdict
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import pytest
 
@@ -36,18 +36,25 @@ def _reply_digest(web: SyntheticWeb, host: str, path_qs: str, h: Any) -> None:
             h.update(r.body)
 
 
+def _split(web: SyntheticWeb, url: str) -> tuple[str, str]:
+    """(host, path_qs) of a URL of the web (every one parses)."""
+    parts = web.split(url)
+    assert parts is not None, url
+    return parts
+
+
 def _host_digests(web: SyntheticWeb) -> dict[str, str]:
     """Host -> digest of its robots.txt, its reachable pages' replies and their ground truth."""
     urls: dict[str, list[str]] = defaultdict(list)
     reachable = web.must_fetch() | set(web.failure_urls()) | web.robots_blocked_urls()
     for url in reachable:
-        urls[web.split(url)[0]].append(url)
+        urls[_split(web, url)[0]].append(url)
     out = {}
     for host in web.hosts():
         h = hashlib.sha256()
         _reply_digest(web, host, "/robots.txt", h)
         for url in sorted(urls[host]):
-            path_qs = web.split(url)[1]
+            path_qs = _split(web, url)[1]
             h.update(repr((url, web.depth(url), web.expected_outcome(url), web.expected_requests(url),
                            web.must_not_fetch(url))).encode())
             _reply_digest(web, host, path_qs, h)
@@ -168,6 +175,10 @@ class _Reader:
         return b""  # the client has gone: pauses and waits end at once
 
 
+async def _play(behaviour: Callable[[Conn], Awaitable[None]], conn: Conn) -> None:
+    await behaviour(conn)  # asyncio.run takes a coroutine, a behaviour returns an awaitable
+
+
 def _behaviour_bytes(name: str, path: str) -> bytes:
     # Small settings so the endless, oversized, bomb and big-robots behaviours end fast.
     server = HostileServer(max_body_bytes=1000, endless_cap_bytes=200_000, robots_bytes=700_000,
@@ -176,7 +187,7 @@ def _behaviour_bytes(name: str, path: str) -> bytes:
     writer = _Writer()
     conn = Conn(server, _Reader(), writer, "GET", path, f"{name}.hostile.test")  # type: ignore[arg-type]
     try:
-        asyncio.run(BEHAVIOURS[name](conn))
+        asyncio.run(_play(BEHAVIOURS[name], conn))
     except Exception:  # noqa: BLE001 - slowloris and reset end by "client gone"
         writer.data += b"<raised>"
     return bytes(writer.data)

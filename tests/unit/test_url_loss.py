@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+from pathlib import Path
 
 from crawler.config import settings as config
 from crawler.clock import MockClock
@@ -26,16 +27,13 @@ from crawler.frontier.urlitem import UrlItem
 from crawler.frontier.store import FrontierStore
 from crawler.engine.outbox import Outbox
 from crawler.output import read_pages
-from crawler.engine.assembly import build_shard
-from crawler.engine.partbuilders import build_writer
+from crawler.engine.assembly import build_shard, build_writer
+from crawler.engine.shard import Shard
+
+from tests.unit.doubles import MemorySeen, NoBudgetLimit, NoFetches, no_delivery, no_dups
 
 HOST = "h0053.test"
 ROBOTS = b"User-agent: *\nDisallow: /private/\n"
-
-
-class NoContent:
-    async def check_and_add(self, items):
-        return [(None, None)] * len(items)
 
 
 def _cfg(tmp_path):
@@ -49,21 +47,11 @@ def _cfg(tmp_path):
     )
 
 
-def _shard(tmp_path, clock):
-    async def no_dups(items):
-        return [(None, None)] * len(items)
-
-    async def nowhere(owner, items):
-        raise AssertionError("no links are routed in these tests")
-
-    class Unlimited:
-        async def acquire(self):
-            return True
-
+def _shard(tmp_path: Path, clock: MockClock) -> Shard:
     return build_shard(
-        _cfg(tmp_path), "shard-000", seeds=[f"http://{HOST}/"], seen=NoContent(), content=no_dups,
-        budget=Unlimited(), deliver=nowhere, owner_of=lambda h: "shard-000",
-        store=FrontierStore(str(tmp_path / "shard.sqlite")), clock=clock, fetcher=object(),
+        _cfg(tmp_path), "shard-000", seeds=[f"http://{HOST}/"], seen=MemorySeen(), content=no_dups,
+        budget=NoBudgetLimit(), deliver=no_delivery, owner_of=lambda h: "shard-000",
+        store=FrontierStore(str(tmp_path / "shard.sqlite")), clock=clock, fetcher=NoFetches(),
     )
 
 

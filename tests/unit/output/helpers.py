@@ -6,6 +6,7 @@ import datetime as dt
 import hashlib
 import contextlib
 import os
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ def sha(body: bytes) -> str:
 
 def page(url: str, body: bytes | None = None, **extra) -> tuple[OutcomeRow, dict[str, bytes]]:
     """A fetched row (and its body mapping) the way the engine would hand it over."""
-    fields = {"url": url, "host": url.split("/")[2], "outcome": "fetched", "status": 200,
+    fields: dict[str, Any] = {"url": url, "host": url.split("/")[2], "outcome": "fetched", "status": 200,
               "fetched_at": T0}
     bodies = {}
     if body is not None:
