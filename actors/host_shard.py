@@ -81,7 +81,7 @@ class HostShard:
         self._metrics_exported = 0.0
         self.metrics = ShardMetrics(shard_id)
 
-        async def content(items):
+        async def content(items: list[tuple[str, str, int | None]]) -> list[tuple[str | None, str | None]]:
             return await call_service(lambda: content_actor.check_and_add.remote(items), "content index")
 
         async def lease(n: int) -> int:

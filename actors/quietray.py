@@ -35,6 +35,7 @@ is the ``ray`` command with these settings. Importing this module does not impor
 from __future__ import annotations
 
 import logging
+from typing import Any
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -100,8 +101,8 @@ def quiet_head() -> Iterator[None]:
     if real_start is None:  # tests/unit/test_quietray.py fails on such a Ray; a user's crawl runs on
         log.warning("this Ray starts its API server elsewhere: the head may probe cloud metadata")
 
-    def no_api_server(include_dashboard, *args, **kwargs):
-        if include_dashboard is not False:  # the dashboard, or Ray's choice: as Ray would
+    def no_api_server(include_dashboard: bool | None, *args: Any, **kwargs: Any) -> Any:
+        if include_dashboard is not False and real_start is not None:  # the dashboard, or Ray's choice: as Ray would
             return real_start(include_dashboard, *args, **kwargs)
         return None, None  # (dashboard URL, process): Ray runs on without one
 

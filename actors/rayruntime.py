@@ -20,10 +20,12 @@ import signal
 import threading
 import time
 import uuid
-from typing import Any, Iterator
+from functools import partial
+from typing import Any, Awaitable, Iterator
 
 from crawler.recovery import stamps, statefiles as state
-from crawler.config.settings import CrawlConfig, resolve_shards, to_dict
+from crawler.config.settings import CrawlConfig, resolve_shards
+from crawler.config.typed import to_dict
 from crawler.session.inprocess import seen_capacity_per_shard
 from crawler.session.runtime import Plan
 from crawler.engine.sharedservices import CONTENT_LOG
@@ -33,6 +35,7 @@ from crawler.engine.shardapi import ShardApi
 from crawler.engine.status import ShardStatus
 from crawler.errors import ShardFailedError
 from crawler.render.sizing import ClusterCpus, RenderPlan, check_shards_fit, plan_render_pool
+from actors.rayclasses import remote_class
 from actors.placement import Pending, cluster_cpus, render_unplaced, reserve, reserved, wait_placed
 
 log = logging.getLogger(__name__)
@@ -97,6 +100,11 @@ def _ctrl_c_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGINT, before)
 
 
+def _ship(actor: Any, wall: float) -> Awaitable[None]:
+    ship: Awaitable[None] = actor.ship.remote(wall)
+    return ship
+
+
 class RayRuntime(ShardCalls):
     """Runs a session's shards as HostShard actors and its services as actors."""
 
@@ -159,18 +167,18 @@ class RayRuntime(ShardCalls):
         remote = (out, opts) if sdir and state.is_remote(out) else None
         crawl = plan.crawl_id if sdir else None  # each state file is stamped with it (crawler.recovery.stamps)
         self.seen_actors = [
-            SeenFilter.options(**restart).remote(
+            remote_class(SeenFilter).options(**restart).remote(
                 cap, d.seen_error_rate, d.seen_exact, d.seen_bloom, os.path.join(sdir, f"seen-{i:03d}.sqlite") if sdir else None,
                 (out, opts, state.seen_name(i, d.seen_exact)) if remote else None, i, stamps.part(crawl, stamps.seen_part(i)),
             )
             for i in range(plan.seen_shards)
         ]
         self._seen = SeenGroupClient(self.seen_actors)
-        self.content_actor = ContentIndexActor.options(**restart).remote(
+        self.content_actor = remote_class(ContentIndexActor).options(**restart).remote(
             d.simhash_distance, d.simhash_tables, os.path.join(sdir, CONTENT_LOG) if sdir else None,
             rt.content_snapshot_interval_s, remote, rt.content_shards, restart, crawl,
         )
-        self.budget_actor = Budget.options(**restart).remote(
+        self.budget_actor = remote_class(Budget).options(**restart).remote(
             cfg.limits.max_pages, os.path.join(sdir, "budget.json") if sdir else None, remote,
             stamps.part(crawl, stamps.BUDGET_PART), (out, opts),
         )
@@ -189,7 +197,7 @@ class RayRuntime(ShardCalls):
             return {"label_selector": {"region": region}} if region else {"scheduling_strategy": "SPREAD"}
 
         self.shards = {
-            sid: HostShard.options(**placement(sid), name=shard_actor_name(self.crawl_name, sid), **restart).remote(
+            sid: remote_class(HostShard).options(**placement(sid), name=shard_actor_name(self.crawl_name, sid), **restart).remote(
                 cfg_dict, sid, ids, self.seen_actors, self.content_actor, self.budget_actor, list(plan.seeds),
                 self.crawl_name, sdir, plan.epoch, self.render_workers, plan.after_crash, crawl,
             )
@@ -234,7 +242,7 @@ class RayRuntime(ShardCalls):
             return []
         log.info("%s", plan.describe())
         return [
-            RenderWorker.options(
+            remote_class(RenderWorker).options(
                 num_cpus=plan.cpus_each, name=render_actor_name(self.crawl_name, i), **restart,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._render_group, placement_group_bundle_index=i),
             ).remote(cfg_dict)
@@ -260,13 +268,13 @@ class RayRuntime(ShardCalls):
 
         actors = [a for a in (*self.seen_actors, self.content_actor, self.budget_actor) if a is not None]
         # Each actor's ship is idempotent: one restarting is waited for, not a failed stop.
-        await asyncio.gather(*(call_service(lambda a=a: a.ship.remote(wall), "copying a service's state") for a in actors))
+        await asyncio.gather(*(call_service(partial(_ship, a, wall), "copying a service's state") for a in actors))
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
-        return await self._seen.check_and_add(urls)
+        return list(await self._seen.check_and_add(urls))
 
     async def seen_forget(self, urls: list[str]) -> int:
-        return await self._seen.forget(urls)
+        return int(await self._seen.forget(urls))
 
     async def seen_keys(self, index: int, after: int | None, limit: int) -> list[int]:
         from actors.serviceactors import call_service

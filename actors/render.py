@@ -62,7 +62,8 @@ class RenderWorker:
         """Render ``job``; the browser's requests are answered by ``shard``."""
 
         async def subfetch(req: SubRequest) -> SubResponse:
-            return await shard.render_answer.remote(req)
+            answer: SubResponse = await shard.render_answer.remote(req)
+            return answer
 
         return await self.pool.render(job, subfetch)
 
@@ -92,6 +93,7 @@ class RenderClient:
         i = min(range(len(self.workers)), key=lambda k: (self._busy[k], (k - start) % len(self.workers)))
         self._busy[i] += 1
         try:
-            return await self.workers[i].render.remote(job, self.shard_handle)
+            reply: RenderReply = await self.workers[i].render.remote(job, self.shard_handle)
+            return reply
         finally:
             self._busy[i] -= 1

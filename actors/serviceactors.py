@@ -14,6 +14,7 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 import ray
 
 from actors.metrics import SeenMetrics
+from actors.rayclasses import remote_class
 from crawler.recovery import stamps, statefiles as state
 from crawler.clock import SYSTEM_CLOCK
 from crawler.errors import ServiceUnavailableError, StorageError, retry_later
@@ -75,7 +76,7 @@ class SeenFilter:
 
     def __init__(
         self, capacity: int, error_rate: float, exact: bool, bloom: str, path: str | None = None,
-        remote: tuple[str, dict | None, str] | None = None, index: int = 0, identity: str | None = None,
+        remote: tuple[str, dict[str, Any] | None, str] | None = None, index: int = 0, identity: str | None = None,
     ) -> None:
         # remote: (OUT, storage options, file name) of this shard's copy in a remote output.
         # path: a spec resolved on this actor's node (crawler.recovery.statefiles.here).
@@ -93,7 +94,7 @@ class SeenFilter:
         deadline = time.monotonic() + OPEN_WAIT_S
         while True:
             try:
-                self.set = SeenSet(capacity, error_rate, exact=exact, bloom=bloom, **({"path": path} if path else {}),
+                self.set = SeenSet(capacity, error_rate, exact=exact, bloom=bloom, path=path or None,
                                    identity=identity)
                 return
             except StorageError as exc:
@@ -159,7 +160,7 @@ class ContentShardActor:
     """One shard of the duplicate-content index (crawler.content.index.ContentShard), for
     an index spread over several actors (``runtime.content_shards`` > 1)."""
 
-    def __init__(self, distance: int, tables: int, path: str | None, remote: tuple[str, dict | None] | None = None,
+    def __init__(self, distance: int, tables: int, path: str | None, remote: tuple[str, dict[str, Any] | None] | None = None,
                  identity: str | None = None) -> None:
         path = state.here(path) if path else None
         self.path, self.remote = path, remote
@@ -204,7 +205,7 @@ class ContentIndexActor:
     one shard in this actor, or ``shards`` ContentShardActors it coordinates."""
 
     def __init__(
-        self, distance: int, tables: int, path: str | None, every_s: float, remote: tuple[str, dict | None] | None = None,
+        self, distance: int, tables: int, path: str | None, every_s: float, remote: tuple[str, dict[str, Any] | None] | None = None,
         shards: int = 1, restart: dict[str, Any] | None = None, crawl: str | None = None,
     ) -> None:
         path = state.here(path) if path else None
@@ -213,7 +214,7 @@ class ContentIndexActor:
         handles = None
         if shards > 1:
             self.shard_actors = [
-                ContentShardActor.options(**(restart or {})).remote(
+                remote_class(ContentShardActor).options(**(restart or {})).remote(
                     distance, tables, shard_log(path, i) if path else None, remote, stamps.part(crawl, stamps.content_part(i)))
                 for i in range(shards)
             ]
@@ -250,8 +251,8 @@ class Budget:
     lease returns (one PUT per lease of up to ``runtime.budget_lease_max`` pages), so a
     pool restarted from OUT on another node never grants pages twice."""
 
-    def __init__(self, max_pages: int | None, path: str | None, remote: tuple[str, dict | None] | None = None,
-                 identity: str | None = None, output: tuple[str, dict | None] | None = None) -> None:
+    def __init__(self, max_pages: int | None, path: str | None, remote: tuple[str, dict[str, Any] | None] | None = None,
+                 identity: str | None = None, output: tuple[str, dict[str, Any] | None] | None = None) -> None:
         # output: (OUT, storage options): the rows a damaged or missing count is rebuilt from.
         path = state.here(path) if path else None
         self.path, self.remote = path, remote

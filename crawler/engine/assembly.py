@@ -112,7 +112,7 @@ def _resume(
         if emitter is not None:
             # Events of rows since the snapshot may have been waiting in the lost log
             # (the ones before it came back with the snapshot): sent again, at least once.
-            async def resend(rows=rows) -> None:
+            async def resend(rows: list[dict[str, Any]] = rows) -> None:
                 emitter.on_durable(state.event_rows(rows))
 
             on_start.append(resend)
@@ -301,7 +301,8 @@ def build_shard(
         early_flush_s=rt.link_flush_early_s, small_batch=rt.link_flush_small, clock=clock,
         before_flush=claims.commit,  # claims are durable before links are marked seen
     )
-    on_start, resumed = [], 0
+    on_start: list[Callable[[], Awaitable[None]]] = []
+    resumed = 0
     if store is not None and checkpointer is not None:
         on_start, resumed = _resume(
             cfg, shard_id, store, checkpointer, frontier, restored=restored, emitter=emitter, regions=regions,

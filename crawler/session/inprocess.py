@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config.settings import CrawlConfig
@@ -81,7 +81,7 @@ class LocalRuntime(ShardCalls):
         self.seen = [
             SeenSet(
                 cap, d.seen_error_rate, exact=d.seen_exact, bloom=d.seen_bloom,
-                **({"path": os.path.join(sdir, f"seen-{i:03d}.sqlite")} if sdir else {}),
+                path=os.path.join(sdir, f"seen-{i:03d}.sqlite") if sdir else None,
                 identity=stamps.part(crawl, stamps.seen_part(i)),
             )
             for i in range(plan.seen_shards)
@@ -102,7 +102,7 @@ class LocalRuntime(ShardCalls):
         async def lease(n: int) -> int:
             return pool.lease(n)
 
-        async def content(items):
+        async def content(items: list[tuple[str, str, int | None]]) -> list[tuple[str | None, str | None]]:
             assert self.content is not None
             return await self.content.check_and_add(items)
 
@@ -138,7 +138,7 @@ class LocalRuntime(ShardCalls):
 
     async def ship_state(self) -> None:
         """Copy the seen sets, the content index and the budget to a remote OUT."""
-        if not self.sdir or self.content is None:
+        if not self.sdir or self.content is None or self.cfg is None:
             return
         out, opts, wall = self.cfg.output.path, dict(self.cfg.output.storage_options) or None, self.clock.wall()
         for i, s in enumerate(self.seen):
@@ -156,14 +156,14 @@ class LocalRuntime(ShardCalls):
         return await self.seen_forget(urls)
 
     @staticmethod
-    def _seen_shard(seen: SeenSet):
+    def _seen_shard(seen: SeenSet) -> Callable[[list[int]], Awaitable[list[bool]]]:
         async def call(hashes: list[int]) -> list[bool]:
             return seen.check_and_add_hashes(hashes)
 
         return call
 
     @staticmethod
-    def _seen_forget(seen: SeenSet):
+    def _seen_forget(seen: SeenSet) -> Callable[[list[int]], Awaitable[int]]:
         async def call(hashes: list[int]) -> int:
             return seen.forget_hashes(hashes)
 

@@ -31,7 +31,10 @@ from typing import Sequence
 from crawler.engine.status import ShardStatus
 
 
-def _vector(statuses: Sequence[ShardStatus]) -> tuple:
+Vector = tuple[tuple[str, str, int, int, int, int], ...]
+
+
+def _vector(statuses: Sequence[ShardStatus]) -> Vector:
     return tuple(
         (
             s.shard,
@@ -49,7 +52,7 @@ class TerminationDetector:
     """Feed it one poll of every shard's ``status()`` at a time; it says when all is done."""
 
     def __init__(self) -> None:
-        self._last: tuple | None = None
+        self._last: Vector | None = None
         self.driver_batches_sent = 0
         self.polls = 0
 

@@ -65,7 +65,8 @@ def _rows(world: "World") -> list[dict[str, Any]]:
         table = read_pages(world.out, None, dedupe=False, columns=["url", "outcome", "shard"])
     except FileNotFoundError:
         return []
-    return table.to_pylist()
+    rows: list[dict[str, Any]] = table.to_pylist()
+    return rows
 
 
 def _verdicts(world: "World") -> list[str]:
@@ -238,7 +239,7 @@ def _host_limits(world: "World") -> list[str]:
 def _snapshots(world: "World") -> list[str]:
     from crawler.recovery.statelog import parse_piece
 
-    seen: dict[tuple[str, int, int], set[str]] = {}
+    seen: dict[tuple[str, int, int | None], set[str]] = {}
     for _at, key in world.store.puts:
         piece = parse_piece(key)
         if piece is None or piece.kind != "snap":

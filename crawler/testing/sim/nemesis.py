@@ -25,6 +25,7 @@ slow_web       every response slow for a while (within the fetch timeout)
 from __future__ import annotations
 
 import random
+from functools import partial
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -135,7 +136,7 @@ class Nemesis:
             if fault.kind == "clock_skew":
                 self._apply(fault)  # from the start
             else:
-                clock.call_later(fault.at, lambda f=fault: self._apply(f))
+                clock.call_later(fault.at, partial(self._apply, fault))
 
     def _count(self, kind: str) -> None:
         self.injected[kind] = self.injected.get(kind, 0) + 1

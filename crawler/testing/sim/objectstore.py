@@ -141,7 +141,7 @@ class _WriteBuffer(io.BytesIO):
             self._store.put(self._key, data, create=self._create)
 
 
-class SimFileSystem(AbstractFileSystem):
+class SimFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is untyped (pyproject.toml): its base class is Any
     """fsspec's view of a :class:`SimStore`: ``simfs://<store>/<key>``."""
 
     protocol = PROTOCOL
@@ -155,7 +155,7 @@ class SimFileSystem(AbstractFileSystem):
     @classmethod
     def _strip_protocol(cls, path: str) -> str:
         if isinstance(path, list):
-            return [cls._strip_protocol(p) for p in path]  # type: ignore[return-value]
+            return [cls._strip_protocol(p) for p in path]
         path = str(path)
         if path.startswith(PROTOCOL + "://"):
             path = path[len(PROTOCOL) + 3:]

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from crawler.config.settings import CrawlConfig
 from crawler.engine.sharedservices import BudgetPool, ContentIndexService, shard_log
@@ -175,9 +176,14 @@ class SimRuntime(ShardCalls):
             os.makedirs(path, exist_ok=True)
             return path
 
+        def seen_replica(i: int, p: Process, n: int) -> SeenReplica:
+            return SeenReplica(cfg, i, cap, folder(p), restarted=n > 1)
+
+        def shard_server(sid: str, p: Process, n: int) -> ShardServer:
+            return self._build_shard(plan, sid, p, n, folder(p))
+
         self.seen_actors = [
-            c.spawn(f"r{self.run}/seen-{i}", svc,
-                    lambda p, n, i=i: SeenReplica(cfg, i, cap, folder(p), restarted=n > 1), max_restarts=rt.max_restarts)
+            c.spawn(f"r{self.run}/seen-{i}", svc, partial(seen_replica, i), max_restarts=rt.max_restarts)
             for i in range(plan.seen_shards)
         ]
         self.content = c.spawn(f"r{self.run}/content", svc, lambda p, n: ContentReplica(cfg, folder(p), p),
@@ -187,18 +193,22 @@ class SimRuntime(ShardCalls):
         self._seen = self._seen_group(self.driver)
         for k, sid in enumerate(plan.shard_ids):
             machine = self.shard_machines[k % len(self.shard_machines)]
-            self.shards[sid] = c.spawn(f"r{self.run}/{sid}", machine,
-                                       lambda p, n, sid=sid: self._build_shard(plan, sid, p, n, folder(p)),
+            self.shards[sid] = c.spawn(f"r{self.run}/{sid}", machine, partial(shard_server, sid),
                                        max_restarts=rt.max_restarts)
-        await asyncio.gather(*(c.patient(self.driver.clock, lambda a=a: c.call(self.driver, a, ShardServer.start))
-                               for a in self.shards.values()))
+        await asyncio.gather(*(SimShard(c, self.driver, a, patient=True).start() for a in self.shards.values()))
 
     def _seen_group(self, src: Process) -> SeenGroup:
-        def check(actor: SimActor):
-            return lambda hashes: self.cluster.call(src, actor, SeenReplica.check_and_add_hashes, hashes)
+        def check(actor: SimActor) -> Callable[[list[int]], Awaitable[list[bool]]]:
+            async def call(hashes: list[int]) -> list[bool]:
+                return await self.cluster.call(src, actor, SeenReplica.check_and_add_hashes, hashes)
 
-        def forget(actor: SimActor):
-            return lambda hashes: self.cluster.call(src, actor, SeenReplica.forget_hashes, hashes)
+            return call
+
+        def forget(actor: SimActor) -> Callable[[list[int]], Awaitable[int]]:
+            async def call(hashes: list[int]) -> int:
+                return await self.cluster.call(src, actor, SeenReplica.forget_hashes, hashes)
+
+            return call
 
         return SeenGroup([check(a) for a in self.seen_actors], [forget(a) for a in self.seen_actors])
 
@@ -239,10 +249,13 @@ class SimRuntime(ShardCalls):
     async def ship_state(self) -> None:
         wall = self.driver.clock.wall()
         c, clock = self.cluster, self.driver.clock
-        ships = [(a, SeenReplica.ship) for a in self.seen_actors]
-        ships += [(self.content, ContentReplica.ship), (self.budget, BudgetReplica.ship)]
-        await asyncio.gather(*(c.patient(clock, lambda a=a, ship=ship: c.call(self.driver, a, ship, wall))
-                               for a, ship in ships if a is not None))
+        ships: list[Awaitable[None]] = [c.patient(clock, partial(c.call, self.driver, a, SeenReplica.ship, wall))
+                                        for a in self.seen_actors]
+        if self.content is not None:
+            ships.append(c.patient(clock, partial(c.call, self.driver, self.content, ContentReplica.ship, wall)))
+        if self.budget is not None:
+            ships.append(c.patient(clock, partial(c.call, self.driver, self.budget, BudgetReplica.ship, wall)))
+        await asyncio.gather(*ships)
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
         assert self._seen is not None

@@ -73,6 +73,10 @@ class SimShard:
     async def held_ids(self, after: int | None, limit: int) -> list[tuple[int, int, str]]:
         return await self._ask(lambda: self._cluster.call(self._src, self._actor, ShardServer.held_ids, after, limit))
 
+    async def start(self) -> None:
+        """Start the shard's loop (the driver's first call, crawler.engine.shardserver)."""
+        await self._ask(lambda: self._cluster.call(self._src, self._actor, ShardServer.start))
+
     async def status(self) -> ShardStatus:
         return await self._ask(lambda: self._cluster.call(self._src, self._actor, ShardServer.status))
 
