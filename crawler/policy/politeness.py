@@ -34,6 +34,12 @@ Crawl-delay or operator interval above it is honoured as is, because the site or
 operator asked for it (politeness first). Politeness is about what a host can take, not
 about what it is worth to us: a low-novelty host is demoted in the frontier's order
 (crawler.frontier.frontier), never slowed.
+
+:class:`Politeness` applies the rule and keeps the request life cycle; its parts are
+crawler.policy.pacinginterval (the settings and the interval formula),
+crawler.policy.backoff (what 429, 5xx, failures and Retry-After add),
+crawler.policy.pacingstate (the host record and its snapshots) and the operator's policy,
+crawler.control.hostpolicy.PacingOverrides.
 """
 
 from __future__ import annotations
