@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from crawler.parse import ParsedPage
 from crawler.policy.traprules import TrapRules
 from crawler.urls import Scope
+
+# A link's normalized URL (None if it has none) and why it is not followed (None: it is);
+# the URL is never None when the reason is.
+_Verdict = tuple[str | None, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +36,7 @@ class LinkDecision:
     followed: bool
     reason: str | None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "url": self.url,
             "raw": self.raw,
@@ -59,7 +63,7 @@ class LinkPolicy:
         self.traps = traps
         self.follow_rel_nofollow = follow_rel_nofollow
 
-    def _verdicts(self, meta_nofollow: bool, depth: int) -> Callable[[str | None, bool], tuple[str | None, str | None]]:
+    def _verdicts(self, meta_nofollow: bool, depth: int) -> Callable[[str | None, bool], _Verdict]:
         """The verdict on a link of a page with this robots-meta nofollow and link depth:
         ``verdict(resolved, nofollow)`` gives (normalized url or None, reason it is not
         followed or None). One function per page, its collaborators bound once: it runs
@@ -69,7 +73,7 @@ class LinkPolicy:
         check = self.traps.check
         drop_nofollow = not self.follow_rel_nofollow
 
-        def verdict(resolved: str | None, nofollow: bool) -> tuple[str | None, str | None]:
+        def verdict(resolved: str | None, nofollow: bool) -> _Verdict:
             if resolved is None:
                 return None, "unresolvable"
             url = normalizer(resolved)
@@ -86,7 +90,7 @@ class LinkPolicy:
 
         return verdict
 
-    def follow(self, page: ParsedPage, depth: int, counts: Counter) -> list[str]:
+    def follow(self, page: ParsedPage, depth: int, counts: Counter[str]) -> list[str]:
         """Unique URLs to follow from ``page`` (links are at ``depth``); drops counted by reason.
 
         A link whose resolved string (and nofollow flag) already came up on this page
@@ -98,7 +102,7 @@ class LinkPolicy:
         seen: set[str] = set()
         meta = page.meta_nofollow
         # One dict per nofollow flag: no tuple key to build per link.
-        verdicts: tuple[dict, dict] = ({}, {})
+        verdicts: tuple[dict[str | None, _Verdict], dict[str | None, _Verdict]] = ({}, {})
         verdict = self._verdicts(meta, depth)
         for link in page.links:
             resolved = link.resolved
@@ -112,12 +116,12 @@ class LinkPolicy:
                 counts[reason] += 1
             elif url in seen:
                 counts["duplicate_on_page"] += 1
-            else:
+            elif url is not None:  # always, when there is no reason (see verdict)
                 seen.add(url)
                 out.append(url)
         return out
 
-    def follow_urls(self, urls: list[str], depth: int, counts: Counter) -> list[tuple[str, str]]:
+    def follow_urls(self, urls: list[str], depth: int, counts: Counter[str]) -> list[tuple[str, str]]:
         """(normalized, as given) for the absolute URLs of a non-HTML source (a feed's
         entries) that pass the same rules as a page's links; drops counted by reason."""
         out: list[tuple[str, str]] = []
@@ -129,9 +133,9 @@ class LinkPolicy:
                 counts[reason] += 1
             elif url in seen:
                 counts["duplicate_on_page"] += 1
-            else:
-                seen.add(url)  # type: ignore[arg-type]
-                out.append((url, raw))  # type: ignore[arg-type]
+            elif url is not None:  # always, when there is no reason (see verdict)
+                seen.add(url)
+                out.append((url, raw))
         return out
 
     def decide(self, page: ParsedPage, depth: int) -> list[LinkDecision]:
@@ -144,7 +148,7 @@ class LinkPolicy:
             url, reason = verdict(link.resolved, link.nofollow and not meta)
             if reason is None and url in seen:
                 reason = "duplicate_on_page"
-            elif reason is None:
-                seen.add(url)  # type: ignore[arg-type]
+            elif reason is None and url is not None:  # url is never None without a reason
+                seen.add(url)
             out.append(LinkDecision(link.raw, link.resolved, url, link.nofollow or meta, reason is None, reason))
         return out

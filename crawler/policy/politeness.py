@@ -34,87 +34,51 @@ Crawl-delay or operator interval above it is honoured as is, because the site or
 operator asked for it (politeness first). Politeness is about what a host can take, not
 about what it is worth to us: a low-novelty host is demoted in the frontier's order
 (crawler.frontier.frontier), never slowed.
+
+:class:`Politeness` applies the rule and keeps the request life cycle; its parts are
+crawler.policy.pacinginterval (the settings and the interval formula),
+crawler.policy.backoff (what 429, 5xx, failures and Retry-After add),
+crawler.policy.pacingstate (the host record and its snapshots) and the operator's policy,
+crawler.control.hostpolicy.PacingOverrides.
 """
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import math
 import time
-from datetime import timezone
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping, Protocol, TypeVar
 
-from crawler.errors import ConfigError
 from crawler.control.hostpolicy import PacingOverrides
+from crawler.policy.backoff import Backoff, parse_retry_after
+from crawler.policy.pacinginterval import IntervalRule, PacingSettings
+from crawler.policy.pacingstate import HostPacing, PacingSnapshots
 
-__all__ = ["Politeness", "parse_retry_after"]
+__all__ = ["PacingSnapshots", "Politeness", "parse_retry_after"]
 
 log = logging.getLogger(__name__)
 
-# Longest Retry-After delta-seconds we read as a number (larger is capped by the caller
-# anyway); also keeps int() away from enormous digit strings.
-_MAX_DELTA_DIGITS = 12
+
+class _Clock(Protocol):
+    """The part of crawler.clock.Clock pacing needs (``wall()`` is used when present)."""
+
+    def now(self) -> float: ...
 
 
-def parse_retry_after(value: str | None, now_wall: float) -> float | None:
-    """Seconds to wait according to a ``Retry-After`` header value (RFC 9110 10.2.3).
+class _Result(Protocol):
+    """What :meth:`Politeness.request` reads of a crawler.fetch.fetcher.FetchResult."""
 
-    The value is either delta-seconds (``"120"``) or an HTTP-date
-    (``"Sun, 06 Nov 1994 08:49:37 GMT"``; the obsolete RFC 850 and asctime forms are
-    accepted too), compared with ``now_wall`` (UTC epoch seconds). A date in the past
-    means 0. Garbage (negative or fractional numbers, unparseable dates, empty) gives None.
-    The result is not capped; :class:`Politeness` caps it.
-    """
-    if value is None:
-        return None
-    v = value.strip()
-    if not v:
-        return None
-    if v.isascii() and v.isdigit():
-        if len(v) > _MAX_DELTA_DIGITS:
-            return float(10**_MAX_DELTA_DIGITS)
-        return float(int(v))
-    try:
-        when = email.utils.parsedate_to_datetime(v)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when is None:  # older Pythons return None instead of raising
-        return None
-    if when.tzinfo is None:  # HTTP-date is always GMT (RFC 9110 5.6.7)
-        when = when.replace(tzinfo=timezone.utc)
-    try:
-        delta = when.timestamp() - now_wall
-    except (OverflowError, ValueError, OSError):
-        return None
-    return max(0.0, delta)
+    @property
+    def status(self) -> int | None: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def headers_at(self) -> float | None: ...
+    @property
+    def transient(self) -> bool: ...
 
 
-class _Host:
-    """Mutable pacing state of one host."""
-
-    __slots__ = (
-        "in_flight",
-        "headers_at",
-        "anchor",
-        "finished_at",
-        "not_before",
-        "crawl_delay",
-        "adaptive",
-        "successes",
-    )
-
-    def __init__(self) -> None:
-        self.in_flight = False
-        self.headers_at: float | None = None  # of the request in flight
-        # Latest instant the server can have started our last request: its headers time,
-        # or its finish time when no headers arrived. None: no request seen yet.
-        self.anchor: float | None = None
-        self.finished_at = 0.0
-        self.not_before = 0.0  # Retry-After
-        self.crawl_delay = 0.0  # robots floor; 0 = none
-        self.adaptive = 0.0  # backoff interval; 0 = not backed off
-        self.successes = 0  # consecutive, since the last widening or narrowing
+R = TypeVar("R", bound=_Result)
 
 
 class Politeness:
@@ -137,77 +101,39 @@ class Politeness:
         interval_s: float = 1.0,
         max_interval_s: float = 60.0,
         *,
-        clock: Any,
+        clock: _Clock,
         backoff_factor: float = 2.0,
         recovery_factor: float = 0.8,
         recovery_successes: int = 5,
         retry_after_cap_s: float = 3600.0,
     ) -> None:
-        interval_s = _number("interval_s", interval_s)
-        max_interval_s = _number("max_interval_s", max_interval_s)
-        backoff_factor = _number("backoff_factor", backoff_factor)
-        recovery_factor = _number("recovery_factor", recovery_factor)
-        retry_after_cap_s = _number("retry_after_cap_s", retry_after_cap_s)
-        _check(interval_s >= 0, "interval_s", "must be >= 0 seconds", interval_s)
-        _check(max_interval_s > 0, "max_interval_s", "must be > 0 seconds", max_interval_s)
-        _check(max_interval_s >= interval_s, "max_interval_s", f"must be >= interval_s ({interval_s})", max_interval_s)
-        _check(backoff_factor >= 1.0, "backoff_factor", "must be >= 1.0", backoff_factor)
-        _check(0.0 < recovery_factor <= 1.0, "recovery_factor", "must be in (0, 1]", recovery_factor)
-        _check(retry_after_cap_s >= 0, "retry_after_cap_s", "must be >= 0 seconds", retry_after_cap_s)
-        if not (isinstance(recovery_successes, int) and recovery_successes >= 1):
-            raise ConfigError(f"politeness recovery_successes: must be an integer >= 1, got {recovery_successes!r}")
-        self.interval_s = interval_s
-        self.max_interval_s = max_interval_s
-        self.backoff_factor = backoff_factor
-        self.recovery_factor = recovery_factor
-        self.recovery_successes = recovery_successes
-        self.retry_after_cap_s = retry_after_cap_s
+        self.settings = settings = PacingSettings.checked(
+            interval_s, max_interval_s, backoff_factor, recovery_factor, recovery_successes, retry_after_cap_s
+        )
+        self.interval_s = settings.interval_s
+        self.max_interval_s = settings.max_interval_s
         self._now = clock.now
-        wall = getattr(clock, "wall", None)
-        self._wall = wall if callable(wall) else time.time
-        self._hosts: dict[str, _Host] = {}
+        self._hosts: dict[str, HostPacing] = {}
         # Operator policy (interval floor, pause), kept apart so forget() never drops it.
         self.overrides = PacingOverrides()
+        # The effective interval of a host; bound once, they run several times per URL.
+        self.rule = IntervalRule(settings, self.overrides)
+        self._floor = self.rule.floor
+        self._interval = self.rule.interval
+        wall = getattr(clock, "wall", None)
+        # What 429s, 5xx, failures and Retry-After add on top of the floor.
+        self.backoff = Backoff(settings, self._floor, wall if callable(wall) else time.time)
         self._in_flight = 0
         self._wait_s = 0.0  # politeness delay imposed on request starts, summed (metrics)
-        self._stats = dict.fromkeys(
-            (
-                "starts",
-                "early_starts",
-                "backoffs",
-                "recoveries",
-                "retry_after_applied",
-                "retry_after_ignored",
-                "invalid_crawl_delays",
-                "forgotten",
-            ),
-            0,
-        )
+        self._stats = dict.fromkeys(("starts", "early_starts", "invalid_crawl_delays", "forgotten"), 0)
         # Checkpoints and host handovers write this state out and read it back.
-        self.snapshots = PacingSnapshots(self._hosts, self.overrides, self._now, max_interval_s)
+        self.snapshots = PacingSnapshots(self._hosts, self.overrides, self._now, settings.max_interval_s)
 
     # -- queries (hot path) ------------------------------------------------------------
 
     def interval(self, host: str) -> float:
         """The host's effective minimum time between request starts, in seconds."""
         return self._interval(host, self._hosts.get(host))
-
-    def _floor(self, host: str, st: _Host | None) -> float:
-        pol = self.overrides.lookup(host)
-        base = self.interval_s if pol is None or pol[0] is None or pol[0] < self.interval_s else pol[0]
-        if st is not None and st.crawl_delay > base:
-            return st.crawl_delay
-        return base
-
-    def _interval(self, host: str, st: _Host | None) -> float:
-        floor = self._floor(host, st)
-        if st is None:
-            return floor
-        slow = st.adaptive if st.adaptive > floor else floor
-        if slow <= floor:
-            return floor
-        # What we add on top of the floor is capped; the floor itself is not.
-        return slow if slow < self.max_interval_s else max(floor, self.max_interval_s)
 
     def next_allowed(self, host: str) -> float:
         """Clock time from which the host may be sent its next request.
@@ -281,8 +207,7 @@ class Politeness:
 
     def backed_off(self) -> int:
         """Hosts slowed by backoff or a Retry-After now (a scan: for metrics, not per URL)."""
-        now = self._now()
-        return sum(1 for st in self._hosts.values() if st.adaptive > 0 or st.not_before > now)
+        return self.backoff.backed_off(self._hosts, self._now())
 
     # -- policy inputs -----------------------------------------------------------------
 
@@ -299,7 +224,7 @@ class Politeness:
         if st is None:
             if not seconds:
                 return  # nothing to remember for a host we hold no state for
-            st = self._hosts[host] = _Host()
+            st = self._hosts[host] = HostPacing()
         st.crawl_delay = float(seconds or 0.0)
 
     def set_override(self, host: str, interval_s: float | None = None, paused: bool | None = None) -> None:
@@ -335,7 +260,7 @@ class Politeness:
         """
         st = self._hosts.get(host)
         if st is None:
-            st = self._hosts[host] = _Host()
+            st = self._hosts[host] = HostPacing()
         elif st.in_flight:
             raise RuntimeError(f"politeness: a request to {host!r} is already in flight")
         now = self._now()
@@ -360,7 +285,7 @@ class Politeness:
         st = self._in_flight_state(host, "on_headers")
         st.headers_at = self._now() if at is None else at
 
-    async def request(self, host: str, send: Callable[[], Awaitable[Any]]) -> Any:
+    async def request(self, host: str, send: Callable[[], Awaitable[R]]) -> R:
         """Make one request to ``host`` (``await send()`` -> a crawler.fetch.fetcher.FetchResult)
         between :meth:`on_start` and :meth:`on_finish`, its headers time included; a
         request cancelled mid-way still counts (pacing stays honest)."""
@@ -398,34 +323,9 @@ class Politeness:
         # headers arrived, or, without headers, no later than now.
         st.anchor = st.headers_at if st.headers_at is not None else now
         st.headers_at = None
+        self.backoff.on_finish(host, st, now, status, retry_after, transient)
 
-        failed = transient or status is None or status == 429 or status >= 500
-        if failed:
-            floor = self._floor(host, st)
-            # A host configured with no interval backs off from 1 s, not from 0.
-            current = max(st.adaptive, floor) or 1.0
-            st.adaptive = min(current * self.backoff_factor, self.max_interval_s)
-            st.successes = 0
-            self._stats["backoffs"] += 1
-        elif st.adaptive > 0:
-            st.successes += 1
-            if st.successes >= self.recovery_successes:
-                st.successes = 0
-                st.adaptive *= self.recovery_factor
-                if st.adaptive <= self._floor(host, st):
-                    st.adaptive = 0.0  # back at the floor: fully recovered
-                self._stats["recoveries"] += 1
-
-        # RFC 9110 10.2.3 / RFC 6585 4: Retry-After on 503 and 429 says when to come back.
-        if retry_after is not None and status is not None and (status == 429 or status >= 500):
-            delay = parse_retry_after(retry_after, self._wall())
-            if delay is None:
-                self._stats["retry_after_ignored"] += 1
-            else:
-                st.not_before = max(st.not_before, now + min(delay, self.retry_after_cap_s))
-                self._stats["retry_after_applied"] += 1
-
-    def _in_flight_state(self, host: str, what: str) -> _Host:
+    def _in_flight_state(self, host: str, what: str) -> HostPacing:
         st = self._hosts.get(host)
         if st is None or not st.in_flight:
             raise RuntimeError(f"politeness: {what} for {host!r} with no request in flight")
@@ -451,156 +351,27 @@ class Politeness:
         self._stats["forgotten"] += 1
         return True
 
-    def snapshot(self, *, protecting_only: bool = False) -> dict:
+    def snapshot(self, *, protecting_only: bool = False) -> dict[str, Any]:
         """JSON-serialisable pacing state (see :meth:`PacingSnapshots.snapshot`)."""
         return self.snapshots.snapshot(protecting_only=protecting_only)
 
-    def restore(self, state: dict) -> int:
+    def restore(self, state: dict[str, Any]) -> int:
         """Load a :meth:`snapshot` taken on any clock (see :meth:`PacingSnapshots.restore`)."""
         return self.snapshots.restore(state)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, float]:
         """Counters: starts, early_starts, backoffs, recoveries, retry_after_applied/ignored,
         invalid_crawl_delays, forgotten, restore_errors; plus hosts and in_flight gauges."""
+        own = self._stats
         return {
-            **self._stats,
+            "starts": own["starts"],
+            "early_starts": own["early_starts"],
+            **self.backoff.stats,
+            "invalid_crawl_delays": own["invalid_crawl_delays"],
+            "forgotten": own["forgotten"],
             "restore_errors": self.snapshots.restore_errors,
             "hosts": len(self._hosts),
             "in_flight": self._in_flight,
             "wait_s": self._wait_s,
         }
 
-
-class PacingSnapshots:
-    """Per-host pacing state written out and read back: the checkpoint snapshot of every
-    host (:meth:`snapshot` / :meth:`restore`) and one host's state handed to the shard
-    that takes the host over (:meth:`export_host` / :meth:`adopt_host` / :meth:`drop_host`).
-
-    It works on the :class:`Politeness` object's own host table and operator overrides
-    (shared, not copied). Times are written relative to now, so a snapshot taken on one
-    clock loads on any other and every wait starts again from the load.
-    """
-
-    def __init__(
-        self, hosts: dict[str, _Host], overrides: PacingOverrides, now: Callable[[], float], max_interval_s: float
-    ) -> None:
-        self._hosts = hosts
-        self.overrides = overrides
-        self._now = now
-        self._max_interval_s = max_interval_s
-        self.restore_errors = 0  # malformed or refused host entries skipped by restore()
-
-    def export_host(self, host: str) -> dict:
-        """One host's pacing and operator policy, in :meth:`snapshot`'s form, to hand
-        over with the host (crawler.placement.handover); ValueError while a request is in flight
-        (the next owner must not start one before this one ended)."""
-        st = self._hosts.get(host)
-        if st is not None and st.in_flight:
-            raise ValueError(f"politeness: {host!r} has a request in flight")
-        entry = self._entry(st, self._now()) if st is not None else None
-        iv, paused = self.overrides.override(host)
-        return {"host": entry, "interval_s": iv, "paused": paused}
-
-    def adopt_host(self, host: str, data: dict) -> None:
-        """Take over a host's pacing from :meth:`export_host` (taken on any clock: every
-        wait starts again from now, so the gap between two requests can only grow)."""
-        if data.get("host") is not None:
-            self.restore({"hosts": {host: data["host"]}})
-        if data.get("interval_s") is not None or data.get("paused") is not None:
-            self.overrides.set(host, data.get("interval_s"), data.get("paused"))
-
-    def drop_host(self, host: str) -> None:
-        """Forget a host handed over to another shard: its pacing and its per-key policy."""
-        st = self._hosts.pop(host, None)
-        if st is not None and st.in_flight:
-            self._hosts[host] = st
-            raise ValueError(f"politeness: {host!r} has a request in flight")
-        self.overrides.clear(host)
-
-    def _entry(self, st: _Host, now: float) -> dict:
-        if st.in_flight:
-            anchor_age, finished_age = 0.0, 0.0
-        elif st.anchor is None:
-            anchor_age, finished_age = None, None
-        else:
-            anchor_age, finished_age = now - st.anchor, now - st.finished_at
-        return {
-            "anchor_age_s": anchor_age,
-            "finished_age_s": finished_age,
-            "not_before_in_s": max(0.0, st.not_before - now),
-            "crawl_delay": st.crawl_delay,
-            "adaptive": st.adaptive,
-            "successes": st.successes,
-        }
-
-    def snapshot(self, *, protecting_only: bool = False) -> dict:
-        """JSON-serialisable state; times are stored as ages / waits relative to now.
-
-        ``protecting_only`` keeps only the hosts whose state protects them after a
-        restart (backed off, under a Retry-After or a Crawl-delay) and every
-        operator policy: what a checkpoint must not forget, at a size that does not grow
-        with every host ever contacted.
-
-        ``now()`` is monotonic and its origin differs between processes, so absolute times
-        would be meaningless after a restart. Restoring relative times on a new clock
-        makes every wait start again from the restore: the real gap between requests can
-        only grow (downtime adds to it), never shrink. A host in flight is saved as if its
-        request finished at the snapshot without headers (the conservative case).
-        """
-        now = self._now()
-        hosts = {}
-        for host, st in self._hosts.items():
-            if protecting_only and not (
-                st.adaptive > 0 or st.not_before > now or st.crawl_delay > 0
-            ):
-                continue
-            hosts[host] = self._entry(st, now)
-        return {"version": 1, "hosts": hosts, **self.overrides.snapshot()}
-
-    def restore(self, state: dict) -> int:
-        """Load a :meth:`snapshot` taken on any clock. Returns the number of hosts loaded.
-
-        No host is in flight afterwards. A malformed host entry is skipped and counted in
-        ``restore_errors`` (``Politeness.stats()["restore_errors"]``).
-        """
-        now = self._now()
-        loaded = 0
-        for host, d in dict(state.get("hosts", {})).items():
-            try:
-                st = _Host()
-                if d["anchor_age_s"] is not None:
-                    st.anchor = now - max(0.0, float(d["anchor_age_s"]))
-                    st.finished_at = now - max(0.0, float(d["finished_age_s"]))
-                st.not_before = now + max(0.0, float(d["not_before_in_s"]))
-                st.crawl_delay = max(0.0, float(d["crawl_delay"]))
-                st.adaptive = min(max(0.0, float(d["adaptive"])), self._max_interval_s)
-                st.successes = int(d["successes"])
-                values = (st.not_before, st.crawl_delay, st.adaptive, st.finished_at)
-                if not all(math.isfinite(v) for v in values):
-                    raise ValueError("non-finite value")
-            except (KeyError, TypeError, ValueError) as exc:
-                log.warning("politeness: skipping malformed snapshot entry for %r: %s", host, exc)
-                self.restore_errors += 1
-                continue
-            old = self._hosts.get(host)
-            if old is not None and old.in_flight:
-                self.restore_errors += 1  # live state wins over a snapshot
-                continue
-            self._hosts[str(host)] = st
-            loaded += 1
-        before = self.overrides.restore_errors
-        self.overrides.restore(state)
-        self.restore_errors += self.overrides.restore_errors - before
-        return loaded
-
-
-def _number(name: str, value: Any) -> float:
-    """``value`` as a finite float, or ConfigError naming the setting."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"politeness {name}: must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _check(ok: bool, name: str, rule: str, value: Any) -> None:
-    if not ok:
-        raise ConfigError(f"politeness {name}: {rule}, got {value!r}")

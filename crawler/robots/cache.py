@@ -1,12 +1,13 @@
-"""The per-origin robots.txt cache: what a fetched response means (RFC 9309 2.3-2.4),
-for how long, and snapshots for restarts. See crawler.robots for the decisions."""
+"""The per-origin robots.txt cache: what a fetched response means (RFC 9309 2.3-2.4)
+and for how long. See crawler.robots for the decisions; its snapshots for restarts and
+handovers are crawler.robots.snapshots."""
 
 from __future__ import annotations
 
 import logging
 import math
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 from protego import Protego
 
@@ -20,14 +21,20 @@ from crawler.robots.rules import (
     Reading,
     RobotsRules,
     RuleIndex,
-    _KINDS,
     _crawl_delay,
     _decode,
     _select_group,
     product_token,
 )
+from crawler.robots.snapshots import RobotsSnapshots
 
 log = logging.getLogger(__name__)
+
+
+class _Clock(Protocol):
+    """The part of crawler.clock.Clock the cache needs (``wall()`` is used when present)."""
+
+    def now(self) -> float: ...
 
 
 class RobotsCache:
@@ -48,7 +55,7 @@ class RobotsCache:
         *,
         ttl_s: float = 86_400.0,
         error_ttl_s: float = 600.0,
-        clock: Any,
+        clock: _Clock,
         max_entries: int = 100_000,
         stale_ok_s: float = DEFAULT_STALE_OK_S,
     ) -> None:
@@ -65,7 +72,6 @@ class RobotsCache:
         self.error_ttl_s = float(error_ttl_s)
         self.stale_ok_s = float(stale_ok_s)
         self.max_entries = max_entries
-        self._clock = clock
         self._now = clock.now
         # Insertion-ordered: the first key is the origin stored longest ago (evicted first).
         self._entries: dict[str, RobotsRules] = {}
@@ -86,6 +92,8 @@ class RobotsCache:
             ),
             0,
         )
+        # Checkpoints, handovers and the journal write the rules out and read them back.
+        self.snapshots = RobotsSnapshots(self._entries, clock, self._rules_from_text, self._store, self._stats)
 
     # -- lookups (hot path) ----------------------------------------------------------
 
@@ -256,41 +264,16 @@ class RobotsCache:
 
     # -- persistence and stats -------------------------------------------------------------
 
-    def snapshot(self, origins: Sequence[str] | None = None) -> list[dict]:
+    def snapshot(self, origins: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """JSON-serialisable state of every cached origin (expired ones included), or of
-        ``origins`` only (a host handed over to another shard: crawler.placement.handover).
+        ``origins`` only (see :meth:`RobotsSnapshots.snapshot`)."""
+        return self.snapshots.snapshot(origins)
 
-        Times are stored relative to now (``age_s``, ``ttl_left_s``) because ``now()`` is
-        a monotonic clock whose origin differs between processes; ``saved_wall`` lets
-        :meth:`restore` age the entries by the downtime.
-        """
-        now = self._now()
-        wall = _wall(self._clock)
-        return [
-            self._snapshot_entry(origin, r, now, wall)
-            for origin, r in self._entries.items()
-            if origins is None or origin in origins
-        ]
-
-    def entry(self, origin: str) -> dict | None:
+    def entry(self, origin: str) -> dict[str, Any] | None:
         """:meth:`snapshot` of one origin (None if nothing is cached), at the cost of one
         lookup: the verdict a shard journals when it fetched the origin's robots.txt
         (crawler.engine.admission), so that a restart refuses without fetching it again."""
-        rules = self._entries.get(origin)
-        return None if rules is None else self._snapshot_entry(origin, rules, self._now(), _wall(self._clock))
-
-    @staticmethod
-    def _snapshot_entry(origin: str, r: RobotsRules, now: float, wall: float | None) -> dict:
-        return {
-            "origin": origin,
-            "kind": r.kind,
-            "source_status": r.source_status,
-            "age_s": now - r.fetched_at,
-            "ttl_left_s": r.expires_at - now,
-            "text": r._text,
-            "unreachable": r.unreachable,
-            "saved_wall": wall,
-        }
+        return self.snapshots.entry(origin)
 
     def drop(self, origins: Sequence[str]) -> None:
         """Forget the rules of ``origins`` (their host now lives on another shard, or its
@@ -298,49 +281,13 @@ class RobotsCache:
         for origin in origins:
             self._entries.pop(origin, None)
 
-    def restore(self, entries: list[dict]) -> int:
-        """Load a :meth:`snapshot` (possibly from another process). Returns entries loaded.
+    def restore(self, entries: list[dict[str, Any]]) -> int:
+        """Load a :meth:`snapshot` (possibly from another process), aged by the downtime.
+        Returns entries loaded; a malformed entry is skipped and counted in
+        ``stats()["restore_errors"]`` (see :meth:`RobotsSnapshots.restore`)."""
+        return self.snapshots.restore(entries)
 
-        Time that passed between snapshot and restore (by the wall clock) is subtracted
-        from every entry's remaining TTL. A malformed entry is skipped and counted in
-        ``stats()["restore_errors"]``: losing it only means refetching that robots.txt.
-        """
-        now = self._now()
-        wall = _wall(self._clock)
-        loaded = 0
-        for entry in entries:
-            try:
-                origin = str(entry["origin"])
-                kind = entry["kind"]
-                status = entry.get("source_status")
-                age = float(entry["age_s"])
-                ttl_left = float(entry["ttl_left_s"])
-                saved_wall = entry.get("saved_wall")
-                if kind not in _KINDS or not (status is None or isinstance(status, int)):
-                    raise ValueError(f"bad kind/status {kind!r}/{status!r}")
-                if kind == PARSED and not isinstance(entry.get("text"), str):
-                    raise ValueError("parsed entry without text")
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                log.warning("robots: skipping malformed snapshot entry: %s", exc)
-                self._stats["restore_errors"] += 1
-                continue
-            downtime = max(0.0, wall - float(saved_wall)) if wall is not None and saved_wall is not None else 0.0
-            fetched_at = now - age - downtime
-            expires_at = now + ttl_left - downtime
-            if kind == PARSED:
-                rules = self._rules_from_text(entry["text"], status, fetched_at, expires_at)
-            else:
-                reason = entry.get("unreachable")
-                rules = RobotsRules(
-                    kind, status, fetched_at, expires_at, _always=kind == ALLOW_ALL,
-                    unreachable=reason if isinstance(reason, str) and kind == DISALLOW_ALL else None,
-                )
-                self._stats[kind] += 1
-            self._store(origin, rules)
-            loaded += 1
-        return loaded
-
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         """Counters: hits, misses, rules built by kind, parse_errors, truncated,
         stale_used, not_modified, redirect_overflow, evicted, restore_errors, entries."""
         return {**self._stats, "entries": len(self._entries)}
@@ -350,7 +297,3 @@ def _is_good(rules: RobotsRules) -> bool:
     """Rules that came from the file itself (a 2xx), usable while it is unreachable."""
     return rules.source_status is not None and 200 <= rules.source_status < 300
 
-
-def _wall(clock: Any) -> float | None:
-    wall = getattr(clock, "wall", None)
-    return float(wall()) if callable(wall) else None

@@ -7,11 +7,13 @@ import logging
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Callable, Protocol
 
 from protego import Protego
 
 from crawler.errors import ConfigError
 
+_quote_path: Callable[[str], str] | None
 try:  # protego's own spelling of a URL's path for matching (an internal helper)
     from protego._utils import _quote_path
 except ImportError:  # pragma: no cover - protego changed: RuleIndex is not built
@@ -94,7 +96,8 @@ class RobotsRules:
         if parser is None:  # disallow_all; robots.txt itself stays fetchable (RFC 9309 2.2.2)
             return _is_robots_txt(url)
         try:
-            if self._index is not None:
+            # An index exists only when _quote_path does (RuleIndex.of).
+            if self._index is not None and _quote_path is not None:
                 return _is_robots_txt(url) or self._index.allowed(_quote_path(url))
             return parser.can_fetch(url, self._agent)
         except ValueError:  # urlsplit on a URL the normalizer let through (e.g. bad IPv6)
@@ -110,6 +113,32 @@ class RobotsRules:
     def sitemaps(self) -> list[str]:
         """The ``Sitemap:`` lines of the file, as written (crawler.freshness.sitemaps resolves them)."""
         return list(self._parser.sitemaps) if self._parser is not None else []
+
+
+class _Pattern(Protocol):
+    """What :class:`RuleIndex` reads of a protego URL pattern (its ``_URLPattern``)."""
+
+    @property
+    def _contains_asterisk(self) -> bool: ...
+    @property
+    def _contains_dollar(self) -> bool: ...
+    @property
+    def _pattern(self) -> str: ...
+    @property
+    def _pattern_before_asterisk(self) -> str: ...
+    @property
+    def _pattern_before_dollar(self) -> str: ...
+    def match(self, url: str) -> bool: ...
+
+
+class _Rule(Protocol):
+    """What :class:`RuleIndex` reads of a protego rule (its ``_Rule``): "allow" or
+    "disallow", and the pattern."""
+
+    @property
+    def field(self) -> str: ...
+    @property
+    def value(self) -> _Pattern: ...
 
 
 class RuleIndex:
@@ -129,7 +158,7 @@ class RuleIndex:
 
     __slots__ = ("_rules", "_by_head", "_lengths")
 
-    def __init__(self, rules: list) -> None:
+    def __init__(self, rules: list[_Rule]) -> None:
         self._rules = rules
         by_head: dict[str, list[int]] = {}
         for i, rule in enumerate(rules):
@@ -215,7 +244,7 @@ def _select_group(parser: Protego, token: str) -> tuple[str, bool]:
 
 
 def _crawl_delay(parser: Protego, agent: str) -> float | None:
-    delays = []
+    delays: list[float] = []
     delay = parser.crawl_delay(agent)
     if delay is not None and math.isfinite(delay) and delay >= 0:
         delays.append(float(delay))
