@@ -257,8 +257,9 @@ class _Server(web.Server):
     of this module."""
 
     def __call__(self) -> web.RequestHandler:
-        return _Protocol(self, loop=asyncio.get_running_loop(), access_log=None, max_line_size=MAX_LINE_BYTES,
-                         max_field_size=MAX_LINE_BYTES, max_headers=MAX_HEADERS)
+        # access_log None: no access log (aiohttp tests for it, but types it Logger).
+        return _Protocol(self, loop=asyncio.get_running_loop(), access_log=None,  # type: ignore[arg-type]
+                         max_line_size=MAX_LINE_BYTES, max_field_size=MAX_LINE_BYTES, max_headers=MAX_HEADERS)
 
 
 class _Runner(web.AppRunner):
@@ -327,7 +328,8 @@ class ControlApi:
             self._runner = None
             raise ConfigError(f"api.port: cannot listen on {self.cfg.host}:{self.cfg.port}: {exc.strerror or exc}") from exc
         server = site._server  # aiohttp keeps the bound sockets there; port 0 needs the real one
-        self.port = server.sockets[0].getsockname()[1] if server is not None and server.sockets else self.cfg.port
+        bound = server.sockets if isinstance(server, asyncio.Server) else ()
+        self.port = bound[0].getsockname()[1] if bound else self.cfg.port
         log.info("control API at %s", self.url)
         return self.url
 

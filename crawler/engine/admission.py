@@ -36,7 +36,7 @@ four numbers per host it touched, and its drops go in its one commit
 from __future__ import annotations
 
 from collections import Counter
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from crawler.frontier.frontier import Frontier
 from crawler.frontier.urlitem import UrlItem
@@ -148,7 +148,7 @@ class Admission:
         if self.store is None:
             return
         budgets: dict[str, object] = {}
-        verdicts: list[dict] = []
+        verdicts: list[dict[str, Any]] = []
         for kind, key, value in self.store.decisions.read():
             if kind == BUDGET:
                 budgets[key] = value

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from crawler.errors import ConfigError, DeliveryError
 from crawler.frontier.urlitem import UrlItem
-from crawler.output.rows import OutcomeRow
+from crawler.output.schema import OutcomeRow
 from crawler.freshness.recrawl import Schedule
 from crawler.freshness.feeds import Feed
 from crawler.placement.peers import HostState, HostPlacement

@@ -163,7 +163,9 @@ def build_sitemaps(cfg: CrawlConfig, links: LinkPolicy, pipeline: PagePipeline, 
     sm = cfg.sitemaps
 
     def nudge(url: str, lastmod: float) -> None:
-        known = store.schedule_of(url) if store is not None else None
+        if store is None:
+            return
+        known = store.schedule_of(url)
         if known is not None:
             earlier = recrawl.nudge(*known, lastmod, clock.wall())
             if earlier < known[2]:

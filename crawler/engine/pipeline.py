@@ -213,9 +213,10 @@ class PagePipeline:
         """``parse_page``, in a worker thread from :data:`OFF_LOOP_BYTES` up."""
         if len(body) < OFF_LOOP_BYTES:
             return parse_page(body, url, ctype, headers, user_agent_token=self._ua_token, max_links=self._max_links)
-        return await self._run_blocking(
+        page: ParsedPage = await self._run_blocking(
             parse_page, body, url, ctype, headers, user_agent_token=self._ua_token, max_links=self._max_links
         )
+        return page
 
     def _news_links(self, item: UrlItem, parsed: ParsedPage | None, feed: Feed | None, links: list[UrlItem]) -> list[UrlItem]:
         """A feed's entries; a page's feeds (``<link rel="alternate">``) next to its links;

@@ -13,11 +13,18 @@ from protego import Protego
 
 from crawler.errors import ConfigError
 
-_quote_path: Callable[[str], str] | None
-try:  # protego's own spelling of a URL's path for matching (an internal helper)
-    from protego._utils import _quote_path
-except ImportError:  # pragma: no cover - protego changed: RuleIndex is not built
-    _quote_path = None
+def _protego_quote_path() -> Callable[[str], str] | None:
+    """protego's own spelling of a URL's path for matching (an internal helper), or None
+    when protego changed (RuleIndex is not built then)."""
+    try:
+        from protego._utils import _quote_path as quote_path
+    except ImportError:  # pragma: no cover - protego changed
+        return None
+    found: Callable[[str], str] = quote_path
+    return found
+
+
+_quote_path = _protego_quote_path()
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +106,7 @@ class RobotsRules:
             # An index exists only when _quote_path does (RuleIndex.of).
             if self._index is not None and _quote_path is not None:
                 return _is_robots_txt(url) or self._index.allowed(_quote_path(url))
-            return parser.can_fetch(url, self._agent)
+            return bool(parser.can_fetch(url, self._agent))
         except ValueError:  # urlsplit on a URL the normalizer let through (e.g. bad IPv6)
             log.debug("robots: cannot match %r; treating it as disallowed", url)
             return False

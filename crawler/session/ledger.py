@@ -42,7 +42,7 @@ NOT_CHECKED = {
 }
 
 
-def output_url_count(out: str, storage_options: dict | None = None) -> int:
+def output_url_count(out: str, storage_options: dict[str, Any] | None = None) -> int:
     """Distinct URLs with at least one row in ``OUT/pages`` (the output's side of the ledger)."""
     table = read_pages(out, storage_options, dedupe=False, columns=["url"])
     return int(pc.count_distinct(table["url"]).as_py()) if table.num_rows else 0
@@ -149,7 +149,7 @@ def recheck(run: Mapping[str, Any], rows: int, *, finished: bool) -> dict[str, A
 
 def for_run(
     out: str,
-    storage_options: dict | None,
+    storage_options: dict[str, Any] | None,
     shard_statuses: Iterable[ShardStatus],
     seen_stats: Mapping[str, Any],
     *,

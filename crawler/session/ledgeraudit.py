@@ -164,7 +164,7 @@ def _signed(hex16: str) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-def output_ids(out: str, storage_options: dict | None) -> tuple[np.ndarray, dict[int, str]]:
+def output_ids(out: str, storage_options: dict[str, Any] | None) -> tuple[np.ndarray, dict[int, str]]:
     """The distinct url_hash ids of the rows in OUT, sorted (signed, as the stores keep
     them), and a way back to their URLs for a sample."""
     table = read_pages(out, storage_options, dedupe=False, columns=["url"])
@@ -176,12 +176,12 @@ def output_ids(out: str, storage_options: dict | None) -> tuple[np.ndarray, dict
 def _array_fetch(keys: np.ndarray) -> Fetch:
     async def fetch(after: int | None, limit: int) -> list[int]:
         start = 0 if after is None else int(np.searchsorted(keys, after, side="right"))
-        return keys[start : start + limit].tolist()
+        return [int(k) for k in keys[start : start + limit]]
 
     return fetch
 
 
-async def audit_rows(held: Sequence[Fetch], out: str, storage_options: dict | None, *, page: int = PAGE) -> RowAudit:
+async def audit_rows(held: Sequence[Fetch], out: str, storage_options: dict[str, Any] | None, *, page: int = PAGE) -> RowAudit:
     """Name what a ledger that does not balance is missing: URLs a shard acked (their row
     was durable then) that have no row in OUT, and rows of URLs no shard holds. Reads the
     output's URLs (as the ledger's row count does) and each store by its url_hash index."""
@@ -264,7 +264,7 @@ def _bind(call: Callable[..., Awaitable[Sequence[Any]]], which: Any) -> Fetch:
     return fetch
 
 
-async def name_unaccounted(runtime: AuditRuntime, shard_ids: Sequence[str], out: str, storage_options: dict | None) -> RowAudit:
+async def name_unaccounted(runtime: AuditRuntime, shard_ids: Sequence[str], out: str, storage_options: dict[str, Any] | None) -> RowAudit:
     """:func:`audit_rows` over the runtime's shards (stopped: their stores are read from their files)."""
     return await audit_rows([_bind(runtime.held_ids, s) for s in shard_ids], out, storage_options)
 
@@ -295,7 +295,7 @@ async def marks_at_stop(
 
 
 async def name_if_unaccounted(
-    led: dict[str, Any], runtime: AuditRuntime, shard_ids: Sequence[str], out: str, storage_options: dict | None
+    led: dict[str, Any], runtime: AuditRuntime, shard_ids: Sequence[str], out: str, storage_options: dict[str, Any] | None
 ) -> None:
     """When the counts do not balance, add the URLs behind the gap to ``led``
     (crawler.session.ledger.name_missing); the shards are stopped, their stores still there."""
