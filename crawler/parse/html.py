@@ -33,7 +33,6 @@ from crawler.parse.depthguard import too_deep as _too_deep
 from crawler.parse.links import Link, frozen_base, resolve_links
 from crawler.parse.links import in_foreign_content as _in_foreign_content
 from crawler.parse.links import link_elements as _link_elements
-from crawler.parse.pagetext import OTHER_WS as _OTHER_WS  # noqa: F401 - tests/unit/test_parse_text.py reads it here
 from crawler.parse.pagetext import STRIP_FOR_TEXT as _STRIP_FOR_TEXT
 from crawler.parse.pagetext import collapse_ws
 from crawler.parse.robotsdirectives import PRODUCT_TOKEN as _PRODUCT_TOKEN

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from typing import Mapping
 from collections.abc import Callable
 
 from crawler.clock import SYSTEM_CLOCK
@@ -49,7 +50,8 @@ class SiteFetcher:
         self.fetched: list[str] = []
         self.on_fetch = on_fetch
 
-    async def fetch(self, url: str, headers: dict[str, str] | None = None, **kw: object) -> FetchResult:
+    async def fetch(self, url: str, headers: Mapping[str, str] | None = None, *,
+                    max_body_bytes: int | None = None) -> FetchResult:
         now = SYSTEM_CLOCK.now()
         links = PAGES.get(url)
         if links is None:

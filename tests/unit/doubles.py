@@ -27,6 +27,8 @@ from crawler.engine.status import ShardStatus
 from crawler.fetch.fetcher import FetchResult
 from crawler.frontier.store import UrlStatus
 from crawler.frontier.urlitem import UrlItem
+from crawler.engine.shardapi import HostView
+from crawler.placement.peers import HostPlacement
 from crawler.output import read_pages
 from crawler.render.jobs import RenderJob, RenderReply, SubRequest, SubResponse
 from crawler.render.renderer import RenderService
@@ -74,7 +76,8 @@ class ScriptedServer:
         self.in_flight = 0
         self.max_in_flight = 0
 
-    async def fetch(self, url: str, headers: dict[str, str] | None = None, **kw: Any) -> FetchResult:
+    async def fetch(self, url: str, headers: Mapping[str, str] | None = None, *,
+                    max_body_bytes: int | None = None) -> FetchResult:
         start = self.clock.now()
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -97,7 +100,8 @@ class ScriptedServer:
 class NoFetches:
     """The fetcher of a shard a test never runs: asking it for anything fails the test."""
 
-    async def fetch(self, url: str, headers: dict[str, str] | None = None) -> FetchResult:
+    async def fetch(self, url: str, headers: Mapping[str, str] | None = None, *,
+                    max_body_bytes: int | None = None) -> FetchResult:
         raise AssertionError(f"this test fetches nothing, yet {url} was asked for")
 
     async def close(self) -> None:
@@ -239,8 +243,8 @@ class IdleRuntime:
     async def set_host_policy(self, shard_id: str | None, change: PolicyChange) -> None:
         return None
 
-    async def place(self, shard_id: str, host: str, region: str | None) -> dict[str, Any]:
-        return {}
+    async def place(self, shard_id: str, host: str, region: str | None) -> HostPlacement:
+        return HostPlacement(None, "default")
 
     async def url_status(self, shard_id: str | None, url: str | None, url_hash: str | None = None) -> UrlStatus | None:
         return None
@@ -248,7 +252,7 @@ class IdleRuntime:
     async def url_for_hash(self, url_hash: str) -> str | None:
         return None
 
-    async def host_info(self, shard_id: str | None, target: HostTarget) -> list[dict[str, Any]]:
+    async def host_info(self, shard_id: str | None, target: HostTarget) -> list[HostView]:
         return []
 
     async def vet_seeds(self, shard_id: str, urls: list[str]) -> list[str | None]:
@@ -307,7 +311,8 @@ class SpaServer:
         self.log: list[tuple[str, float, float, dict[str, str]]] = []
         self.in_flight = self.max_in_flight = 0
 
-    async def fetch(self, url: str, headers: dict[str, str] | None = None, **kw: Any) -> FetchResult:
+    async def fetch(self, url: str, headers: Mapping[str, str] | None = None, *,
+                    max_body_bytes: int | None = None) -> FetchResult:
         start = self.clock.now()
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)

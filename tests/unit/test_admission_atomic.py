@@ -15,6 +15,7 @@ import pytest
 
 from crawler.config import settings as config
 from crawler.clock import MockClock
+from crawler.errors import ConfigError
 from crawler.seen import SeenGroup, SeenSet
 from crawler.seen.hashing import url_hash64
 from crawler.session.crawlsession import CrawlSession
@@ -136,6 +137,6 @@ async def test_a_priority_out_of_range_is_refused_before_anything_is_marked(tmp_
     session = CrawlSession(cfg, rt, durable=False, clock=MockClock())
     await session.start()
     before = sum(numbers(s)["checks"] for s in rt.sets)
-    with pytest.raises(config.ConfigError, match="priority: expected a whole number from -1000 to 1000"):
+    with pytest.raises(ConfigError, match="priority: expected a whole number from -1000 to 1000"):
         await session.add_seeds(URLS[:2], priority=bad)
     assert sum(numbers(s)["checks"] for s in rt.sets) == before

@@ -8,10 +8,11 @@ Both are built here by hand, so nothing starts Ray.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import ray.exceptions as rex
 
-from actors import serviceactors
 from actors.serviceactors import call_service
 from crawler.errors import FencedError, ServiceUnavailableError, StorageError, retry_later
 
@@ -45,7 +46,7 @@ def waits(monkeypatch) -> list[float]:
     async def no_sleep(seconds: float) -> None:
         asked.append(seconds)
 
-    monkeypatch.setattr(serviceactors.asyncio, "sleep", no_sleep)
+    monkeypatch.setattr(asyncio, "sleep", no_sleep)  # the module actors.serviceactors sleeps through
     return asked
 
 

@@ -21,6 +21,8 @@ from selectolax.lexbor import LexborHTMLParser
 from crawler.content.maincontent import extract_main
 from crawler.freshness.feeds import FEED_TYPES
 from crawler.parse import html as parse_html
+from crawler.parse import links as parse_links
+from crawler.parse import pagetext, robotsdirectives
 from crawler.parse import parse_page
 from crawler.parse.html import collapse_ws
 from crawler.testing.web import SyntheticWeb
@@ -33,7 +35,7 @@ _WS = [chr(i) for i in range(0x110000) if chr(i).isspace()]
 def test_collapse_knows_every_whitespace_character() -> None:
     # collapse_ws checks the characters up to U+3000 only: str.split() knows no others.
     assert max(_WS) == "\u3000"
-    assert sorted(parse_html._OTHER_WS + " ") == sorted(_WS)
+    assert sorted(pagetext.OTHER_WS + " ") == sorted(_WS)
 
 
 @settings(max_examples=400, deadline=None)
@@ -171,7 +173,7 @@ def _head_reference(data: bytes, url: str, agent: str | None) -> tuple[object, .
     token = agent.lower() if agent else None
     if token is None:
         selector = head
-    elif parse_html._PRODUCT_TOKEN.match(token):
+    elif robotsdirectives.PRODUCT_TOKEN.match(token):
         selector = f'{head}, meta[name="{token}" i]'
     else:
         selector = "base[href], title, meta[name], link[rel][type][href]"
@@ -187,11 +189,11 @@ def _head_reference(data: bytes, url: str, agent: str | None) -> tuple[object, .
         elif node.tag == "meta":
             name = (attrs.get("name") or "").strip(" \t\n\x0c\r").lower()
             if name == "robots" or name == token:
-                ni, nf = parse_html._robots_tokens(attrs.get("content") or "")
+                ni, nf = robotsdirectives.robots_tokens(attrs.get("content") or "")
                 noindex |= ni
                 nofollow |= nf
         elif node.tag == "base":
-            if base_href is None and not parse_html._in_foreign_content(node):
+            if base_href is None and not parse_links.in_foreign_content(node):
                 base_href = attrs.get("href") or ""
         elif not seen_title:
             seen_title = True

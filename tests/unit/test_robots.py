@@ -127,12 +127,12 @@ def test_garbage_bytes_never_raise_and_good_lines_still_count(cache: RobotsCache
 
 
 def test_parser_failure_means_allow_all_and_is_counted(cache: RobotsCache, monkeypatch) -> None:
-    import crawler.robots.cache as robots_mod
+    from protego import Protego
 
     def boom(text):
         raise RecursionError("parser exploded")
 
-    monkeypatch.setattr(robots_mod.Protego, "parse", boom)
+    monkeypatch.setattr(Protego, "parse", boom)  # the class crawler.robots.cache parses with
     rules = rules_for(cache, "User-agent: *\nDisallow: /\n")
     assert rules.kind == "allow_all"
     assert rules.allowed(ORIGIN + "/x")

@@ -27,7 +27,8 @@ from crawler.frontier.urlitem import UrlItem
 from crawler.frontier.store import FrontierStore
 from crawler.engine.outbox import Outbox
 from crawler.output import read_pages
-from crawler.engine.assembly import build_shard, build_writer
+from crawler.engine.assembly import build_shard
+from crawler.engine.partbuilders import build_writer
 from crawler.engine.shard import Shard
 
 from tests.unit.doubles import MemorySeen, NoBudgetLimit, NoFetches, no_delivery, no_dups
