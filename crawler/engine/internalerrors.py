@@ -1,6 +1,6 @@
 """What an error while a shard processes a URL costs: never a web outcome (docs/invariants.md #13).
 
-The scheduler (crawler.engine.scheduler) hands every exception out of processing one URL
+The dispatcher (crawler.engine.dispatcher) hands every exception out of processing one URL
 (robots, page budget, fetch, pipeline, link delivery) to :class:`InternalErrors`, which
 sorts it:
 

@@ -14,7 +14,7 @@ durable, and at least once" (crawler.engine.outbox):
    slow or down sink loses nothing. Consumers de-duplicate on ``(url, fetch_seq)``.
 
 The log is bounded by ``events.max_pending``: above it the shard starts no new fetch
-(:meth:`ShardScheduler.hold`, renewed while the log is full), so a lasting outage stops
+(:meth:`crawler.engine.dispatcher.Hold.hold`, renewed while the log is full), so a lasting outage stops
 fetching instead of growing memory or disk without bound, and is counted and surfaced
 (``sink_failures``, ``sink_down_s`` in the shard's status, stats.json and metrics).
 
@@ -215,7 +215,7 @@ class EventEmitter:
         batch_size: events per send.
         max_pending: above this many logged events, ``hold(HOLD_S)`` is called (renewed
             while it stays full): the shard starts no new fetch.
-        hold: the shard's :meth:`~crawler.engine.scheduler.ShardScheduler.hold`.
+        hold: the shard's :meth:`~crawler.engine.dispatcher.Hold.hold`.
         backoff_s, max_backoff_s: retry delays after a failed send (doubling, jittered).
         drain_timeout_s: how long the final flush keeps trying to send what is logged.
     """

@@ -13,8 +13,8 @@ change it must not lose also goes, in order, into a log in the object store:
 :meth:`StateLog.append` numbers each change (``seq``) in the store's commit; the log writes
 what is buffered as one object every ``interval_s`` (a *segment*), and
 :meth:`StateLog.synced` returns once every change appended so far is in one. A delivery
-of URLs to a shard is acknowledged only after that (crawler.engine.scheduler
-``accept_durably``): the sender keeps the batch, and retries it, until the receiver made
+of URLs to a shard is acknowledged only after that (crawler.engine.shard
+``Shard.accept``): the sender keeps the batch, and retries it, until the receiver made
 it durable. A snapshot of the store is written every ``runtime.state_ship_interval_s``
 when something changed since the last one; then the objects it covers are deleted
 (compaction).
