@@ -101,7 +101,7 @@ class Peers(Protocol):
     """The other shards, as a shard reaches them (in process, or by Ray actor handle)."""
 
     async def accept(self, shard: str, items: list[UrlItem]) -> int:
-        """Deliver a batch durably to ``shard`` (its accept_durably)."""
+        """Deliver a batch durably to ``shard`` (its ShardApi.accept)."""
 
     async def adopt(self, shard: str, state: HostState) -> None:
         """Hand a host over to ``shard``; returns once the state is durable there."""

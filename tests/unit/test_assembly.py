@@ -154,3 +154,37 @@ def test_the_any_check_finds_an_untyped_collaborator() -> None:
         "    self.events: Any = None\n"
     )
     assert sorted(name for _, name in _any_typed(old)) == ["events", "fetcher", "writer"]
+
+
+#: The shard's own modules: the only ones that read what a shard is made of.
+SHARD_MODULES = {"crawler/engine/shard.py", "crawler/engine/assembly.py", "crawler/engine/hostview.py",
+                 "crawler/engine/parts.py"}
+
+
+def _reads_of_parts(trees: dict[Path, ast.Module]) -> list[str]:
+    """``<x>.parts`` where ``x`` names a shard, or any use of ``ShardParts``, outside the
+    shard's own modules (everyone else goes through crawler.engine.shardapi.ShardApi)."""
+    found = []
+    for path, tree in trees.items():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in SHARD_MODULES:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "parts":
+                owner = ast.unparse(node.value)
+                if owner.split(".")[-1] in ("shard", "server", "s") or owner.endswith("shards[sid]"):
+                    found.append(f"{rel}:{node.lineno}: {owner}.parts")
+            elif (isinstance(node, ast.Name) and node.id == "ShardParts") or (
+                    isinstance(node, ast.alias) and node.name == "ShardParts"):
+                found.append(f"{rel}:{node.lineno}: ShardParts")
+    return found
+
+
+def test_nothing_outside_the_shard_reads_its_parts() -> None:
+    assert _reads_of_parts(_sources(*SCANNED)) == []
+
+
+def test_the_parts_check_finds_a_read_from_outside() -> None:
+    old = ast.parse("info = self.shard.parts.frontier.queued_for(host)\nfrom crawler.engine.parts import ShardParts\n")
+    assert _reads_of_parts({ROOT / "crawler/control/x.py": old}) == [
+        "crawler/control/x.py:1: self.shard.parts", "crawler/control/x.py:2: ShardParts"]

@@ -64,7 +64,7 @@ def test_admitted_urls_acked_rows_and_a_policy_survive_the_loss_of_the_node_and_
         st.store.record([(_row("http://a.test/p/0"), Schedule(changed=None, interval_s=3600.0, next_crawl_at=1_800_000_000.0))])
         st.store.drop(["http://a.test/p/4"])
         st.store.set_meta("checkpoint", '{"politeness": "paused"}', journal=True)
-        await st.log.synced()  # what accept_durably waits for before the sender forgets the batch
+        await st.log.synced()  # what Shard.accept waits for before the sender forgets the batch
         assert st.log.pending() == 0 and st.log.segments_written == 1
         st.store.add(_items("b", 2))  # not synced: inside the window when the node dies
         st.store.close()
