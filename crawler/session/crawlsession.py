@@ -21,8 +21,8 @@ Order of a run (:meth:`CrawlSession.run`):
 5. stop the shards (rows flushed and acked), write ``stats.json`` with the URL ledger
    (crawler.session.ledger), compact, mark the crawl finished if it is, and release the lease.
 
-While it runs, a heartbeat tells the shards the driver is alive and renews the lease;
-if another run took the lease, this one stops (it is fenced).
+While it runs, a heartbeat (crawler.session.heartbeat) tells the shards the driver is
+alive and renews the lease; if another run took the lease, this one stops (it is fenced).
 """
 
 from __future__ import annotations
@@ -46,17 +46,12 @@ from crawler.events.sinks import sink_factory
 from crawler.recovery.preflight import Preflight, check_local_state
 from crawler.recovery.stamps import crawl_id
 from crawler.recovery.statefiles import here, is_remote
+from crawler.session.heartbeat import DriverHeartbeat
 from crawler.session.steering import Steering
 from crawler.session.termination import TerminationDetector
 from crawler.frontier.store import UrlStatus
 
 log = logging.getLogger(__name__)
-
-
-def _log_missed_beat(task: asyncio.Future[None]) -> None:
-    """A heartbeat round that failed (a shard restarting misses one beat): noted, not raised."""
-    if not task.cancelled() and task.exception() is not None:
-        log.debug("heartbeat: %r", task.exception())
 
 
 class CrawlSession:
@@ -139,7 +134,7 @@ class CrawlSession:
             epoch = await self.lease.acquire()
             # Renewed (and the shards told the driver lives) from now on: starting the
             # runtime can take longer than runtime.lease_ttl_s on a busy or cold cluster.
-            self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
+            self._heartbeat_task = asyncio.ensure_future(self._heartbeat().run())
             try:
                 self.record, self.mode = prepare(self.cfg, n, n_seen, force=self._force)
             except BaseException:
@@ -167,7 +162,7 @@ class CrawlSession:
                                       after_crash=after_crash, crawl_id=crawl))
         self.ready = True  # the shards run: steering calls reach them from now on
         if self._heartbeat_task is None:
-            self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
+            self._heartbeat_task = asyncio.ensure_future(self._heartbeat().run())
         self.started_at = self.clock.now()
         if self.mode == "resume":
             self.resumed = sum(s.resumed for s in await self.runtime.statuses() or [])
@@ -306,60 +301,17 @@ class CrawlSession:
         self.final = stats
         return stats
 
-    async def _heartbeat(self) -> None:
-        """Tell the shards the driver lives; renew the lease; stop if another run took it.
-
-        Heartbeats go out only while the lease is fresh on this process's clock
-        (crawler.recovery.lease.Lease.fresh): a driver that cannot renew (the object store
-        down) goes quiet before anyone could see its lease lapse, so its shards stop
-        fetching first (docs/invariants.md #14). A failed renewal is retried, not a verdict.
-        """
-        rt = self.cfg.runtime
-        beat = rt.driver_timeout_s / 5
-        renew_every = rt.lease_ttl_s / 4
-        next_renewal = self.clock.now() + renew_every
-        shipped = self.clock.now()
-        remote = is_remote(self.cfg.output.path)
-        beat_task: asyncio.Future[None] | None = None
-        quiet = False
-        while True:
-            await self.clock.sleep(beat)
-            lease = self.lease
-            if lease is None or lease.fresh():
-                # Sent without waiting for the answers: actors still being created (or
-                # restarted) answer late, and the renewal below must not wait for them.
-                if beat_task is None or beat_task.done():
-                    beat_task = asyncio.ensure_future(self.runtime.heartbeat())
-                    beat_task.add_done_callback(_log_missed_beat)
-                if quiet:
-                    log.warning("the lease is renewed again: the shards may work")
-                quiet = False
-            elif not quiet:
-                quiet = True
-                log.error("the output's lease was not renewed for %.0fs: the shards are told nothing until it is",
-                          self.clock.now() - (lease.renewed_at or 0.0))
-            if remote and not quiet and self.clock.now() - shipped >= rt.state_ship_interval_s:
-                shipped = self.clock.now()
-                try:
-                    await self.runtime.ship_state()
-                except Exception as exc:  # noqa: BLE001 - the local copies are intact; next time
-                    log.warning("copying state to the output failed: %r", exc)
-            if lease is not None and self.clock.now() >= next_renewal:
-                try:
-                    renewed = await self._run_blocking(lease.renew)
-                except StorageError as exc:
-                    log.warning("renewing the output's lease failed (retrying): %s", exc)
-                    next_renewal = self.clock.now() + min(renew_every, 1.0)
-                    continue
-                next_renewal = self.clock.now() + renew_every
-                if not renewed:
-                    self.fenced = "another run took the output's lease"
-                    log.error("%s: stopping this run", self.fenced)
-                    self.request_stop()
-                    return
-
-    def _options(self) -> dict | None:
+    def _options(self) -> dict[str, Any] | None:
         return dict(self.cfg.output.storage_options) or None
+
+    def _heartbeat(self) -> DriverHeartbeat:
+        return DriverHeartbeat(self.cfg, self.runtime, self.clock, self.lease, self._run_blocking, self._fenced_off)
+
+    def _fenced_off(self, why: str) -> None:
+        """Another run took the output's lease: stop this one, writing nothing more."""
+        self.fenced = why
+        log.error("%s: stopping this run", why)
+        self.request_stop()
 
     # -- steering (crawler.session.steering) ------------------------------------------------------
 
