@@ -28,7 +28,7 @@ from crawler.config.settings import CrawlConfig, resolve_shards
 from crawler.config.typed import to_dict
 from crawler.session.inprocess import seen_capacity_per_shard
 from crawler.session.runtime import Plan
-from crawler.engine.sharedservices import CONTENT_LOG
+from crawler.services.contentindex import CONTENT_LOG
 from crawler.session.shardcalls import ShardCalls, merge_seen_stats
 from crawler.placement.topology import Topology
 from crawler.engine.shardapi import ShardApi

@@ -1,6 +1,6 @@
 """Shared-service actors: one shard of the seen set, the content index, the page budget.
 
-Each is a thin shell over a plain class (crawler.seen.SeenSet, crawler.engine.sharedservices) that is
+Each is a thin shell over a plain class (crawler.seen.SeenSet, crawler.services) that is
 tested without Ray; this module only moves batches in and out.
 """
 
@@ -20,7 +20,8 @@ from crawler.clock import SYSTEM_CLOCK
 from crawler.errors import ServiceUnavailableError, StorageError, retry_later
 from crawler.seen import ForgetCall, SeenGroup, SeenSet, ShardCall
 from crawler.content.index import ContentShard, ShardReply, ShardRequest
-from crawler.engine.sharedservices import BudgetPool, ContentIndexService, shard_log
+from crawler.services.budget import BudgetPool
+from crawler.services.contentindex import ContentIndexService, shard_log
 
 
 #: Longest wait for a replaced run's actor to release a seen store.
@@ -184,7 +185,7 @@ class ContentShardActor:
 
 
 class _RemoteShard:
-    """A ContentShardActor behind crawler.engine.sharedservices.ShardHandle (an ObjectRef is awaitable)."""
+    """A ContentShardActor behind crawler.services.contentindex.ShardHandle (an ObjectRef is awaitable)."""
 
     def __init__(self, actor: Any) -> None:
         self.actor = actor
@@ -201,7 +202,7 @@ class _RemoteShard:
 
 @ray.remote(num_cpus=0)
 class ContentIndexActor:
-    """The crawl-wide duplicate-content index (crawler.engine.sharedservices.ContentIndexService): its
+    """The crawl-wide duplicate-content index (crawler.services.contentindex.ContentIndexService): its
     one shard in this actor, or ``shards`` ContentShardActors it coordinates."""
 
     def __init__(
@@ -245,7 +246,7 @@ class ContentIndexActor:
 
 @ray.remote(num_cpus=0)
 class Budget:
-    """The global ``limits.max_pages`` count (crawler.engine.sharedservices.BudgetPool).
+    """The global ``limits.max_pages`` count (crawler.services.budget.BudgetPool).
 
     With a remote output every grant is written to ``OUT/state/budget.json`` before the
     lease returns (one PUT per lease of up to ``runtime.budget_lease_max`` pages), so a

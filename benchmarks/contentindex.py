@@ -1,6 +1,6 @@
 """Scale of the duplicate-content index: bytes per indexed page and lookups per second.
 
-Fills a :class:`crawler.engine.sharedservices.ContentIndexService` (in process, ``--shards`` shards:
+Fills a :class:`crawler.services.ContentIndexService` (in process, ``--shards`` shards:
 the same code the Ray content actors run) with N distinct pages through its real
 ``check_and_add`` path (batches of ``--batch``), then times lookups of new pages (each a
 check against every table, then an insert if original), a quarter of them near-duplicates
@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from crawler.clock import MockClock
-from crawler.engine.sharedservices import ContentIndexService, shard_log
+from crawler.services.contentindex import ContentIndexService, shard_log
 
 
 def _rss() -> int:

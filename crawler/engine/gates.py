@@ -51,7 +51,7 @@ class FetchGate(Protocol):
 
 
 class PageBudget(Protocol):
-    """The crawl-wide ``limits.max_pages`` budget (crawler.engine.sharedservices.LeasedBudget)."""
+    """The crawl-wide ``limits.max_pages`` budget (crawler.services.budget.LeasedBudget)."""
 
     async def acquire(self) -> bool: ...
 

@@ -76,7 +76,7 @@ class ParseSlot:
 
 class ContentCheck(Protocol):
     """The duplicate-content service, one page per call (crawler.engine.batching.MicroBatcher
-    over crawler.engine.sharedservices' ContentService): ``(url, sha256, simhash|None)`` ->
+    over crawler.services.contentindex.ContentIndexService): ``(url, sha256, simhash|None)`` ->
     ``(dup_kind, dup_of)``."""
 
     async def submit(self, item: tuple[str, str, int | None]) -> tuple[str | None, str | None]: ...

@@ -32,7 +32,7 @@ from crawler.engine.partbuilders import build_fence
 from crawler.engine.linkrouter import SeenService
 from crawler.engine.requests import Fetcher as FetchClient
 from crawler.engine.shardapi import HostView, ShardApi
-from crawler.engine.sharedservices import LeasedBudget
+from crawler.services.budget import LeasedBudget
 from crawler.engine.status import ShardStatus
 from crawler.frontier.store import UrlStatus
 from crawler.frontier.urlitem import UrlItem

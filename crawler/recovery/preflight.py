@@ -8,7 +8,7 @@ runtimes, and a refusal is one line and exit 2 before an actor exists):
    event log, a seen store or a content log of another crawl or shard is refused
    (:class:`~crawler.errors.ForeignStateError`); a file that is not what its name says
    is refused too (:class:`~crawler.errors.DamagedStateError`). ``budget.json`` is not
-   refused: its pool rebuilds it from the rows (crawler.engine.sharedservices.BudgetPool);
+   refused: its pool rebuilds it from the rows (crawler.services.budget.BudgetPool);
 2. each shard's store: its write-ahead log looked at before SQLite opens it (a cut
    loses committed transactions silently: crawler.recovery.walcheck), then the store
    settled against the rows its shard wrote (crawler.recovery.statefiles.settle_local):
@@ -41,7 +41,7 @@ import pyarrow.dataset as pads
 from crawler.config.settings import CrawlConfig
 from crawler.content.index import read_log_stamp
 from crawler.engine.partbuilders import build_link_policy
-from crawler.engine.sharedservices import CONTENT_LOG, shard_log
+from crawler.services.contentindex import CONTENT_LOG, shard_log
 from crawler.errors import StorageError
 from crawler.events.emitter import EventLog
 from crawler.frontier.audit import StoreAudit, read_stamp

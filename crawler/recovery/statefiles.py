@@ -374,7 +374,7 @@ def log_events(cfg: CrawlConfig, shard_id: str, store_path: str, rows: list[dict
 def pages_spent(out: str, options: dict[str, Any] | None) -> int:
     """Pages the rows in OUT show fetched: what ``limits.max_pages`` counts (a URL refused
     by robots.txt is a row and no fetch). Every row of the crawl: read when the page
-    budget's file is missing or damaged (crawler.engine.sharedservices.BudgetPool)."""
+    budget's file is missing or damaged (crawler.services.budget.BudgetPool)."""
     rows = read_pages(out, options, dedupe=False, columns=["outcome", "error"])
     if rows.num_rows == 0:
         return 0

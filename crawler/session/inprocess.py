@@ -21,7 +21,8 @@ from crawler.engine.shard import Shard
 from crawler.engine.shardapi import ShardApi
 from crawler.seen import SeenGroup, SeenSet
 from crawler.session.runtime import Plan
-from crawler.engine.sharedservices import CONTENT_LOG, BudgetPool, ContentIndexService, LeasedBudget, content_log_names
+from crawler.services.budget import BudgetPool, LeasedBudget
+from crawler.services.contentindex import CONTENT_LOG, ContentIndexService, content_log_names
 from crawler.session.crawlsession import CrawlSession
 from crawler.engine.assembly import build_shard
 from crawler.engine.partbuilders import build_fence

@@ -12,7 +12,7 @@ from crawler.clock import MockClock
 from crawler.content.index import ContentIndexGroup, ContentShard, ref_hex, ref_of
 from crawler.content.fingerprints import SimHashIndex, content_sha256, hamming, simhash64, text_fingerprint
 from crawler.errors import ConfigError, StorageError
-from crawler.engine.sharedservices import ContentIndexService, shard_log
+from crawler.services.contentindex import ContentIndexService, shard_log
 from crawler.urls import url_hash
 
 

@@ -21,7 +21,7 @@ from crawler.config import settings as config
 from crawler.content.index import ContentShard, read_log_stamp
 from crawler.errors import REFUSALS, DamagedStateError, ForeignStateError
 from crawler.events.emitter import EventLog
-from crawler.engine.sharedservices import BudgetPool
+from crawler.services.budget import BudgetPool
 from crawler.frontier.audit import StoreAudit
 from crawler.frontier.store import FrontierStore
 from crawler.frontier.urlitem import UrlItem

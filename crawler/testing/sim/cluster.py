@@ -18,7 +18,7 @@ modelled here -- and only that:
   web -- until the partition heals and the cluster kills them.
 
 The crawl's own classes run inside: :class:`~crawler.engine.shardserver.ShardServer` for
-shards, and the plain classes of crawler.seen and crawler.engine.sharedservices for the
+shards, and the plain classes of crawler.seen and crawler.services for the
 services (crawler.testing.sim.services).
 """
 

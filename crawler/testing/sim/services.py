@@ -18,7 +18,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from crawler.config.settings import CrawlConfig
-from crawler.engine.sharedservices import BudgetPool, ContentIndexService, shard_log
+from crawler.services.budget import BudgetPool
+from crawler.services.contentindex import ContentIndexService, shard_log
 from crawler.engine.shardapi import ShardApi
 from crawler.engine.shardserver import ShardServer, ShardServices
 from crawler.testing.sim.shardproxy import SimShard
