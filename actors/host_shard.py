@@ -21,7 +21,7 @@ from actors.render import render_service
 from actors.serviceactors import SERVICE_RETRY_S, SeenGroupClient, call_service
 from actors.shardproxy import RayShard
 from crawler.config.settings import from_dict
-from crawler.control.hostpolicy import HostTarget, PolicyChange
+from crawler.policy.hostpolicy import HostTarget, PolicyChange
 from crawler.engine.shardapi import HostView, ShardApi
 from crawler.engine.shardpeers import ShardPeers
 from crawler.engine.shardserver import ShardServer, ShardServices

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, TypeVar
 
 from actors.serviceactors import call_service
-from crawler.control.hostpolicy import HostTarget, PolicyChange
+from crawler.policy.hostpolicy import HostTarget, PolicyChange
 from crawler.engine.shardapi import HostView
 from crawler.engine.status import ShardStatus
 from crawler.frontier.store import UrlStatus

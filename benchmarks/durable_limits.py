@@ -62,7 +62,7 @@ def load_tree(tree: Path) -> SimpleNamespace:
     try:
         from crawler.clock import MockClock
         from crawler.config import settings
-        from crawler.control.hostpolicy import PolicyChange
+        from crawler.policy.hostpolicy import PolicyChange
         from crawler.engine.admission import Admission
         from crawler.engine.assembly import build_shard
         from crawler.fetch.fetcher import FetchResult

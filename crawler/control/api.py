@@ -45,7 +45,7 @@ from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from crawler.config.settings import ApiConfig
 from crawler.errors import ConfigError, CrawlError
 from crawler.frontier.urlitem import check_priority
-from crawler.control.hostpolicy import check_max_rps, parse_host
+from crawler.policy.hostpolicy import check_max_rps, parse_host
 from crawler.frontier.store import UrlStatus
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ of the shard's hosts is fine here (never per URL).
 
 from __future__ import annotations
 
-from crawler.control.hostpolicy import HostTarget, name_of
+from crawler.policy.hostpolicy import HostTarget, name_of
 from crawler.engine.parts import ShardParts
 from crawler.engine.shardapi import BackoffView, HostKeyView, HostPolicyView, HostView
 

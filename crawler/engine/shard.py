@@ -17,7 +17,7 @@ import asyncio
 import logging
 from typing import Callable, Sequence
 
-from crawler.control.hostpolicy import HostTarget, PolicyChange, name_of
+from crawler.policy.hostpolicy import HostTarget, PolicyChange, name_of
 from crawler.engine.dispatcher import Dispatcher
 from crawler.engine.hostview import host_view
 from crawler.engine.optional import NoRegions
@@ -135,7 +135,7 @@ class Shard:
         await self.parts.state_log.synced()
 
     async def set_host_policy(self, change: PolicyChange) -> None:
-        """Operator policy (crawler.control.hostpolicy.PolicyChange) of one politeness key,
+        """Operator policy (crawler.policy.hostpolicy.PolicyChange) of one politeness key,
         or with ``hostname_wide`` of every key of a hostname that this shard owns now or
         later; saved at once so it survives restarts (in OUT too before this returns).
         ``max_pages`` cuts the queue of a host past its new limit (counted as

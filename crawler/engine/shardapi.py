@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
-from crawler.control.hostpolicy import HostTarget, PolicyChange
+from crawler.policy.hostpolicy import HostTarget, PolicyChange
 from crawler.engine.status import ShardStatus
 from crawler.frontier.store import UrlStatus
 from crawler.frontier.urlitem import UrlItem
@@ -23,7 +23,7 @@ from crawler.placement.peers import HostState, HostPlacement, Probe
 
 @dataclass(frozen=True)
 class HostPolicyView:
-    """An operator's policy in force (crawler.control.hostpolicy): None/False when unset."""
+    """An operator's policy in force (crawler.policy.hostpolicy): None/False when unset."""
 
     max_rps: float | None = None
     paused: bool = False
@@ -90,7 +90,7 @@ class ShardApi(Protocol):
         """Seeds added while the crawl runs: scope ``host``/``domain`` grows with them."""
 
     async def set_host_policy(self, change: PolicyChange) -> None:
-        """An operator's policy for a host (crawler.control.hostpolicy), durable on return;
+        """An operator's policy for a host (crawler.policy.hostpolicy), durable on return;
         forwarded to the host's owner when that is another shard (regions)."""
 
     async def url_status(self, url: str | None, url_hash: str | None = None) -> UrlStatus | None:

@@ -26,7 +26,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config.settings import CrawlConfig
-from crawler.control.hostpolicy import HostTarget, PolicyChange
+from crawler.policy.hostpolicy import HostTarget, PolicyChange
 from crawler.engine.assembly import ContentCall, build_shard
 from crawler.engine.partbuilders import build_fence
 from crawler.engine.linkrouter import SeenService

@@ -72,7 +72,7 @@ def check_region_names(names: Iterable[str], key: str = "runtime.regions") -> tu
 def rule_key(spec: str, key: str = "placement.rules") -> str:
     """The canonical spelling of a rule's host: ``example.com``, ``example.com:8080`` or
     ``*.example.com`` (normalized the way URL hosts are); ConfigError naming ``key``."""
-    from crawler.control.hostpolicy import parse_host  # crawler.urls is heavy; only rules need it
+    from crawler.policy.hostpolicy import parse_host  # crawler.urls is heavy; only rules need it
 
     raw = spec.strip() if isinstance(spec, str) else spec
     wildcard = isinstance(raw, str) and raw.startswith("*.")
@@ -234,7 +234,7 @@ class RegionPlacement:
 
         Raises :class:`ConfigError` (the API's 400) naming ``host`` or ``region``.
         """
-        from crawler.control.hostpolicy import parse_host
+        from crawler.policy.hostpolicy import parse_host
 
         target = parse_host(host)  # a *.domain rule is a config matter: this names one host
         if region is not None:
@@ -302,7 +302,7 @@ class RegionPlacement:
     def export(self, host: str) -> dict[str, Any] | None:
         """One host's record (measurement, moves, and an operator's rule for that very
         spelling), to travel with the host; None if there is none."""
-        from crawler.control.hostpolicy import parse_host
+        from crawler.policy.hostpolicy import parse_host
 
         rec = self._hosts.get(host)
         spec = parse_host(host).spec()
@@ -318,7 +318,7 @@ class RegionPlacement:
     def adopt(self, host: str, data: Mapping[str, Any]) -> None:
         """Take over a host's record from :meth:`export` (the shard it came from); its
         rule comes along as it was (the move it caused is already counted)."""
-        from crawler.control.hostpolicy import parse_host
+        from crawler.policy.hostpolicy import parse_host
 
         if data.get("rule") is not None:
             region, at = data["rule"]

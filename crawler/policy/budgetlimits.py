@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, cast
 
-from crawler.control.hostpolicy import name_of
+from crawler.policy.hostpolicy import name_of
 from crawler.policy.traprules import check_limit
 
 __all__ = ["BudgetLimits"]

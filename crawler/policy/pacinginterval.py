@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from crawler.control.hostpolicy import PacingOverrides
+from crawler.policy.hostpolicy import PacingOverrides
 from crawler.errors import ConfigError
 from crawler.policy.pacingstate import HostPacing
 

@@ -12,7 +12,7 @@ import logging
 import math
 from typing import Any, Callable
 
-from crawler.control.hostpolicy import PacingOverrides
+from crawler.policy.hostpolicy import PacingOverrides
 
 __all__ = ["HostPacing", "PacingSnapshots"]
 

@@ -39,7 +39,7 @@ about what it is worth to us: a low-novelty host is demoted in the frontier's or
 crawler.policy.pacinginterval (the settings and the interval formula),
 crawler.policy.backoff (what 429, 5xx, failures and Retry-After add),
 crawler.policy.pacingstate (the host record and its snapshots) and the operator's policy,
-crawler.control.hostpolicy.PacingOverrides.
+crawler.policy.hostpolicy.PacingOverrides.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ import math
 import time
 from typing import Any, Awaitable, Callable, Mapping, Protocol, TypeVar
 
-from crawler.control.hostpolicy import PacingOverrides
+from crawler.policy.hostpolicy import PacingOverrides
 from crawler.policy.backoff import Backoff, parse_retry_after
 from crawler.policy.pacinginterval import IntervalRule, PacingSettings
 from crawler.policy.pacingstate import HostPacing, PacingSnapshots
@@ -241,7 +241,7 @@ class Politeness:
 
     def set_name_override(self, name: str, interval_s: float | None = None, paused: bool | None = None) -> list[str]:
         """Hostname-wide operator policy: every key of ``name`` (any port), including keys
-        not seen yet (see :class:`~crawler.control.hostpolicy.PacingOverrides`). Returns the keys
+        not seen yet (see :class:`~crawler.policy.hostpolicy.PacingOverrides`). Returns the keys
         whose policy changed (callers that cache ``next_allowed`` reschedule them)."""
         return self.overrides.set_name(name, interval_s, paused, self.keys())
 

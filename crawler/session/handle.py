@@ -89,7 +89,7 @@ class CrawlHandle:
         self, host: str, *, max_rps: float | None = None, paused: bool | None = None, max_pages: int | None = None
     ) -> str:
         """A host's rate (requests per second), pause, or page limit; ``host`` without a
-        port covers every port of the hostname (crawler.control.hostpolicy)."""
+        port covers every port of the hostname (crawler.policy.hostpolicy)."""
         return self._call(self.session.set_host_policy(host, max_rps=max_rps, paused=paused, max_pages=max_pages))
 
     def host_info(self, host: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from crawler.config.settings import CrawlConfig
 from crawler.frontier.urlitem import UrlItem
-from crawler.control.hostpolicy import HostTarget, PolicyChange
+from crawler.policy.hostpolicy import HostTarget, PolicyChange
 from crawler.engine.shardapi import HostView
 from crawler.engine.status import ShardStatus
 from crawler.placement.peers import HostPlacement

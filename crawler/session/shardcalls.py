@@ -15,7 +15,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
 
-from crawler.control.hostpolicy import HostTarget, PolicyChange
+from crawler.policy.hostpolicy import HostTarget, PolicyChange
 from crawler.engine.shardapi import HostView, ShardApi
 from crawler.frontier.store import UrlStatus
 from crawler.frontier.urlitem import UrlItem

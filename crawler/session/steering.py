@@ -16,7 +16,7 @@ from crawler.frontier.urlitem import check_priority
 from crawler.config.settings import CrawlConfig
 from crawler.errors import ConfigError, SeedError
 from crawler.frontier.urlitem import UrlItem
-from crawler.control.hostpolicy import HostPolicy, PolicyChange, parse_host
+from crawler.policy.hostpolicy import HostPolicy, PolicyChange, parse_host
 from crawler.engine.shardapi import HostPolicyView
 from crawler.session.runtime import Runtime
 from crawler.session.termination import TerminationDetector
@@ -99,7 +99,7 @@ class Steering:
         self, host: str, *, max_rps: float | None = None, paused: bool | None = None, max_pages: int | None = None,
         region: str | None = None,
     ) -> str:
-        """An operator's host policy (crawler.control.hostpolicy): ``max_rps`` (interval 1/max_rps,
+        """An operator's host policy (crawler.policy.hostpolicy): ``max_rps`` (interval 1/max_rps,
         a floor like Crawl-delay), ``paused``, ``max_pages`` (pages admitted in all). A
         hostname without a port applies to every key of that hostname on every shard;
         ``host:port`` to that key on its owning shard. It applies at once and survives

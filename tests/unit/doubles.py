@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, Protocol, Sequen
 from crawler.clock import MockClock
 from crawler.config import settings as config
 from crawler.config.settings import CrawlConfig
-from crawler.control.hostpolicy import HostTarget, PolicyChange
+from crawler.policy.hostpolicy import HostTarget, PolicyChange
 from crawler.engine.assembly import build_shard
 from crawler.engine.shard import Shard
 from crawler.engine.status import ShardStatus

@@ -39,7 +39,7 @@ class FakeSession:
         return {"accepted": len(urls), "already_seen": 0, "refused": 0, "urls": []}
 
     async def set_host_policy(self, host, **policy):
-        from crawler.control.hostpolicy import parse_host
+        from crawler.policy.hostpolicy import parse_host
 
         self.calls.append(("policy", parse_host(host).spec(), policy))
         return host

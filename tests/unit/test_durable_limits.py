@@ -21,7 +21,7 @@ import pytest
 
 from crawler.clock import MockClock
 from crawler.config import settings as config
-from crawler.control.hostpolicy import PolicyChange
+from crawler.policy.hostpolicy import PolicyChange
 from crawler.engine.assembly import build_shard
 from crawler.frontier.store import FrontierStore
 from crawler.frontier.urlitem import UrlItem

@@ -22,7 +22,7 @@ from crawler.config import settings as config
 from crawler.clock import MockClock
 from crawler.fetch.fetcher import FetchResult
 from crawler.frontier.urlitem import UrlItem
-from crawler.control.hostpolicy import parse_host
+from crawler.policy.hostpolicy import parse_host
 from crawler.engine.hostview import host_view
 from crawler.engine.shard import Shard
 from crawler.engine.shardpeers import ShardPeers

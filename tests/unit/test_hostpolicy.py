@@ -14,7 +14,7 @@ from crawler.config import settings as config
 from crawler.clock import MockClock
 from crawler.errors import ConfigError
 from crawler.frontier.urlitem import UrlItem
-from crawler.control.hostpolicy import HostPolicy, PolicyChange, parse_host
+from crawler.policy.hostpolicy import HostPolicy, PolicyChange, parse_host
 from crawler.engine.hostview import host_view
 from crawler.frontier.store import FrontierStore
 from crawler.policy.politeness import Politeness

@@ -57,7 +57,7 @@ def test_the_records_are_declared_once() -> None:
                 if isinstance(node, ast.ClassDef) and node.name in names:
                     names[node.name].append(path.relative_to(ROOT).as_posix())
     assert names == {
-        "PolicyChange": ["crawler/control/hostpolicy.py"],
+        "PolicyChange": ["crawler/policy/hostpolicy.py"],
         "UrlStatus": ["crawler/frontier/store.py"],
         "ShardStatus": ["crawler/engine/status.py"],
     }

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from crawler.config import settings as config
-from crawler.control.hostpolicy import PolicyChange
+from crawler.policy.hostpolicy import PolicyChange
 from crawler.clock import MockClock
 from crawler.frontier.urlitem import UrlItem
 from crawler.frontier.store import FrontierStore

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable, TypeVar
 
-from crawler.control.hostpolicy import HostTarget, PolicyChange
+from crawler.policy.hostpolicy import HostTarget, PolicyChange
 from crawler.engine.shardapi import HostView
 from crawler.engine.shardserver import ShardServer
 from crawler.engine.status import ShardStatus
