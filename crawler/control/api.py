@@ -37,7 +37,7 @@ import json
 import logging
 import os
 import re
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
@@ -65,6 +65,26 @@ MAX_LINE_BYTES = 8190
 MAX_HEADERS = 128
 #: Most bytes a request body may have (413 beyond).
 MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+
+class ApiSession(Protocol):
+    """What the API asks of a crawl (crawler.session.crawlsession.CrawlSession implements it)."""
+
+    @property
+    def final(self) -> dict[str, Any] | None: ...
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def ready(self) -> bool: ...
+    def request_stop(self) -> None: ...
+    async def add_seeds(self, urls: Sequence[str], *, priority: int = 0, strict: bool = True) -> dict[str, Any]: ...
+    async def set_host_policy(self, host: str, *, max_rps: float | None = None, paused: bool | None = None,
+                              max_pages: int | None = None, region: str | None = None) -> str: ...
+    async def host_info(self, host: str) -> dict[str, Any]: ...
+    async def url_status(self, url: str) -> UrlStatus | None: ...
+    async def url_status_by_hash(self, url_hash_hex: str) -> UrlStatus | None: ...
+    async def live_stats(self) -> dict[str, Any]: ...
 
 
 class BadRequest(CrawlError):
@@ -284,7 +304,7 @@ class ControlApi:
 
     def __init__(
         self,
-        session: Any,
+        session: ApiSession,
         cfg: ApiConfig,
         *,
         on_stop: Callable[[], Any] | None = None,
