@@ -23,7 +23,8 @@ and probing for a browser in every actor would only repeat it.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from crawler.config import settings
 from crawler.config.settings import CrawlConfig

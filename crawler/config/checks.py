@@ -12,11 +12,25 @@ package imports none of them.
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from crawler.config.sections import (
-    EVENT_SINKS, MIN_ACTOR_CPUS, RESOURCE_TYPES, ApiConfig, DedupConfig, EventsConfig, FetchConfig, LimitsConfig,
-    NewsConfig, OutputConfig, PlacementConfig, PolitenessConfig, RecrawlConfig, RenderConfig, RuntimeConfig,
+    EVENT_SINKS,
+    MIN_ACTOR_CPUS,
+    RESOURCE_TYPES,
+    ApiConfig,
+    DedupConfig,
+    EventsConfig,
+    FetchConfig,
+    LimitsConfig,
+    NewsConfig,
+    OutputConfig,
+    PlacementConfig,
+    PolitenessConfig,
+    RecrawlConfig,
+    RenderConfig,
+    RuntimeConfig,
     SitemapsConfig,
 )
 from crawler.config.typed import positive

@@ -8,8 +8,9 @@ on disk, region names, seeds) is the component's (:mod:`crawler.configcheck`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 __all__ = [
     "EVENT_SINKS", "MIN_ACTOR_CPUS", "RESOURCE_TYPES", "ApiConfig", "Auto", "DedupConfig", "EventsConfig",

@@ -18,16 +18,31 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import yaml
 
 from crawler.config.checks import check_section
 from crawler.config.sections import (
-    EVENT_SINKS, ApiConfig, Auto, DedupConfig, EventsConfig, FetchConfig, LimitsConfig, NewsConfig, OutputConfig,
-    PlacementConfig, PolitenessConfig, RecrawlConfig, RenderConfig, RuntimeConfig, SitemapsConfig, UrlsConfig,
+    EVENT_SINKS,
+    ApiConfig,
+    Auto,
+    DedupConfig,
+    EventsConfig,
+    FetchConfig,
+    LimitsConfig,
+    NewsConfig,
+    OutputConfig,
+    PlacementConfig,
+    PolitenessConfig,
+    RecrawlConfig,
+    RenderConfig,
+    RuntimeConfig,
+    SitemapsConfig,
+    UrlsConfig,
 )
 from crawler.config.typed import apply_overrides, build, to_dict
 from crawler.errors import ConfigError

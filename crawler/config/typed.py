@@ -14,7 +14,8 @@ import dataclasses
 import math
 import types
 import typing
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, TypeVar, Union
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 import yaml
 

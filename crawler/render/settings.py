@@ -12,7 +12,7 @@ from __future__ import annotations
 from crawler.config.sections import MIN_ACTOR_CPUS, RESOURCE_TYPES, RenderConfig
 from crawler.render.browser import find_browser
 
-__all__ = ["MIN_ACTOR_CPUS", "RenderConfig", "RESOURCE_TYPES", "check_render"]
+__all__ = ["MIN_ACTOR_CPUS", "RESOURCE_TYPES", "RenderConfig", "check_render"]
 
 
 def check_render(render: RenderConfig) -> None:
