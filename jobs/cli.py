@@ -58,7 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Serve the bundled synthetic web on loopback and crawl it on embedded Ray."""
-    from crawler.config import settings as config_mod
+    from crawler import configcheck as config_mod
     from crawler.output.fs import check_output_folder
     from crawler.testing.fixtures import running_web
     from jobs.crawl import print_summary, run_crawl
@@ -176,7 +176,7 @@ def _read_page_file(path: str) -> bytes:
 
 def cmd_links(args: argparse.Namespace) -> int:
     """Print, one JSON object a line, each link the crawler would extract from a page."""
-    from crawler.config import settings as config_mod
+    from crawler import configcheck as config_mod
     from crawler.engine.partbuilders import build_link_policy
     from crawler.parse import parse_page
 

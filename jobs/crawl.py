@@ -25,7 +25,7 @@ import signal
 import sys
 from typing import Any, Sequence
 
-from crawler.config import settings as config_mod
+from crawler import configcheck as config_mod
 from crawler import eventloop
 from crawler.session import ledger
 from crawler.config.settings import CrawlConfig
@@ -219,7 +219,7 @@ def load_config(path: str | None, out: str | None, overrides: Sequence[str]) -> 
     if out:
         ov.append(f"output.path={out}")
     cfg = config_mod.load(path, ov)
-    cfg.all_seeds()  # a malformed seed fails the run now, before any actor starts
+    config_mod.all_seeds(cfg)  # a malformed seed fails the run now, before any actor starts
     check_output_folder(cfg.output.path, dict(cfg.output.storage_options) or None)  # and a file as --out
     return cfg
 

@@ -14,13 +14,20 @@ import dataclasses
 import math
 import types
 import typing
-from typing import Any, Callable, Literal, Mapping, Union
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 import yaml
 
 from crawler.errors import ConfigError
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+#: A value check: the built object (a section, or the whole config) and its key prefix.
 Check = Callable[[Any, str], None]
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def _no_check(obj: Any, prefix: str) -> None:
@@ -45,7 +52,7 @@ def type_name(tp: Any) -> str:
 def coerce(value: Any, tp: Any, key: str, check: Check = _no_check) -> Any:
     """Check ``value`` against the annotation ``tp``; return the typed value."""
     origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if value is None:
             return tp()
         if not isinstance(value, Mapping):
@@ -106,7 +113,7 @@ def coerce(value: Any, tp: Any, key: str, check: Check = _no_check) -> Any:
     raise ConfigError(f"{key}: unsupported setting type {type_name(tp)}")  # pragma: no cover
 
 
-def build(cls: type, data: Mapping[str, Any], prefix: str = "", check: Check = _no_check) -> Any:
+def build(cls: type[T], data: Mapping[str, Any], prefix: str = "", check: Check = _no_check) -> T:
     """Build dataclass ``cls`` from ``data``: unknown keys, wrong types and (via ``check``)
     impossible values raise :class:`ConfigError` naming the key."""
     hints = typing.get_type_hints(cls)
@@ -189,4 +196,5 @@ def to_dict(cfg: Any) -> dict[str, Any]:
             return {str(k): conv(x) for k, x in v.items()}
         return v
 
-    return conv(cfg)
+    out: dict[str, Any] = conv(cfg)
+    return out

@@ -45,12 +45,12 @@ from crawler.robots import ROBOTS_MAX_BYTES
 from crawler.fetch.transport import Request, Response, Transport, TransportError, describe_os_error
 
 if TYPE_CHECKING:
-    from crawler.config.settings import CrawlConfig
+    from crawler.config.settings import CrawlConfig, FetchConfig
 
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FetchResult", "Fetcher", "classify", "ERROR_KINDS", "SOURCE_ADDRESS_ENV", "source_address"]
+__all__ = ["FetchResult", "Fetcher", "classify", "ERROR_KINDS", "SOURCE_ADDRESS_ENV", "check_fetch", "source_address"]
 
 
 #: The environment variable naming this node's own source address (it wins over
@@ -66,6 +66,13 @@ def check_source_address(value: str, key: str) -> str:
         raise ConfigError(
             f"{key}: expected a local IP address of this machine like 10.0.0.5 or 127.0.0.2, got {value!r}"
         ) from exc
+
+
+def check_fetch(fetch: FetchConfig, prefix: str = "fetch.") -> None:
+    """The fetcher's checks of its ``fetch`` section, before a crawl starts (crawler.configcheck):
+    ``source_address`` must be an IP address (crawler.config checks the section's other values)."""
+    if fetch.source_address is not None:
+        check_source_address(fetch.source_address, f"{prefix}source_address")
 
 
 def source_address(cfg: CrawlConfig, environ: Mapping[str, str]) -> str | None:

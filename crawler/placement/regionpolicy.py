@@ -27,15 +27,17 @@ import math
 import random
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
 from crawler.clock import Clock
+from crawler.config.settings import PlacementConfig
 from crawler.errors import ConfigError
 
 __all__ = [
     "Placement",
     "RegionPlacement",
+    "check_placement",
     "check_region_names",
     "rule_key",
     "time_to_first_byte",
@@ -88,6 +90,29 @@ def rule_key(spec: str, key: str = "placement.rules") -> str:
             raise ConfigError(f"{key}.{spec}: a *.domain rule takes no port (it covers every port of every subdomain)")
         return "*." + target.name
     return target.spec()
+
+
+def check_placement(regions: tuple[str, ...] | None, p: PlacementConfig) -> None:
+    """Placement's checks of ``runtime.regions`` and its ``placement`` section, before a crawl
+    starts (crawler.configcheck; crawler.config checks the section's numbers): valid region
+    names, rules that name hosts, and only regions of ``runtime.regions``, which placement needs."""
+    if regions is not None:
+        check_region_names(regions, "runtime.regions")
+    for spec in p.rules:
+        rule_key(spec, "placement.rules")
+    if regions is None:
+        default = PlacementConfig()
+        changed = [f.name for f in fields(PlacementConfig) if getattr(p, f.name) != getattr(default, f.name)]
+        if changed:
+            raise ConfigError(f"placement.{changed[0]}: set, but runtime.regions is null (one region: nothing to "
+                              "place); list the regions first, e.g. runtime.regions: [eu-west, us-east]")
+        return
+    known = ", ".join(regions)
+    if p.default_region is not None and p.default_region not in regions:
+        raise ConfigError(f"placement.default_region: {p.default_region!r} is not one of runtime.regions ({known})")
+    for spec, region in p.rules.items():
+        if region not in regions:
+            raise ConfigError(f"placement.rules.{spec}: {region!r} is not one of runtime.regions ({known})")
 
 
 def _name_of(host: str) -> str:

@@ -182,7 +182,7 @@ class BrowserProcess:
 
 @dataclass(frozen=True)
 class PoolSettings:
-    """The pool's part of ``render`` (crawler.render.settings.RenderConfig)."""
+    """The pool's part of ``render`` (crawler.config.sections.RenderConfig)."""
 
     executable: str
     processes: int = 1

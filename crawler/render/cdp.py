@@ -90,7 +90,8 @@ class CdpConnection:
         if "error" in reply:
             err = reply["error"]
             raise RenderError("protocol", f"{method}: {err.get('message', err)}")
-        return reply.get("result", {})
+        result: dict[str, Any] = reply.get("result", {})  # a CDP reply's result is a JSON object
+        return result
 
     def post(self, method: str, params: dict[str, Any] | None = None, session_id: str | None = None) -> None:
         """Send a command whose reply nobody awaits (answering an intercepted request from

@@ -176,7 +176,8 @@ class RenderGate:
             st.in_flight += 1
             st.idle.clear()
             try:
-                return await self.politeness.request(st.host, lambda: self._fetch(url, headers))
+                result: FetchResult = await self.politeness.request(st.host, lambda: self._fetch(url, headers))
+                return result
             finally:
                 st.in_flight -= 1
                 if not st.in_flight:

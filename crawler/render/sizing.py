@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from crawler.errors import ConfigError
-from crawler.render.settings import MIN_ACTOR_CPUS, RenderConfig
+from crawler.config.sections import MIN_ACTOR_CPUS, RenderConfig
 
 __all__ = ["MIN_CPUS", "SHARE", "ClusterCpus", "RenderPlan", "check_shards_fit", "plan_render_pool"]
 

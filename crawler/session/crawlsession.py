@@ -34,6 +34,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from crawler.session import ledger, ledgeraudit
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config.settings import CrawlConfig
+from crawler.configcheck import all_seeds, check_components
 from crawler.session.crawlstats import crawl_stats, merge_status, read_stats, write_stats
 from crawler.errors import ConfigError, ServiceUnavailableError, ShardFailedError, StorageError
 from crawler.placement.topology import Topology, shard_ids
@@ -88,7 +89,8 @@ class CrawlSession:
     ) -> None:
         self.cfg = cfg
         self.runtime = runtime
-        self.seeds = cfg.all_seeds()
+        check_components(cfg)  # each component's slice, before anything starts
+        self.seeds = all_seeds(cfg)
         if not self.seeds:
             raise ConfigError("seeds: no seed URLs (set seeds: [...] or seeds_file:)")
         sink_factory(cfg.events)  # a plug-in sink that cannot be loaded fails here, not in a shard

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 import yaml
 from hypothesis import strategies as st
 
+from crawler import configcheck
 from crawler.config import settings as config
 from crawler.clock import MockClock
 from crawler.engine.partbuilders import build_fetcher, build_link_policy
@@ -142,7 +143,7 @@ OVERRIDES = st.lists(
 def check_config(data: Any, overrides: list[str]) -> None:
     """from_dict raises only ConfigError; a config it returns is usable and round-trips."""
     try:
-        cfg = config.from_dict(data, overrides)
+        cfg = configcheck.from_dict(data, overrides)
     except ConfigError:
         return
     as_dict = config.to_dict(cfg)
@@ -151,7 +152,7 @@ def check_config(data: Any, overrides: list[str]) -> None:
     assert len(cfg.fingerprint()) == 16
     # What the engine builds from a config either works or says what to fix.
     try:
-        seeds = cfg.all_seeds()
+        seeds = configcheck.all_seeds(cfg)
         build_link_policy(cfg, seeds)
         build_fetcher(cfg)
         pol = cfg.politeness
@@ -303,7 +304,7 @@ def _assert_canonical(url: str, normalizer: Callable[[str], str | None]) -> None
 def check_link_pipeline(html: str, codec: str, ct: str | None, page_url: str, policy: dict, depth: int) -> None:
     """parse -> normalize -> LinkPolicy, as the engine runs them, on hostile HTML."""
     cfg = config.from_dict({"seeds": [page_url], **policy})
-    links = build_link_policy(cfg, cfg.all_seeds())
+    links = build_link_policy(cfg, configcheck.all_seeds(cfg))
     body = html.encode(codec, "replace")
     page = parse_page(body, page_url, ct, user_agent_token="raycrawl", max_links=40)
     assert page.error is None, page.error

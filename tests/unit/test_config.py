@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from crawler import configcheck
 from crawler.config import settings as config
 from crawler.errors import ConfigError, SeedError
 
@@ -72,7 +73,7 @@ def test_override_without_equals_is_refused():
 def test_malformed_seed_fails_with_the_seed_quoted(tmp_path):
     cfg = config.from_dict({"seeds": ["http://ok.test/", "http//broken"]})
     with pytest.raises(SeedError) as exc:
-        cfg.all_seeds()
+        configcheck.all_seeds(cfg)
     assert "http//broken" in str(exc.value)
 
 
@@ -80,7 +81,7 @@ def test_seeds_file_relative_to_config_and_comments(tmp_path):
     (tmp_path / "seeds.txt").write_text("# comment\nhttp://A.test/\n\nhttp://a.test/\nhttps://b.test/x\n")
     (tmp_path / "c.yaml").write_text("seeds_file: seeds.txt\n")
     cfg = config.load(tmp_path / "c.yaml")
-    assert cfg.all_seeds() == ["http://a.test/", "https://b.test/x"]
+    assert configcheck.all_seeds(cfg) == ["http://a.test/", "https://b.test/x"]
 
 
 def test_fingerprint_ignores_output_and_runtime_but_not_limits():
@@ -112,13 +113,13 @@ def test_render_section_is_strict_and_a_missing_browser_fails_at_start_saying_ho
     with pytest.raises(ConfigError, match="render.max_wait_s: must be below timeout_s"):
         config.from_dict({"render": {"max_wait_s": 30, "timeout_s": 20}})
     with pytest.raises(ConfigError) as err:
-        config.from_dict({"render": {"mode": "auto", "browser": "/nonexistent/chromium"}})
+        configcheck.from_dict({"render": {"mode": "auto", "browser": "/nonexistent/chromium"}})
     assert "apt-get install chromium" in str(err.value) and "\n" not in str(err.value)
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ConfigError, match="none is on PATH; install one with `apt-get install chromium`"):
-        config.from_dict({"render": {"mode": "always"}})
+        configcheck.from_dict({"render": {"mode": "always"}})
     # Turning rendering on continues the same crawl (same output fingerprint).
-    assert config.from_dict({"render": {"mode": "auto", "browser": "/bin/true"}}).fingerprint() == config.CrawlConfig().fingerprint()
+    assert configcheck.from_dict({"render": {"mode": "auto", "browser": "/bin/true"}}).fingerprint() == config.CrawlConfig().fingerprint()
 
 
 # -- regions (issue 21): runtime.regions, fetch.source_address, placement ----------------
@@ -127,7 +128,7 @@ REGIONS = {"runtime": {"regions": ["eu-west", "us-east"]}}
 
 
 def test_regions_and_placement_load_with_rules_normalized_as_hosts():
-    cfg = config.from_dict({
+    cfg = configcheck.from_dict({
         **REGIONS,
         "fetch": {"source_address": "127.0.0.2"},
         "placement": {"default_region": "us-east", "rules": {"*.example.de": "eu-west", "shop.example.com": "us-east"},
@@ -176,13 +177,26 @@ def test_regions_and_placement_load_with_rules_normalized_as_hosts():
 )
 def test_bad_region_settings_fail_on_one_line_naming_the_key(data, message):
     with pytest.raises(ConfigError) as exc:
-        config.from_dict(data)
+        configcheck.from_dict(data)
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
 def test_regions_placement_and_source_address_keep_the_crawl_fingerprint():
     # Adding regions, rules or a node's address continues the same crawl on the same output.
-    base = config.from_dict({"seeds": ["http://a.test/"]})
-    placed = config.from_dict({"seeds": ["http://a.test/"], **REGIONS, "fetch": {"source_address": "127.0.0.3"},
+    base = configcheck.from_dict({"seeds": ["http://a.test/"]})
+    placed = configcheck.from_dict({"seeds": ["http://a.test/"], **REGIONS, "fetch": {"source_address": "127.0.0.3"},
                                "placement": {"rules": {"a.test": "us-east"}}})
     assert base.fingerprint() == placed.fingerprint()
+
+
+def test_parsing_alone_asks_no_component():
+    # crawler.config imports no component: the checks that need one (a browser on disk,
+    # region names, placement rules, a source address, seeds) run in crawler.configcheck, which
+    # every crawl goes through; a Ray actor rebuilding the driver's config does not repeat them.
+    data = {"seeds": ["http//broken"], "fetch": {"source_address": "localhost"},
+            "placement": {"rules": {"a.test": "eu-west"}}, "render": {"mode": "always", "browser": "/nonexistent/x"}}
+    cfg = config.from_dict(data)
+    with pytest.raises(ConfigError, match="fetch.source_address: expected a local IP address"):
+        configcheck.check_components(cfg)
+    with pytest.raises(SeedError, match="http//broken"):
+        configcheck.all_seeds(cfg)

@@ -8,6 +8,16 @@ actors wrap the core, not the other way round); that is checked both in those
 interpreters (transitive imports) and in the source (imports inside functions too).
 A static check adds that the module-level import graph of the package has no cycle at
 all, even one whose import order happens to work today.
+
+Above modules, the package has a layer order (:data:`LAYERS`): its units (a subpackage
+such as ``crawler.fetch``, or a top-level module such as ``crawler.errors``) from the
+bottom up, each importing only from lower layers. Two checks hold it: no import circle
+between units, and no import from a lower layer to a higher one (nor between two units
+of one layer). They count every absolute import in a module's source: module-level ones,
+ones inside functions (a lazy import is still a dependency), and ones under ``if
+TYPE_CHECKING:`` (a type from a higher layer in a lower layer's signature couples the two
+just the same; a Protocol in the lower layer is the way out). Today's exceptions are
+listed in :data:`KNOWN_VIOLATIONS`, which may only shrink.
 """
 
 from __future__ import annotations
@@ -126,3 +136,124 @@ def test_module_level_import_graph_has_no_cycle():
         tuple(graphlib.TopologicalSorter(graph).static_order())
     except graphlib.CycleError as exc:
         pytest.fail(f"import cycle: {' -> '.join(exc.args[1])}")
+
+
+# -- the layer order -------------------------------------------------------------------
+
+#: crawler's units from the bottom up. A unit imports from units of lower layers only: not
+#: from a higher layer, nor from a peer of its own layer (peers are independent).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "clock", "eventloop"),  # nothing from crawler
+    ("urls", "config", "output", "robots"),  # config: parsing and value checks, no component
+    ("fetch", "recovery", "freshness"),  # recovery: stamps, leases, state folders
+    ("seen", "content", "events"),
+    ("parse", "frontier", "services"),  # services: the crawl-wide page budget and content index
+    ("policy",),  # what may be fetched, when and how often
+    ("render", "placement"),
+    ("engine", "configcheck"),  # the shard; the components' checks of a config
+    ("control",),  # the HTTP API, over a session it is handed (typed by a Protocol)
+    ("session",),  # one crawl over either runtime
+    ("testing",),  # the test kit: synthetic webs, fakes, the simulator
+)
+
+#: Imports that run against :data:`LAYERS` today, as "importing module -> unit". The test
+#: fails on a new one, and on a listed one that no longer violates (delete it here then).
+KNOWN_VIOLATIONS: frozenset[str] = frozenset({
+    # News and sitemap readers build frontier items; the frontier keeps recrawl schedules.
+    "crawler.freshness.news -> crawler.frontier",
+    "crawler.freshness.sitemaps -> crawler.frontier",
+    # crawler.recovery holds both the base of durable state (stamps, leases, state folders,
+    # used by seen, content, frontier and events) and three modules of a higher level: the
+    # checkpointer and the state files (engine-level) and the pre-flight check of an
+    # output's state (session-level, it builds a link policy and opens every store).
+    "crawler.recovery.checkpoint -> crawler.frontier",
+    "crawler.recovery.statefiles -> crawler.events",
+    "crawler.recovery.statefiles -> crawler.frontier",
+    "crawler.recovery.preflight -> crawler.content",
+    "crawler.recovery.preflight -> crawler.engine",
+    "crawler.recovery.preflight -> crawler.services",
+    "crawler.recovery.preflight -> crawler.events",
+    "crawler.recovery.preflight -> crawler.frontier",
+    "crawler.recovery.preflight -> crawler.parse",
+    "crawler.recovery.preflight -> crawler.placement",
+    "crawler.recovery.preflight -> crawler.seen",
+    # WHATWG encoding labels (crawler.content.encodinglabels) are text, below URLs.
+    "crawler.urls.query_encoding -> crawler.content",
+})
+
+RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
+
+
+def _unit(module: str) -> str | None:
+    """The unit of a dotted module name of the package (None: the package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == PACKAGE else None
+
+
+def _unit_imports() -> dict[tuple[str, str], list[str]]:
+    """(importing module, imported unit) -> where, for each import across units: every
+    absolute import in the source (module level, in functions, under TYPE_CHECKING)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for name, path in MODULES.items():
+        source = _unit(name)
+        if source is None:
+            continue
+        for mod, names, line in _imports(ast.parse(path.read_text()), top_level_only=False):
+            targets = [f"{mod}.{n}" for n in names] if mod == PACKAGE else [mod]  # from crawler import errors
+            for target in map(_unit, targets):
+                if target is not None and target != source:
+                    out.setdefault((name, target), []).append(f"{path.relative_to(ROOT)}:{line}")
+    return out
+
+
+UNIT_IMPORTS = _unit_imports()
+
+
+def _violations() -> dict[str, list[str]]:
+    """"module -> crawler.unit" -> where, for each import that is not to a lower layer."""
+    return {
+        f"{module} -> {PACKAGE}.{target}": where
+        for (module, target), where in UNIT_IMPORTS.items()
+        if RANK[target] >= RANK[_unit(module) or ""]
+    }
+
+
+def test_every_unit_has_one_layer():
+    units = {u for u in map(_unit, MODULES) if u is not None}
+    listed = [u for layer in LAYERS for u in layer]
+    assert len(listed) == len(set(listed)), "a unit listed twice in LAYERS"
+    assert units == set(listed), (f"not in LAYERS (place it): {sorted(units - set(listed))}; "
+                                  f"in LAYERS but gone: {sorted(set(listed) - units)}")
+
+
+def test_the_layer_walk_sees_lazy_and_type_only_imports():
+    # Guards the walk: a function-level import and a TYPE_CHECKING one are both counted.
+    assert ("crawler.configcheck", "render") in UNIT_IMPORTS
+    assert ("crawler.placement.handover", "engine") in UNIT_IMPORTS  # under TYPE_CHECKING
+    assert ("crawler.session.inprocess", "render") in UNIT_IMPORTS
+
+
+def test_config_imports_no_component():
+    # crawler.config parses and checks values; what needs a component is crawler.configcheck's.
+    found = {f"{m} -> {t}" for (m, t) in UNIT_IMPORTS if _unit(m) == "config" and t != "errors"}
+    assert not found, found
+
+
+def test_no_import_circle_between_units():
+    graph: dict[str, set[str]] = {}
+    for (module, target) in UNIT_IMPORTS:
+        if f"{module} -> {PACKAGE}.{target}" not in KNOWN_VIOLATIONS:
+            graph.setdefault(_unit(module) or "", set()).add(target)
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        pytest.fail(f"import circle between units: {' -> '.join(exc.args[1])}")
+
+
+def test_no_import_from_a_lower_layer_to_a_higher_one():
+    found = _violations()
+    new = {k: v for k, v in found.items() if k not in KNOWN_VIOLATIONS}
+    assert not new, "imports against the layer order (crawler.<unit> a layer above, or a peer):\n" + "\n".join(
+        f"  {k}  ({', '.join(v)})" for k, v in sorted(new.items()))
+    fixed = sorted(KNOWN_VIOLATIONS - set(found))
+    assert not fixed, f"no longer violates: delete from KNOWN_VIOLATIONS: {fixed}"
