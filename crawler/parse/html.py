@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from selectolax.lexbor import LexborHTMLParser
@@ -28,6 +28,9 @@ from crawler.freshness.feeds import FEED_TYPES
 from crawler.content.maincontent import extract_main
 from crawler.parse.charset import ASCII_WS, decode, decoding_codec, detect_encoding
 from crawler.urls import join_url
+
+if TYPE_CHECKING:
+    from crawler.engine.counters import ShardCounters
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +155,7 @@ def _sniff_html(head: bytes) -> bool:
     return _HTML_SNIFF.match(lower) is not None
 
 
-def is_html(content_type: str | None, body: bytes, counters: MutableMapping[str, int] | None = None) -> bool:
+def is_html(content_type: str | None, body: bytes, counters: ShardCounters | None = None) -> bool:
     """True if the response is an HTML document the crawler should parse for links.
 
     The Content-Type decides (``text/html``, ``application/xhtml+xml``); when it is absent,
@@ -176,7 +179,7 @@ def is_html(content_type: str | None, body: bytes, counters: MutableMapping[str,
     except Exception as exc:  # noqa: BLE001 - web input must not raise (docs/invariants.md #7); "not HTML" is safe
         log.debug("HTML sniffing failed (%r): treated as not HTML", exc)
         if counters is not None:
-            counters["html_sniff_failed"] += 1
+            counters.html_sniff_failed += 1
         return False
 
 

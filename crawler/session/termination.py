@@ -38,7 +38,7 @@ def _vector(statuses: Sequence[ShardStatus]) -> tuple:
             s.incarnation,
             s.batches_sent,
             s.batches_received,
-            s.counters.get("requests", 0),
+            s.counters.requests,
             s.queued,
         )
         for s in sorted(statuses, key=lambda s: s.shard)
