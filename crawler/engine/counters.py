@@ -41,7 +41,8 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterable, Literal, Mapping, TypeGuard, get_args
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypeGuard, get_args
 
 FAMILIES: Mapping[str, str] = MappingProxyType({
     "dup_": "+ a duplicate kind (crawler.output.DUP_KINDS): duplicates by kind (dup_exact, dup_near)",
