@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeGuard, get_args
 
 FAMILIES: Mapping[str, str] = MappingProxyType({
