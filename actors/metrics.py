@@ -78,11 +78,11 @@ class ShardMetrics:
         c = st.counters
         t = self.tags
         for outcome in OUTCOMES:
-            self._d.inc(self.pages, ("pages", outcome), c.get(outcome, 0), {**t, "outcome": outcome})
-        self._d.inc(self.bytes, ("bytes",), c.get("bytes", 0), t)
-        self._d.inc(self.requests, ("requests",), c.get("requests", 0), t)
+            self._d.inc(self.pages, ("pages", outcome), c.outcome(outcome), {**t, "outcome": outcome})
+        self._d.inc(self.bytes, ("bytes",), c.bytes, t)
+        self._d.inc(self.requests, ("requests",), c.requests, t)
         for kind in ("exact", "near"):
-            self._d.inc(self.dups, ("dup", kind), c.get(f"dup_{kind}", 0), {**t, "kind": kind})
+            self._d.inc(self.dups, ("dup", kind), c.families[f"dup_{kind}"], {**t, "kind": kind})
         self._d.inc(self.wait, ("wait",), st.politeness_wait_s, t)
         self.queued.set(st.queued, tags=t)
         # The status field is ``refresh_due``: this gauge read "due_refreshes" by string

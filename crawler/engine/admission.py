@@ -44,6 +44,7 @@ from crawler.frontier.store import Decisions, FrontierStore, Verdicts
 from crawler.robots import RobotsCache
 from crawler.policy.hostbudget import HostBudget
 from crawler.urls import origin
+from crawler.engine.counters import DropReason
 
 #: Decision kinds (crawler.frontier.store.Decisions): hosts' budgets, origins' rules.
 BUDGET, ROBOTS = "budget", "robots"
@@ -61,7 +62,7 @@ class Admission:
         frontier: Frontier,
         *,
         respect_robots: bool,
-        dropped: Counter[str],
+        dropped: Counter[DropReason],
     ) -> None:
         self.store = store
         self.robots = robots

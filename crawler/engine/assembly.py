@@ -14,7 +14,6 @@ import asyncio
 import os
 import random
 import zlib
-from collections import Counter
 from typing import Any, Awaitable, Callable, Sequence
 
 from crawler.engine.admission import Admission
@@ -57,6 +56,7 @@ from crawler.engine.partbuilders import (
 from crawler.placement.topology import Topology
 from crawler.policy.hostbudget import HostBudget
 from crawler.urls import host_key, join_url
+from crawler.engine.counters import ShardCounters, restore_dropped
 
 #: ``await content(batch)`` -> ``(dup_kind, dup_of)`` per ``(url, sha256, simhash)``.
 ContentCall = Callable[[list[tuple[str, str, int | None]]], Awaitable[Sequence[tuple[str | None, str | None]]]]
@@ -95,7 +95,7 @@ def _resume(
     restored: Restored | None,
     emitter: EventEmitter | None,
     regions: Regions | None,
-    counters: Counter[str],
+    counters: ShardCounters,
     hold: Hold,
     unclean: bool = False,
 ) -> tuple[list[Callable[[], Awaitable[None]]], int]:
@@ -122,8 +122,8 @@ def _resume(
     if regions is not None and regions.moving:
         on_start.append(regions.resume_moves)  # moves a crash interrupted
     if restored is not None and restored.anything:
-        counters["restarts_from_out"] += 1
-        counters["restored_done_from_rows"] += settled
+        counters.restarts_from_out += 1
+        counters.restored_done_from_rows += settled
     resumed = resume_queue(store, frontier)
     if unclean:
         hold.hold(unclean_hold_s(cfg))
@@ -213,7 +213,7 @@ def build_shard(
         content, max_size=rt.content_batch_size, max_delay_s=rt.content_batch_delay_s, clock=clock
     )
     fetcher = fetcher if fetcher is not None else build_fetcher(cfg, clock)
-    counters: Counter[str] = Counter()
+    counters = ShardCounters()
     renderer = None
     if cfg.render.mode != "never" and render_service is not None:
         renderer = build_renderer(
@@ -259,8 +259,8 @@ def build_shard(
                 "robots": (robots_cache.snapshot, robots_cache.restore),
                 "host_budget": (host_budget.snapshot, host_budget.restore),
                 "politeness": (lambda: politeness.snapshot(protecting_only=True), politeness.restore),
-                "counters": (lambda: dict(pipeline.counters), pipeline.counters.update),
-                "dropped": (lambda: dict(pipeline.dropped), pipeline.dropped.update),
+                "counters": (pipeline.counters.as_dict, pipeline.counters.restore),
+                "dropped": (lambda: dict(pipeline.dropped), lambda saved: restore_dropped(pipeline.dropped, saved)),
                 **({"render_hosts": (renderer.decider.snapshot, renderer.decider.restore)} if renderer else {}),
                 **({"regions": (book.snapshot, book.restore)} if book is not None else {}),
             },

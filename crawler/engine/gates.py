@@ -20,7 +20,6 @@ never handed out (crawler.frontier.frontier).
 from __future__ import annotations
 
 import enum
-from collections import Counter
 from typing import Protocol
 
 from crawler.engine.admission import Admission
@@ -33,6 +32,7 @@ from crawler.frontier.urlitem import UrlItem
 from crawler.policy.politeness import Politeness
 from crawler.robots import RobotsClient
 from crawler.urls import origin
+from crawler.engine.counters import ShardCounters
 
 
 class Verdict(enum.Enum):
@@ -100,7 +100,7 @@ class RobotsGate:
 
     def __init__(self, robots: RobotsClient, lane: RequestLane, frontier: Frontier, politeness: Politeness,
                  admission: Admission, recorder: Recorder, sitemaps: SitemapReader | None, *, attempts: int,
-                 counters: Counter[str]) -> None:
+                 counters: ShardCounters) -> None:
         self._robots, self._lane, self._frontier, self._politeness = robots, lane, frontier, politeness
         self._admission, self._recorder, self._sitemaps = admission, recorder, sitemaps
         self._attempts = attempts
@@ -122,7 +122,7 @@ class RobotsGate:
 
     async def _refresh(self, org: str, host: str) -> None:
         rules, requests = await self._robots.refresh(org, host, self._lane.fetch)
-        self._counters["robots_requests"] += requests
+        self._counters.robots_requests += requests
         misses = self._misses.get(org, 0) + 1
         if rules.unreachable is not None and misses < self._attempts:
             # robots.txt could not be had (a timeout, a reset, a 5xx): like a page that
@@ -132,7 +132,7 @@ class RobotsGate:
             # 2.3.1.4). A lost robots.txt response -- a slow server, or this shard's own
             # loop stalled past the deadline -- so costs a retry, not a whole host.
             self._misses[org] = misses
-            self._counters["robots_retries"] += 1
+            self._counters.robots_retries += 1
             self._robots.cache.drop([org])
             return
         self._misses.pop(org, None)

@@ -9,7 +9,6 @@ between re-fetches the page and re-sends its links; docs/invariants.md #4).
 
 from __future__ import annotations
 
-from collections import Counter
 
 from crawler.engine.admission import Admission
 from crawler.engine.linkrouter import LinkRouter
@@ -21,6 +20,7 @@ from crawler.fetch.fetcher import FetchResult, classify
 from crawler.frontier.frontier import Frontier
 from crawler.frontier.urlitem import UrlItem
 from crawler.policy.hostbudget import HostBudget
+from crawler.engine.counters import ShardCounters
 
 
 class FetchHandler:
@@ -40,7 +40,7 @@ class FetchHandler:
 
     def __init__(self, attempts: int, *, frontier: Frontier, pipeline: PagePipeline, host_budget: HostBudget,
                  admission: Admission, router: LinkRouter, news: NewsPart, recorder: Recorder,
-                 counters: Counter[str]) -> None:
+                 counters: ShardCounters) -> None:
         self._attempts = attempts
         self._frontier, self._pipeline, self._host_budget = frontier, pipeline, host_budget
         self._admission, self._router, self._news, self._recorder = admission, router, news, recorder
@@ -50,7 +50,7 @@ class FetchHandler:
         kind = classify(res)
         item.attempts += 1
         if kind == "transient" and item.attempts < self._attempts:
-            self._counters["retries"] += 1
+            self._counters.retries += 1
             self._frontier.retry(item)
             return
         if kind == "ok":

@@ -23,11 +23,11 @@ router asks the receiver again, and the page stays in flight, unacked, meanwhile
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from typing import Any, Callable
 
 from crawler.errors import retry_later
 from crawler.frontier.urlitem import UrlItem
+from crawler.engine.counters import ShardCounters
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class InternalErrors:
     """
 
     def __init__(self, shard_id: str, attempts: int, *, retry: Callable[[UrlItem], Any],
-                 fail: Callable[[UrlItem, str], None], counters: Counter[str]) -> None:
+                 fail: Callable[[UrlItem, str], None], counters: ShardCounters) -> None:
         self._shard_id = shard_id
         self._attempts = attempts
         self._retry = retry
@@ -58,11 +58,11 @@ class InternalErrors:
             log.info("%s: %s left for the resume (%r)", self._shard_id, item.url, exc)
             return
         if retry_later(exc):
-            self._counters["deferred"] += 1
+            self._counters.deferred += 1
             log.warning("%s: %s deferred: %r", self._shard_id, item.url, exc)
             self._retry(item)
             return
-        self._counters["internal_errors"] += 1
+        self._counters.internal_errors += 1
         log.error("%s: internal error processing %s", self._shard_id, item.url, exc_info=exc)
         bugs = self._bugs[item.url] = self._bugs.get(item.url, 0) + 1
         if bugs < self._attempts:

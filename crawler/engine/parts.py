@@ -26,6 +26,7 @@ from crawler.frontier.store import FrontierStore
 from crawler.policy.hostbudget import HostBudget
 from crawler.policy.politeness import Politeness
 from crawler.robots import RobotsClient
+from crawler.engine.counters import DropReason, ShardCounters
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,11 @@ class ShardParts:
     resumed: int = 0
 
     @property
-    def counters(self) -> Counter[str]:
+    def counters(self) -> ShardCounters:
         """The shard's counters (shared by the pipeline, the dispatcher and their parts)."""
         return self.pipeline.counters
 
     @property
-    def dropped(self) -> Counter[str]:
+    def dropped(self) -> Counter[DropReason]:
         """URLs that leave with no fetch and no row, by reason."""
         return self.pipeline.dropped

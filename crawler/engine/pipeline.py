@@ -42,6 +42,7 @@ from crawler.freshness.news import NewsPolicy
 from crawler.freshness.recrawl import Previous, RecrawlPolicy, Schedule
 from crawler.render.renderer import RenderedPage, Renderer
 from crawler.urls import join_url, url_hash
+from crawler.engine.counters import DropReason, ShardCounters, drop_reason
 
 #: Pages of at least this many bytes (main texts of this many characters) are parsed
 #: (fingerprinted) in a worker thread. Below it a parse holds the loop for less than
@@ -112,7 +113,7 @@ class PagePipeline:
         renderer: renders the HTML pages that need it (crawler.render), or None. A rendered
             page's DOM is what is stored, parsed and fingerprinted; its raw response is
             stored beside it (``raw_sha256``, ``raw_blob_key``).
-        counters: the shard's counters (shared with the renderer), or a new Counter.
+        counters: the shard's counters (shared with the renderer), or new ones.
         news: feeds, hubs and news sitemaps (crawler.freshness.news), or None: feeds are read as
             link sources and a page's feeds followed; links of a source are marked fresh.
         run_blocking: runs input-sized parses off the event loop (default: a worker
@@ -133,7 +134,7 @@ class PagePipeline:
         store_bodies: bool,
         recrawl: RecrawlPolicy,
         renderer: Renderer | None = None,
-        counters: Counter[str] | None = None,
+        counters: ShardCounters | None = None,
         news: NewsPolicy | None = None,
         run_blocking: RunBlocking = asyncio.to_thread,
     ) -> None:
@@ -148,10 +149,10 @@ class PagePipeline:
         self._store_bodies = store_bodies
         self._recrawl = recrawl
         self.renderer = renderer
-        self.counters: Counter[str] = counters if counters is not None else Counter()
+        self.counters = counters if counters is not None else ShardCounters()
         self._news = news
         self._run_blocking = run_blocking
-        self.dropped: Counter[str] = Counter()  # links not followed, by reason
+        self.dropped: Counter[DropReason] = Counter()  # links not followed, by reason
 
     async def page(self, item: UrlItem, res: FetchResult) -> Outcome:
         """A fetched page: fingerprints, duplicate check, followable links, the row."""
@@ -176,21 +177,21 @@ class PagePipeline:
             elif parsed.main_text:
                 fp = text_fingerprint(parsed.main_text, self._min_tokens)
             if parsed.main_text_failed:  # odd markup: the whole text stood in (crawler.content.maincontent)
-                self.counters["main_text_failed"] += 1
+                self.counters.main_text_failed += 1
         elif self._news is not None and self._news.feeds and looks_like_feed(ctype, body):
             # Always off the loop: a feed's cost is not a page's (crawler.freshness.feeds).
             feed = await self._run_blocking(parse_feed, body, item.url)
-            self.counters["feeds_read"] += 1
-            self.counters["feeds_malformed"] += feed.error is not None
+            self.counters.feeds_read += 1
+            self.counters.feeds_malformed += feed.error is not None
         dup_kind, dup_of = await self._content.submit((item.url, sha, fp))
         if dup_kind is not None:
-            self.counters[f"dup_{dup_kind}"] += 1
+            self.counters.families[f"dup_{dup_kind}"] += 1
         errors = [res.error] if res.error else []
         if res.truncated:  # the row must say why the stored body is partial
             errors.append(f"body truncated at limits.max_body_bytes ({self._max_body} bytes)")
         if parsed is not None and parsed.error:
             errors.append(f"parse: {parsed.error}")
-            self.counters["parse_errors"] += 1
+            self.counters.parse_errors += 1
         if rendered is not None and rendered.fallback is not None:
             errors.append(f"render: {rendered.fallback}, raw page stored")
         links: list[UrlItem] = []
@@ -199,7 +200,7 @@ class PagePipeline:
             links = [UrlItem(u, depth, item.url) for u in self.links.follow(parsed, depth, self.dropped)]
         if self._news is not None:
             links = self._news_links(item, parsed, feed, links)
-        self.counters["bytes"] += len(body)
+        self.counters.bytes += len(body)
         row = self.row(
             item, "fetched", res, sha=sha, simhash=fp, dup_kind=dup_kind, dup_of=dup_of, error="; ".join(errors) or None,
             body_length=len(body), raw_sha=content_sha256(raw_body) if raw_body is not None else None,
@@ -236,7 +237,7 @@ class PagePipeline:
                 if url not in have:
                     have.add(url)
                     links.append(UrlItem(url, depth, item.url))
-                    self.counters["feeds_linked"] += 1
+                    self.counters.feeds_linked += 1
         news.mark(item, links)
         return links
 
@@ -275,7 +276,7 @@ class PagePipeline:
         reason = "scope" if not self.links.scope.allows(target) else self.links.traps.check(target, depth)
         links: list[UrlItem] = []
         if reason is not None:
-            self.dropped[reason] += 1
+            self.dropped[drop_reason(reason)] += 1
         else:
             links = [UrlItem(target, depth, item.url)]
         row = self.row(item, "redirect", res, redirect_to=target)

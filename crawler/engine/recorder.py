@@ -8,7 +8,6 @@ again; :meth:`Recorder.refused` is the row of a URL robots.txt refuses.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Callable
 
 from crawler.engine.optional import FeedPart
@@ -17,6 +16,7 @@ from crawler.engine.pipeline import Outcome, PagePipeline
 from crawler.frontier.urlitem import UrlItem
 from crawler.robots import RobotsCache
 from crawler.urls import origin
+from crawler.engine.counters import ShardCounters
 
 
 class Recorder:
@@ -32,7 +32,7 @@ class Recorder:
     """
 
     def __init__(self, pipeline: PagePipeline, outbox: Outbox, robots: RobotsCache, feed: FeedPart,
-                 counters: Counter[str], settled: Callable[[str], None]) -> None:
+                 counters: ShardCounters, settled: Callable[[str], None]) -> None:
         self._pipeline, self._outbox, self._robots, self._feed = pipeline, outbox, robots, feed
         self._counters = counters
         self._settled = settled
@@ -41,10 +41,10 @@ class Recorder:
         """``item``'s one row."""
         row = outcome.row
         self._settled(item.url)
-        self._counters[row.outcome] += 1
+        self._counters.count_outcome(row.outcome)
         if item.kind == "refresh":
-            self._counters["refresh_fetches"] += 1
-            self._counters["changes_found"] += bool(row.changed)
+            self._counters.refresh_fetches += 1
+            self._counters.changes_found += bool(row.changed)
         self._outbox.put(row, outcome.body, outcome.schedule, outcome.raw_body)
         self._feed.after_record(item, row, outcome.schedule)
 

@@ -8,11 +8,11 @@ crawler.session.termination).
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Mapping, Protocol
 
 from crawler.fetch.fetcher import FetchResult
 from crawler.policy.politeness import Politeness
+from crawler.engine.counters import ShardCounters
 
 
 class Fetcher(Protocol):
@@ -27,14 +27,14 @@ class Fetcher(Protocol):
 class RequestLane:
     """``await lane.fetch(host, url)``: one request, in ``host``'s politeness slot."""
 
-    def __init__(self, politeness: Politeness, fetcher: Fetcher, counters: Counter[str]) -> None:
+    def __init__(self, politeness: Politeness, fetcher: Fetcher, counters: ShardCounters) -> None:
         self._politeness = politeness
         self.fetcher = fetcher
         self._counters = counters
 
     async def fetch(self, host: str, url: str, headers: Mapping[str, str] | None = None, *,
                     max_body_bytes: int | None = None) -> FetchResult:
-        self._counters["requests"] += 1
+        self._counters.requests += 1
         result: FetchResult = await self._politeness.request(
             host, lambda: self.fetcher.fetch(url, headers, max_body_bytes=max_body_bytes))
         return result

@@ -108,7 +108,7 @@ class Shard:
             p.frontier.push(boosted, in_memory=True)
             keep = [i for i in keep if not (i.boost or i.fresh)]
         p.frontier.push(keep)
-        p.counters["accepted"] += accepted
+        p.counters.accepted += accepted
         self._dispatcher.wake()
         return accepted
 
@@ -309,7 +309,7 @@ class Shard:
             batches_received=self.batches_received,
             batches_sent=rs.get("batches_sent", 0),
             budget_spent=d.budget_spent,
-            counters=dict(p.counters),
+            counters=p.counters.copy(),
             dropped=dict(p.dropped),
             router=rs,
             rows_pending=p.outbox.pending(),

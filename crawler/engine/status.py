@@ -18,6 +18,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from crawler.engine.counters import DropReason, ShardCounters
+
 
 @dataclass(frozen=True)
 class ShardStatus:
@@ -46,10 +48,10 @@ class ShardStatus:
     batches_received: int = 0
     batches_sent: int = 0
     budget_spent: bool = False
-    #: Pipeline counters by name (requests, outcomes, bytes, dup_*, render_*...).
-    counters: Mapping[str, int] = field(default_factory=dict)
+    #: What the shard did (requests, outcomes, bytes, dup_*, render_*...): a copy taken at report time.
+    counters: ShardCounters = field(default_factory=ShardCounters)
     #: Links not followed, by reason.
-    dropped: Mapping[str, int] = field(default_factory=dict)
+    dropped: Mapping[DropReason, int] = field(default_factory=dict)
     #: The link router's figures (crawler.engine.linkrouter.LinkRouter.stats).
     router: Mapping[str, int] = field(default_factory=dict)
     rows_pending: int = 0

@@ -342,8 +342,8 @@ class SitemapReader:
         self._max_urls = max_urls
         self.max_bytes = max_bytes
         self._links = links
-        self._counters = counters  # the shard's counters (crawler.engine.counters.COUNTERS)
-        self._dropped = dropped  # links not followed, by reason (crawler.engine.counters.DROPPED)
+        self._counters = counters  # the shard's counters (crawler.engine.counters.ShardCounters)
+        self._dropped = dropped  # links not followed, by reason (crawler.engine.counters.DropReason)
         self._nudge = nudge  # nudge(url, lastmod): bring a known page's refresh earlier
         self._news = news  # crawler.freshness.news.NewsPolicy: news sitemaps and feeds read again
         self._planned: dict[str, int] = {}  # host -> sitemap files queued this run
@@ -357,7 +357,7 @@ class SitemapReader:
         for url in robots_sitemaps(origin, listed):
             item = UrlItem(url, 0, kind="sitemap")
             if item.host != host:
-                self._counters["sitemaps_other_host"] += 1
+                self._counters.sitemaps_other_host += 1
                 continue
             if not listed and not allowed(url):  # /sitemap.xml is a page like any other
                 continue
@@ -368,7 +368,7 @@ class SitemapReader:
     def _take_slot(self, host: str) -> bool:
         n = self._planned.get(host, 0)
         if n >= self._max_files:
-            self._counters["sitemaps_over_limit"] += 1
+            self._counters.sitemaps_over_limit += 1
             return False
         self._planned[host] = n + 1
         return True
@@ -439,30 +439,30 @@ class SitemapReader:
         """The shard's side of a read, on its loop: counters, the nested sitemaps' slots,
         a feed's entries as links (at most its entry limit)."""
         if digest.failed:
-            self._counters["sitemaps_failed"] += 1
+            self._counters.sitemaps_failed += 1
             return [], [], False, None
         feed = digest.feed
         if feed is not None:
             assert self._news is not None
-            self._counters["feeds_read"] += 1
-            self._counters["feeds_malformed"] += feed.error is not None
+            self._counters.feeds_read += 1
+            self._counters.feeds_malformed += feed.error is not None
             links = self._news.feed_links(item, feed, lambda urls, d: self._links.follow_urls(urls, d, self._dropped))
             return links, [], True, feed
         sm = digest.sitemap
         assert sm is not None
-        self._counters["sitemaps_read"] += 1
+        self._counters.sitemaps_read += 1
         if sm.error:
-            self._counters["sitemaps_malformed"] += 1
+            self._counters.sitemaps_malformed += 1
         if sm.truncated:
-            self._counters["sitemaps_truncated"] += 1
+            self._counters.sitemaps_truncated += 1
         more: list[UrlItem] = []
         for url in sm.sitemaps:
             nested = UrlItem(url, 0, kind="sitemap")
             if nested.host == item.host and self._take_slot(item.host):
                 more.append(nested)
-        self._counters["sitemap_urls"] += len(digest.links)
+        self._counters.sitemap_urls += len(digest.links)
         if digest.news:
-            self._counters["news_sitemap_urls"] += len(sm.news)
+            self._counters.news_sitemap_urls += len(sm.news)
         return digest.links, more, digest.news, None
 
     def _nudge_all(self, nudges: list[tuple[str, float]]) -> None:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
 
 from selectolax.lexbor import LexborHTMLParser
 
@@ -40,6 +41,9 @@ from crawler.parse.robotsdirectives import header_values as _header_values
 from crawler.parse.robotsdirectives import robots_tokens as _robots_tokens
 from crawler.parse.robotsdirectives import x_robots_tag as _x_robots_tag
 from crawler.urls import join_url
+
+if TYPE_CHECKING:
+    from crawler.engine.counters import ShardCounters
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +147,7 @@ def _sniff_html(head: bytes) -> bool:
     return _HTML_SNIFF.match(lower) is not None
 
 
-def is_html(content_type: str | None, body: bytes, counters: MutableMapping[str, int] | None = None) -> bool:
+def is_html(content_type: str | None, body: bytes, counters: ShardCounters | None = None) -> bool:
     """True if the response is an HTML document the crawler should parse for links.
 
     The Content-Type decides (``text/html``, ``application/xhtml+xml``); when it is absent,
@@ -167,7 +171,7 @@ def is_html(content_type: str | None, body: bytes, counters: MutableMapping[str,
     except Exception as exc:  # noqa: BLE001 - web input must not raise (docs/invariants.md #7); "not HTML" is safe
         log.debug("HTML sniffing failed (%r): treated as not HTML", exc)
         if counters is not None:
-            counters["html_sniff_failed"] += 1
+            counters.html_sniff_failed += 1
         return False
 
 

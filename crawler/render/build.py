@@ -8,8 +8,7 @@ in-process runtime renders on and that each render actor (actors/render.py) owns
 from __future__ import annotations
 
 import random
-from collections import Counter
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from crawler.clock import Clock
 from crawler.config.settings import CrawlConfig
@@ -22,12 +21,15 @@ from crawler.render.renderer import Renderer, RenderService
 from crawler.render.scriptcache import ScriptCache
 from crawler.robots import RobotsCache
 
+if TYPE_CHECKING:
+    from crawler.engine.counters import ShardCounters
+
 __all__ = ["build_pool", "build_renderer"]
 
 
 def build_renderer(
     cfg: CrawlConfig, shard_id: str, service: RenderService, *, fetch: Fetch, politeness: Politeness,
-    robots: RobotsCache, links: LinkPolicy, clock: Clock, rng: random.Random, counters: Counter[str],
+    robots: RobotsCache, links: LinkPolicy, clock: Clock, rng: random.Random, counters: ShardCounters,
 ) -> Renderer:
     """One shard's renderer: its decider, its gate for the browser's requests, the service."""
     r = cfg.render

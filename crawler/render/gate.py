@@ -31,9 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TYPE_CHECKING
 
 from crawler.clock import Clock
 from crawler.fetch.fetcher import FetchResult
@@ -42,6 +41,9 @@ from crawler.render.jobs import SubRequest, SubResponse
 from crawler.render.scriptcache import ScriptCache
 from crawler.robots import RobotsCache
 from crawler.urls import Scope, host_key, origin
+
+if TYPE_CHECKING:
+    from crawler.engine.counters import ShardCounters
 
 __all__ = ["RenderGate"]
 
@@ -75,7 +77,7 @@ class RenderGate:
         normalize: Normalize,
         clock: Clock,
         cache: ScriptCache,
-        counters: Counter[str],
+        counters: ShardCounters,
         block: tuple[str, ...],
         max_requests: int,
         max_bytes: int,
@@ -140,7 +142,7 @@ class RenderGate:
         script = req.resource_type == "Script"
         cached, fresh = self.cache.lookup(req.url) if script else (None, False)
         if cached is not None and fresh:
-            self.counters["render_script_cache_hits"] += 1
+            self.counters.render_script_cache_hits += 1
             return SubResponse(cached.status, cached.headers, cached.body)
         res = await self._polite(st, req.url, cached.validators() if cached is not None else None)
         if res is None:
@@ -150,10 +152,10 @@ class RenderGate:
         headers = tuple(res.headers.items())
         if cached is not None and res.status == 304:
             self.cache.renew(req.url)
-            self.counters["render_script_cache_revalidated"] += 1
+            self.counters.render_script_cache_revalidated += 1
             return SubResponse(cached.status, cached.headers, cached.body)
         st.bytes += len(res.body)
-        self.counters["render_bytes"] += len(res.body)
+        self.counters.render_bytes += len(res.body)
         if st.bytes > self.max_bytes:
             return self._refuse("cap")
         if script:
@@ -172,7 +174,7 @@ class RenderGate:
                 await self.clock.sleep(max(at - now, 0.001))
             if self.clock.now() >= st.deadline or st.closed:
                 return None  # the render is over: the host may be its frontier's again
-            self.counters["render_requests"] += 1
+            self.counters.render_requests += 1
             st.in_flight += 1
             st.idle.clear()
             try:
@@ -184,7 +186,7 @@ class RenderGate:
                     st.idle.set()
 
     def _refuse(self, reason: str) -> SubResponse:
-        self.counters["render_refused_" + reason] += 1
+        self.counters.families["render_refused_" + reason] += 1
         return SubResponse(refused=reason)
 
     def stats(self) -> dict[str, Any]:

@@ -25,9 +25,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections import Counter
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Protocol, TYPE_CHECKING
 
 from crawler.clock import Clock, within
 from crawler.fetch.fetcher import FetchResult
@@ -35,6 +34,9 @@ from crawler.parse import ParsedPage, parse_page
 from crawler.render.decide import Decision, RenderDecider, render_gained
 from crawler.render.gate import RenderGate
 from crawler.render.jobs import RenderJob, RenderReply, SubRequest, SubResponse
+
+if TYPE_CHECKING:
+    from crawler.engine.counters import ShardCounters
 
 __all__ = ["NoRenderService", "RenderService", "RenderedPage", "Renderer"]
 
@@ -79,7 +81,7 @@ class Renderer:
     """One shard's renderer (see the module docstring)."""
 
     def __init__(self, shard_id: str, decider: RenderDecider, gate: RenderGate, service: RenderService, clock: Clock,
-                 *, timeout_s: float, counters: Counter[str], user_agent_token: str, max_links: int) -> None:
+                 *, timeout_s: float, counters: ShardCounters, user_agent_token: str, max_links: int) -> None:
         self.shard_id = shard_id
         self.decider, self.gate, self.service, self.clock = decider, gate, service, clock
         self.timeout_s = timeout_s
@@ -91,18 +93,18 @@ class Renderer:
     async def render(self, host: str, url: str, res: FetchResult, parsed: ParsedPage | None) -> RenderedPage:
         """Decide for one fetched page; render it if so (see the module docstring)."""
         decision = self.decider.decide(host, res.body, parsed)
-        self.counters["render_decision_" + decision.reason] += 1
+        self.counters.families["render_decision_" + decision.reason] += 1
         if not decision.render or parsed is None:
             return RenderedPage(decision)
-        self.counters["render_started"] += 1
+        self.counters.render_started += 1
         reply = await self._attempt(host, url, res)
         if reply.reason == "crash":
             # The browser or its actor died under this page (maybe for another page's
             # sake): once more, on a fresh one, before falling back.
-            self.counters["render_retried_crash"] += 1
+            self.counters.render_retried_crash += 1
             reply = await self._attempt(host, url, res)
         if reply.html is None:
-            self.counters["render_fallback_" + reply.reason] += 1
+            self.counters.families["render_fallback_" + reply.reason] += 1
             return RenderedPage(decision, fallback=reply.reason)
         body = reply.html.encode("utf-8", "replace")
         headers = {k: v for k, v in res.headers.items() if k != "content-type"}
@@ -111,8 +113,8 @@ class Renderer:
                           max_links=self._max_links)
         gained = render_gained(parsed, page)
         self.decider.learn(host, gained)
-        self.counters["rendered"] += 1
-        self.counters["render_gained"] += gained
+        self.counters.rendered += 1
+        self.counters.render_gained += gained
         if len(self.render_times) < 10_000:
             self.render_times.append(reply.elapsed_s)
         return RenderedPage(decision, body, page, gained=gained)
@@ -135,5 +137,5 @@ class Renderer:
             # Its requests still in flight end first (each is bounded by the fetch timeout).
             await self.gate.close(render_id)
         for key, n in reply.notes.items():
-            self.counters["render_" + key] += n
+            self.counters.families["render_" + key] += n
         return reply

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from crawler.output.fs import retried
 from crawler.config.settings import CrawlConfig, to_dict
 from crawler.output import OUTCOMES, open_fs
+from crawler.engine.counters import ShardCounters
 from crawler.engine.status import ShardStatus
 
 
@@ -20,45 +21,45 @@ def merge_status(statuses: Sequence[ShardStatus]) -> dict[str, Any]:
     """Sum per-shard statuses into crawl-wide totals (for progress and stats.json): the
     view that turns the records into JSON."""
     keys = ("queued", "in_flight", "in_transit", "hosts", "paused_hosts", "paused_urls", "refresh_waiting", "refresh_due")
-    total: dict[str, Any] = {**dict.fromkeys(keys, 0), "counters": {}, "dropped": {}, "events": {}}
+    total: dict[str, Any] = {**dict.fromkeys(keys, 0), "dropped": {}, "events": {}}
     for s in statuses:
         for k in keys:
             total[k] += getattr(s, k)
-        for section, counts in (("counters", s.counters), ("dropped", s.dropped)):
-            for k, v in counts.items():
-                total[section][k] = total[section].get(k, 0) + v
+        for reason, v in s.dropped.items():
+            total["dropped"][reason] = total["dropped"].get(reason, 0) + v
         for k, v in (s.events or {}).items():  # page.fetched events (crawler.events.emitter)
             if isinstance(v, bool):
                 total["events"][k] = total["events"].get(k, False) or v
             else:
                 total["events"][k] = total["events"].get(k, 0) + v
+    total["counters"] = ShardCounters.merged(s.counters for s in statuses).as_dict()
     total["news"] = merge_news([s.news for s in statuses if s.news])
     total["shards"] = len(statuses)
     return total
 
 
-def render_summary(c: dict[str, int], pool: dict[str, Any] | None = None) -> dict[str, Any]:
+def render_summary(c: ShardCounters, pool: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``render`` part of stats.json from the shards' ``render_*`` counters
     (crawler.render): decisions by reason, renders, fallbacks by reason, what the gate
     refused by reason, the browser's requests and bytes, script cache hits; and on Ray
     the render pool (``pool``: actors, CPUs each, or why there was none)."""
 
     def group(prefix: str) -> dict[str, int]:
-        return {k[len(prefix):]: v for k, v in sorted(c.items()) if k.startswith(prefix)}
+        return {k[len(prefix):]: v for k, v in sorted(c.families.items()) if k.startswith(prefix) and v}
 
     return {
         "decisions": group("render_decision_"),
-        "started": c.get("render_started", 0),
-        "rendered": c.get("rendered", 0),
-        "gained": c.get("render_gained", 0),
+        "started": c.render_started,
+        "rendered": c.rendered,
+        "gained": c.render_gained,
         "fallbacks": group("render_fallback_"),
-        "retried_after_crash": c.get("render_retried_crash", 0),
-        "requests": c.get("render_requests", 0),
-        "bytes": c.get("render_bytes", 0),
+        "retried_after_crash": c.render_retried_crash,
+        "requests": c.render_requests,
+        "bytes": c.render_bytes,
         "refused": group("render_refused_"),
-        "served": c.get("render_served", 0),
-        "script_cache_hits": c.get("render_script_cache_hits", 0),
-        "script_cache_revalidated": c.get("render_script_cache_revalidated", 0),
+        "served": c.families["render_served"],  # a note of the render page (crawler.render.page)
+        "script_cache_hits": c.render_script_cache_hits,
+        "script_cache_revalidated": c.render_script_cache_revalidated,
         "waits": group("render_wait_"),
         "pool": pool,
     }
@@ -121,30 +122,30 @@ def crawl_stats(
 ) -> dict[str, Any]:
     """The body of ``stats.json`` from the shards' final statuses and the services' stats."""
     total = merge_status(finals)
-    c = total["counters"]
-    refresh = c.get("refresh_fetches", 0)
+    c = ShardCounters.merged(s.counters for s in finals)
+    refresh = c.refresh_fetches
     return {
         "finished": finished,
         "ended": "finished" if finished else ended,
         "elapsed_s": round(elapsed, 3),
-        "pages_per_s": round(c.get("fetched", 0) / elapsed, 2) if elapsed > 0 else None,
-        "outcomes": {k: c.get(k, 0) for k in OUTCOMES},
-        "requests": c.get("requests", 0),
-        "robots_requests": c.get("robots_requests", 0),
-        "retries": c.get("retries", 0),
+        "pages_per_s": round(c.fetched / elapsed, 2) if elapsed > 0 else None,
+        "outcomes": {k: c.outcome(k) for k in OUTCOMES},
+        "requests": c.requests,
+        "robots_requests": c.robots_requests,
+        "retries": c.retries,
         # a bug that cost one URL (logged with its traceback): should stay 0
-        "internal_errors": c.get("internal_errors", 0),
-        "bytes": c.get("bytes", 0),
-        "duplicates": {"exact": c.get("dup_exact", 0), "near": c.get("dup_near", 0)},
+        "internal_errors": c.internal_errors,
+        "bytes": c.bytes,
+        "duplicates": {"exact": c.families["dup_exact"], "near": c.families["dup_near"]},
         "events": total["events"],
         "dropped": total["dropped"],
         "queued_unfetched": total["queued"],
         "paused": {"hosts": total["paused_hosts"], "urls": total["paused_urls"]},
         "refresh": {
             "fetches": refresh,
-            "not_modified": c.get("not_modified", 0),
-            "not_modified_share": round(c.get("not_modified", 0) / refresh, 4) if refresh else None,
-            "changes_found": c.get("changes_found", 0),
+            "not_modified": c.not_modified,
+            "not_modified_share": round(c.not_modified / refresh, 4) if refresh else None,
+            "changes_found": c.changes_found,
             "due_now": total["refresh_due"],
             "waiting": total["refresh_waiting"],
         },

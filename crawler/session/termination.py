@@ -41,7 +41,7 @@ def _vector(statuses: Sequence[ShardStatus]) -> Vector:
             s.incarnation,
             s.batches_sent,
             s.batches_received,
-            s.counters.get("requests", 0),
+            s.counters.requests,
             s.queued,
         )
         for s in sorted(statuses, key=lambda s: s.shard)

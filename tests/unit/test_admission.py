@@ -145,7 +145,7 @@ async def test_a_shard_writes_and_counts_one_row_per_refusal(tmp_path) -> None:
         "http://a.test/ok", "http://a.test/private/1", "http://a.test/private/2", "http://down.test/x")])
     st = shard.report()
     assert queued == 1 and st.queued == 1
-    assert st.counters["robots_blocked"] == 2 and st.counters["failed"] == 1 and st.counters["accepted"] == 1
+    assert st.counters.robots_blocked == 2 and st.counters.failed == 1 and st.counters.accepted == 1
     assert st.dropped == {}
     await shard.close()
     rows = {r["url"]: (r["outcome"], r["error"]) for r in read_pages(cfg.output.path).to_pylist()}

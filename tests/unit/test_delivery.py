@@ -141,7 +141,7 @@ def test_a_receiver_that_refuses_for_30_s_costs_time_not_pages(tmp_path):
         assert crawl.counts() == {"queued": 0, "claimed": 0, "done": len(PAGES), "dropped": 0}
         assert crawl.seen.novel == len(PAGES)  # every link admitted, the ledger balances
         for s in crawl.shards.values():
-            assert s.parts.counters["internal_errors"] == 0 and s.parts.counters["failed"] == 0
+            assert s.parts.counters.internal_errors == 0 and s.parts.counters.failed == 0
 
     asyncio.run(scenario())
 
@@ -196,7 +196,7 @@ def test_a_bug_is_counted_and_retried_and_the_page_fetched_once_more_at_most(tmp
         crawl.start()
         await clock.run_until(crawl.done)
         await crawl.stop()
-        assert crawl.a.parts.counters["internal_errors"] == 1
+        assert crawl.a.parts.counters.internal_errors == 1
         fetched = crawl.fetches()
         assert fetched.pop(SEED) == 2 and fetched == {u: 1 for u in PAGES - {SEED}}
         assert crawl.rows() == {u: ["fetched"] for u in PAGES}
@@ -222,7 +222,7 @@ def test_a_receiver_with_a_bug_ends_in_a_failed_row_and_links_counted_lost(tmp_p
         crawl.start()
         await clock.run_until(crawl.done)
         await crawl.stop()
-        assert crawl.a.parts.counters["internal_errors"] == 3
+        assert crawl.a.parts.counters.internal_errors == 3
         assert crawl.fetches() == {SEED: 3, "http://a.test/p": 1}
         rows = crawl.rows()
         assert rows[SEED] == ["failed"] and rows["http://a.test/p"] == ["fetched"]
@@ -250,7 +250,7 @@ def test_a_service_that_cannot_answer_now_defers_the_page_without_a_row(tmp_path
         crawl.start()
         await clock.run_until(crawl.done)
         await crawl.stop()
-        assert crawl.a.parts.counters["deferred"] == 1 and crawl.a.parts.counters["internal_errors"] == 0
+        assert crawl.a.parts.counters.deferred == 1 and crawl.a.parts.counters.internal_errors == 0
         fetched = crawl.fetches()
         assert fetched.pop(SEED) == 2 and fetched == {u: 1 for u in PAGES - {SEED}}
         assert crawl.rows() == {u: ["fetched"] for u in PAGES}

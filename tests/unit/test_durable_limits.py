@@ -174,7 +174,7 @@ def test_a_robots_verdict_made_before_the_loss_is_in_force_after_it_without_a_re
         await shard.accept(_urls(0, 1) + _urls(0, 2, "private"))
         runner = asyncio.ensure_future(shard.run())
         # robots.txt is fetched for the host's first URL; the private ones it refuses.
-        await first.clock.run_until(lambda: shard.report().counters.get("robots_blocked") == 2, max_time=30)
+        await first.clock.run_until(lambda: shard.report().counters.robots_blocked == 2, max_time=30)
         shard.stop()  # the node dies before the refusals' rows are written
         await runner
         await shard.synced()  # what the log held by then
@@ -185,7 +185,7 @@ def test_a_robots_verdict_made_before_the_loss_is_in_force_after_it_without_a_re
 
     again = Node(cfg, tmp_path / "node-b", monkeypatch, server)
     queued = again.deliver(_urls(0, 3, "private"))  # private/2 is new; 0 and 1 were refused
-    assert queued == 0 and again.shard.report().counters.get("robots_blocked") == 1  # refused at once
+    assert queued == 0 and again.shard.report().counters.robots_blocked == 1  # refused at once
     robots_fetches = [u for u, _, _ in server.log[fetched_before:] if u.endswith("/robots.txt")]
     assert robots_fetches == []
 

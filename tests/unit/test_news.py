@@ -31,6 +31,7 @@ from crawler.testing.newsweb import NewsWeb
 from crawler.freshness.sitemaps import SitemapReader, parse_sitemap
 from crawler.policy.traprules import TrapRules
 from crawler.urls import Scope
+from crawler.engine.counters import ShardCounters
 from jobs import cli
 
 from tests.unit.doubles import LoopBack, MemorySeen, NoBudgetLimit, inline, no_dups
@@ -434,7 +435,7 @@ def test_a_feed_named_as_a_sitemap_is_read_as_a_feed_and_read_again():
     clock = MockClock()
     news = policy(clock)
     links = LinkPolicy(lambda u: u, Scope("host", ["http://n.test/"]), TrapRules(max_depth=16, max_url_length=2048, max_query_params=12, max_path_repeats=3))
-    counters: Counter = Counter()
+    counters = ShardCounters()
     dropped: Counter = Counter()
     reader = SitemapReader(max_files=5, max_urls=100, max_bytes=10**6, links=links, counters=counters, dropped=dropped,
                            news=news)
@@ -442,7 +443,7 @@ def test_a_feed_named_as_a_sitemap_is_read_as_a_feed_and_read_again():
     got, more, is_news, feed = reader._yields(item, 200, RSS)
     assert [link.url for link in got] == ["http://n.test/a/1", "http://n.test/a/2"] and not more
     assert all(link.fresh for link in got) and got[0].published == calendar.timegm((2026, 12, 1, 13, 0, 0))
-    assert is_news and feed is not None and counters["feeds_read"] == 1
+    assert is_news and feed is not None and counters.feeds_read == 1
     again = news.sitemap_again(item, is_news, feed)
     assert again is not None and again.kind == "sitemap" and again.due_at == clock.now() + 600.0  # its <ttl>
     assert news.stats()["hosts"]["n.test"]["feeds"] == 1
@@ -495,7 +496,7 @@ def test_feed_entries_pass_the_same_rules_as_page_links():
     news = policy(clock)
     links = LinkPolicy(lambda u: u if "javascript" not in u else None, Scope("host", ["http://n.test/"]),
                        TrapRules(max_depth=16, max_url_length=60, max_query_params=12, max_path_repeats=3))
-    counters: Counter = Counter()
+    counters = ShardCounters()
     dropped: Counter = Counter()
     reader = SitemapReader(max_files=5, max_urls=100, max_bytes=10**6, links=links, counters=counters, dropped=dropped,
                            news=news)
@@ -504,4 +505,4 @@ def test_feed_entries_pass_the_same_rules_as_page_links():
     got, _, _, _ = reader._yields(UrlItem("http://n.test/feed.xml", 0, kind="sitemap"), 200, body)
     assert [link.url for link in got] == ["http://n.test/a/1"]
     # Counted where stats.json's "dropped" reads them, not among the shard's counters.
-    assert dropped == Counter({"scope": 1, "url_length": 1}) and "scope" not in counters
+    assert dropped == Counter({"scope": 1, "url_length": 1}) and "scope" not in counters.as_dict()

@@ -29,6 +29,7 @@ from crawler.policy.politeness import Politeness
 from crawler.robots import RobotsCache, RobotsClient
 from crawler.robots.rules import INDEX_MIN_RULES, RuleIndex, _quote_path
 from crawler.urls import host_key, join_url
+from crawler.engine.counters import ShardCounters
 
 from tests.unit.doubles import ContentTable, response
 
@@ -119,7 +120,7 @@ async def test_a_sitemap_is_parsed_and_checked_off_the_loop_and_yields_what_it_y
     c = cfg()
     links = build_link_policy(c, [SEED])
     nudged: list[str] = []
-    reader = SitemapReader(max_files=5, max_urls=50, max_bytes=10**6, links=links, counters=Counter(), dropped=Counter(),
+    reader = SitemapReader(max_files=5, max_urls=50, max_bytes=10**6, links=links, counters=ShardCounters(), dropped=Counter(),
                            nudge=lambda url, lastmod: nudged.append(url), run_blocking=seam)
     body = urlset(80, lastmod="2024-05-01")
     routed, queued = [], []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 
 from crawler.config import settings as config
 
@@ -23,6 +22,7 @@ from crawler.parse import is_html, parse_page
 from crawler.engine.pipeline import PagePipeline
 from crawler.freshness.recrawl import RecrawlPolicy
 from crawler.engine.partbuilders import build_link_policy
+from crawler.engine.counters import ShardCounters
 
 from tests.unit.doubles import ContentTable, response
 
@@ -64,7 +64,7 @@ def test_a_broken_main_content_step_keeps_the_page_and_is_counted(monkeypatch, c
             await pipe.page(UrlItem(SEED, 0), response(SEED, body=PAGE, ctype="text/html"))
 
     asyncio.run(crawl())
-    assert pipe.counters["main_text_failed"] == 2
+    assert pipe.counters.main_text_failed == 2
 
 
 def test_a_broken_sniff_is_not_html_and_is_counted(monkeypatch, caplog):
@@ -73,17 +73,17 @@ def test_a_broken_sniff_is_not_html_and_is_counted(monkeypatch, caplog):
 
     monkeypatch.setattr(parse_html, "_sniff_html", _broken)
     caplog.set_level(logging.DEBUG, logger="crawler.parse.html")
-    counters: Counter[str] = Counter()
+    counters = ShardCounters()
     assert is_html(None, sniffless, counters) is False
-    assert counters == {"html_sniff_failed": 1}
+    assert counters.as_dict() == {"html_sniff_failed": 1}
     assert "HTML sniffing failed (IndexError('a bug meets odd markup')): treated as not HTML" in caplog.text
     # Without a counter at hand the answer is the same (the parse layer's own callers).
     assert is_html(None, sniffless) is False
     # A Content-Type decides without sniffing: nothing to fail, nothing counted.
-    assert is_html("text/html", sniffless, counters) and counters == {"html_sniff_failed": 1}
+    assert is_html("text/html", sniffless, counters) and counters.as_dict() == {"html_sniff_failed": 1}
 
     pipe = _pipeline()
     asyncio.run(pipe.page(UrlItem(SEED, 0), response(SEED, body=sniffless, ctype=None)))
-    assert pipe.counters["html_sniff_failed"] == 1
+    assert pipe.counters.html_sniff_failed == 1
     assert pipe.links_from(SEED, 0, None, sniffless) == []
-    assert pipe.counters["html_sniff_failed"] == 2
+    assert pipe.counters.html_sniff_failed == 2

@@ -75,7 +75,7 @@ async def test_a_page_gives_its_row_and_the_links_to_follow_with_the_rest_counte
     assert out.body == body and out.duplicate is False
     # The content service was asked once, about this page, with its text fingerprint.
     assert len(content.asked) == 1 and content.asked[0][:2] == (item.url, sha) and content.asked[0][2] is not None
-    assert p.counters["bytes"] == len(body)
+    assert p.counters.bytes == len(body)
     # First fetch: nothing to compare, due again one initial interval after it was fetched.
     assert out.schedule is not None
     assert (out.schedule.changed, out.schedule.next_crawl_at) == (None, WALL0 + 12.5 + INITIAL_S)
@@ -88,7 +88,7 @@ async def test_a_duplicate_page_is_named_in_its_row_and_counted(kind: str) -> No
     p = make(ContentTable({sha: (kind, "http://a.test/original")}))
     out = await p.page(UrlItem("http://a.test/copy"), response("http://a.test/copy", 200, body))
     assert (out.row.dup_kind, out.row.dup_of, out.duplicate) == (kind, "http://a.test/original", True)
-    assert p.counters[f"dup_{kind}"] == 1
+    assert p.counters.families[f"dup_{kind}"] == 1
     assert [link.url for link in out.links] == ["http://a.test/b"]  # a duplicate's links still count
 
 

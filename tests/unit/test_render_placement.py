@@ -8,6 +8,7 @@ from actors.placement import Pending, render_unplaced, shard_line, waiting_for_r
 from crawler.render.renderer import NoRenderService
 from crawler.render.sizing import ClusterCpus, RenderPlan
 from crawler.session.crawlstats import render_summary
+from crawler.engine.counters import ShardCounters
 from jobs.crawl import render_line
 
 from tests.unit.doubles import SHELL, render_crawl, spa_url
@@ -62,18 +63,24 @@ def test_without_render_actors_every_page_that_wanted_rendering_is_stored_raw_an
     assert [p for p, *_ in server.log if p == "/"] == ["/"]  # fetched once, as ever
     assert not [p for p, *_ in server.log if p.startswith(("/api/", "/app.js"))]  # no browser, no subrequests
     c = shard_.parts.counters
-    assert c["render_fallback_unavailable"] == 1 == c["render_started"] and c["rendered"] == 0
+    assert c.families["render_fallback_unavailable"] == 1 == c.render_started and c.rendered == 0
     assert browser.jobs == [] and SHELL  # the scripted browser was never asked
+
+
+def _counters(saved: dict[str, int]) -> ShardCounters:
+    c = ShardCounters()
+    c.restore(saved)
+    return c
 
 
 def test_the_summary_says_rendering_was_off_and_what_it_cost():
     pool = {"actors": 0, "cpus_each": 0.0, "off": "render: no CPU left for a browser (...): rendering is off"}
-    r = render_summary({"render_started": 7, "render_fallback_unavailable": 7}, pool)
+    r = render_summary(_counters({"render_started": 7, "render_fallback_unavailable": 7}), pool)
     assert r["pool"] == pool and r["fallbacks"] == {"unavailable": 7}
     assert render_line(r) == (
         "render: no CPU left for a browser (...): rendering is off "
         "(7 pages that wanted rendering were stored raw: render.fallbacks.unavailable)"
     )
-    on = render_summary({"render_started": 5, "rendered": 4, "render_fallback_timeout": 1},
+    on = render_summary(_counters({"render_started": 5, "rendered": 4, "render_fallback_timeout": 1}),
                         {"actors": 1, "cpus_each": 1.0, "off": None})
     assert render_line(on) == "render: 1 render actor of 1 CPU; rendered 4 of 5 started, fallbacks timeout 1"

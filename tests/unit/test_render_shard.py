@@ -38,8 +38,8 @@ def test_each_page_is_fetched_once_and_every_browser_request_obeys_the_crawler(t
     for (_, _, prev_end, _), (p, start, _, _) in zip(server.log, server.log[1:]):
         assert start >= prev_end + SPA_INTERVAL - 1e-9, p
     c = shard.parts.counters
-    assert c["rendered"] == 3 and c["render_refused_robots"] == 3 and c["render_script_cache_hits"] == 2
-    assert c["render_decision_signal_empty_root"] == 3
+    assert c.rendered == 3 and c.families["render_refused_robots"] == 3 and c.render_script_cache_hits == 2
+    assert c.families["render_decision_signal_empty_root"] == 3
     # Rows: the DOM is stored and parsed, the raw response stays reachable.
     blobs = BlobStore(cfg.output.path)
     home = rows[spa_url("/")]
@@ -55,7 +55,7 @@ def test_a_render_service_that_dies_costs_the_render_not_the_page(tmp_path):
     assert home["outcome"] == "fetched" and home["rendered"] is False and home["raw_blob_key"] is None
     assert "render: crash, raw page stored" in home["error"]
     assert BlobStore(cfg.output.path).get(home["blob_key"]) == SHELL
-    assert shard.parts.counters["render_fallback_crash"] == 1 and shard.parts.counters["render_retried_crash"] == 1
+    assert shard.parts.counters.families["render_fallback_crash"] == 1 and shard.parts.counters.render_retried_crash == 1
     assert len(browser.jobs) == 2  # tried once more before falling back
 
 
@@ -63,7 +63,7 @@ def test_a_render_past_its_deadline_falls_back_on_the_mock_clock(tmp_path):
     cfg, server, browser, shard, rows = render_crawl(tmp_path, {"stall": True}, timeout_s=5.0)
     home = rows[spa_url("/")]
     assert home["rendered"] is False and "render: timeout" in home["error"]
-    assert shard.parts.counters["render_fallback_timeout"] == 1
+    assert shard.parts.counters.families["render_fallback_timeout"] == 1
 
 
 def test_a_render_that_ends_with_a_request_in_flight_keeps_the_host_until_it_ends(tmp_path):
@@ -74,12 +74,12 @@ def test_a_render_that_ends_with_a_request_in_flight_keeps_the_host_until_it_end
     slow = next(x for x in server.log if x[0] == "/slow.json")
     later = [x for x in server.log if x[1] >= slow[1] and x is not slow]
     assert later and all(start >= slow[2] + SPA_INTERVAL - 1e-9 for _, start, _, _ in later)
-    assert shard.parts.counters["internal_errors"] == 0
+    assert shard.parts.counters.internal_errors == 0
     assert rows[spa_url("/")]["rendered"] is False and "render: timeout" in rows[spa_url("/")]["error"]
 
 
 def test_the_gate_caps_requests_and_bytes_per_render():
-    from collections import Counter
+    from crawler.engine.counters import ShardCounters
 
     from crawler.policy.politeness import Politeness
     from crawler.render.gate import RenderGate
@@ -99,7 +99,7 @@ def test_the_gate_caps_requests_and_bytes_per_render():
         robots = RobotsCache("raycrawl", clock=clock)  # not asked: respect_robots is off here
         gate = RenderGate(fetch=server.fetch, politeness=Politeness(0.0, 1.0, clock=clock), robots=robots,
                           scope=Scope("any", [spa_url("/")]), normalize=lambda u: u, clock=clock,
-                          cache=ScriptCache(clock, max_entries=10, max_bytes=1000, ttl_s=60), counters=Counter(),
+                          cache=ScriptCache(clock, max_entries=10, max_bytes=1000, ttl_s=60), counters=ShardCounters(),
                           block=("image",), max_requests=2, max_bytes=20, respect_robots=False)
         gate.open("r1", SPA_HOST, 10.0)
         first = await gate.answer(SubRequest("r1", spa_url("/api/r1.json"), "GET", "XHR"))
@@ -119,4 +119,4 @@ def test_the_gate_caps_requests_and_bytes_per_render():
     assert a.refused is None and b.refused == "cap"  # past the byte cap
     assert late.refused == "closed"
     assert [p for p, *_ in server.log] == ["/api/r1.json", "/app.js", "/app.js", "/api/home.json"]
-    assert counters["render_refused_cap"] == 2 and counters["render_refused_closed"] == 1
+    assert counters.families["render_refused_cap"] == 2 and counters.families["render_refused_closed"] == 1

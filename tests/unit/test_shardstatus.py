@@ -10,16 +10,23 @@ import json
 
 from crawler.session.crawlstats import merge_news, merge_status
 from crawler.engine.status import ShardStatus
+from crawler.engine.counters import ShardCounters
+
+
+def _counters(saved: dict[str, int]) -> ShardCounters:
+    c = ShardCounters()
+    c.restore(saved)
+    return c
 
 
 def test_the_totals_sum_every_shard_under_the_keys_the_json_has_always_had():
     a = ShardStatus(
         shard="shard-000", idle=True, queued=3, in_flight=1, in_transit=2, hosts=4, paused_hosts=1, paused_urls=2,
-        refresh_waiting=5, refresh_due=1, counters={"requests": 7, "ok": 6}, dropped={"scope": 2},
+        refresh_waiting=5, refresh_due=1, counters=_counters({"requests": 7, "ok": 6}), dropped={"scope": 2},
         events={"emitted": 4, "pending": 1, "sink_down": False},
     )
     b = ShardStatus(
-        shard="shard-001", queued=1, hosts=2, refresh_due=2, counters={"requests": 3, "http_error": 1},
+        shard="shard-001", queued=1, hosts=2, refresh_due=2, counters=_counters({"requests": 3, "http_error": 1}),
         dropped={"scope": 1, "robots": 5}, events={"emitted": 2, "pending": 0, "sink_down": True},
     )
     total = merge_status([a, b])

@@ -15,6 +15,7 @@ from crawler.frontier.urlitem import UrlItem
 from crawler.engine.linkrouter import LinkRouter
 from crawler.engine.status import ShardStatus
 from crawler.session.termination import TerminationDetector
+from crawler.engine.counters import ShardCounters
 
 from tests.unit.doubles import MemorySeen
 
@@ -22,7 +23,7 @@ from tests.unit.doubles import MemorySeen
 def shard(name="shard-000", *, idle=True, inc="a", sent=0, received=0, requests=0, queued=0, paused=0):
     return ShardStatus(
         shard=name, incarnation=inc, idle=idle, batches_sent=sent, batches_received=received,
-        counters={"requests": requests}, queued=queued, paused_urls=paused,
+        counters=ShardCounters(requests=requests), queued=queued, paused_urls=paused,
     )
 
 

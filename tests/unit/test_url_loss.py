@@ -78,7 +78,7 @@ def test_urls_refused_by_cached_robots_do_not_eat_the_spill_count(tmp_path):
     assert sorted(popped) == sorted(allowed)
     # Nothing stays queued in the durable store behind the frontier's back.
     assert shard.parts.store.counts()["queued"] == len(allowed)  # popped, not yet claimed
-    assert shard.parts.counters["robots_blocked"] == 6
+    assert shard.parts.counters.robots_blocked == 6
     assert shard.parts.frontier.recounts == 0
 
 
