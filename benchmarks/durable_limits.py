@@ -75,7 +75,14 @@ def load_tree(tree: Path) -> SimpleNamespace:
         from crawler.robots import RobotsCache
     finally:
         sys.path.remove(str(tree))
-    return SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("tree", "name")})
+    # Named one by one (not ``locals()``) so that each import is visibly used: callers
+    # read them as ``m.Name``.
+    return SimpleNamespace(
+        MockClock=MockClock, settings=settings, PolicyChange=PolicyChange, Admission=Admission,
+        build_shard=build_shard, FetchResult=FetchResult, Frontier=Frontier, FrontierStore=FrontierStore,
+        UrlItem=UrlItem, HostBudget=HostBudget, Politeness=Politeness, open_shard_store=open_shard_store,
+        state_dir=state_dir, RobotsCache=RobotsCache,
+    )
 
 
 # -- scenarios ---------------------------------------------------------------------------

@@ -299,7 +299,7 @@ def chrome_copy(html: str, kind: str, rng: random.Random) -> tuple[str, str] | N
     body = tree.body
     if body is None:
         return None
-    for how, selector in zip(("tag", "name"), _FINDERS[kind]):
+    for how, selector in zip(("tag", "name"), _FINDERS[kind]):  # noqa: B007 - read after the loop (the break keeps it)
         target = body.css_first(selector)
         if target is not None:
             break
@@ -401,17 +401,17 @@ def cost(pages: list[tuple[str, str]], extra: dict[str, Callable[[str], str]], r
         data = html.encode("utf-8", "surrogatepass")
         sizes.append(len(data))
         whole = parse_page(data, url, _UTF8).text
-        per["parse_page"].append(_cpu_ms(lambda: parse_page(data, url, _UTF8), repeat))
+        per["parse_page"].append(_cpu_ms(lambda: parse_page(data, url, _UTF8), repeat))  # noqa: B023 - called within the iteration
         tree = LexborHTMLParser(data)
         tree.strip_tags(_STRIP)
-        per["main_text"].append(_cpu_ms(lambda: extract_main(tree, whole), repeat))
+        per["main_text"].append(_cpu_ms(lambda: extract_main(tree, whole), repeat))  # noqa: B023 - called within the iteration
         raw = LexborHTMLParser(data)
-        per["main_text_standalone"].append(_cpu_ms(lambda: extract_main(raw), repeat))
+        per["main_text_standalone"].append(_cpu_ms(lambda: extract_main(raw), repeat))  # noqa: B023 - called within the iteration
         main = extract_main(tree, whole).text
-        per["fingerprint_whole"].append(_cpu_ms(lambda: text_fingerprint(whole), repeat))
-        per["fingerprint_main"].append(_cpu_ms(lambda: text_fingerprint(main), repeat))
+        per["fingerprint_whole"].append(_cpu_ms(lambda: text_fingerprint(whole), repeat))  # noqa: B023 - called within the iteration
+        per["fingerprint_main"].append(_cpu_ms(lambda: text_fingerprint(main), repeat))  # noqa: B023 - called within the iteration
         for name, fn in extra.items():
-            per[name].append(_cpu_ms(lambda: fn(html), 1 if name == "trafilatura" else repeat))
+            per[name].append(_cpu_ms(lambda: fn(html), 1 if name == "trafilatura" else repeat))  # noqa: B023 - called within the iteration
     near25 = [i for i, s in enumerate(sizes) if 15_000 <= s <= 35_000]
 
     def summary(xs: list[float]) -> dict[str, float | None]:
@@ -503,11 +503,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     urls = [u for u, _ in pages]
     corp["distinct"] = {src: score_distinct([text_fingerprint(p[src]) for p in originals],
                                             lambda i, j: urls[i] == urls[j]) for src in sources}
-    for src, res in corp["distinct"].items():
+    for _src, res in corp["distinct"].items():
         res["false_positive_pairs"] = [(urls[i], urls[j], d) for i, j, d in res["false_positive_pairs"]]
     corp["words_median"] = {src: statistics.median(_words(p[src]) for p in originals) for src in sources}
     roots = Counter()
-    for url, html in pages:
+    for _url, html in pages:
         tree = LexborHTMLParser(html.encode("utf-8", "surrogatepass"))
         tree.strip_tags(_STRIP)
         roots[extract_main(tree).root] += 1

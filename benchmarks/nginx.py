@@ -170,10 +170,10 @@ class Nginx:
         )
         try:
             _wait_port(self.port, timeout, self.proc)
-        except RuntimeError:
+        except RuntimeError as exc:
             err = self.proc.stderr.read().decode(errors="replace") if self.proc.poll() is not None and self.proc.stderr else ""
             self.stop()
-            raise RuntimeError(f"nginx failed to start: {err.strip()}")
+            raise RuntimeError(f"nginx failed to start: {err.strip()}") from exc
         return self
 
     def reopen_logs(self) -> None:

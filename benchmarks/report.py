@@ -298,7 +298,8 @@ def _restart_rows(r: Results) -> list[Row]:
             f"{b['pages']:,}); first fetched outside the kill's durability window: {a['requested_twice_outside_durability_window']}; "
             f"old shards gone {a['old_shards_gone_after_kill_s']} s after the kill, new ones up at "
             f"{a['new_shards_up_after_kill_s']} s (overlap {a['runs_overlap_s']} s)",
-            f"nothing durable fetched again, no overlap: {_met(a['requested_twice_outside_durability_window'] == 0 and a['runs_overlap_s'] == 0)}",
+            "nothing durable fetched again, no overlap: "
+            f"{_met(a['requested_twice_outside_durability_window'] == 0 and a['runs_overlap_s'] == 0)}",
             _src("restart.json"),
         ))
     b, a = before.get("traps_last"), after.get("traps_last")
@@ -402,7 +403,7 @@ def render_news(r: Results) -> str:
         if run is None:
             continue
         f, met = run["figures"], run["goals_met"]
-        cell = lambda k, unit="": f"{f[k]:g}{unit}" + ("" if met[k] else " (not met)")  # noqa: E731
+        cell = lambda k, unit="": f"{f[k]:g}{unit}" + ("" if met[k] else " (not met)")  # noqa: E731, B023 - called within the iteration
         out.append(f"| {label} | {cell('delay_median_s', ' s')} | {cell('delay_p95_s', ' s')} | "
                    f"{cell('source_requests_per_article')} | {cell('archive_fetches_per_page')} |")
     refetch = ", ".join(f"{d['runs'][n]['source_refetches_per_article']:g}" for n, _ in NEWS_SETUPS if n in d["runs"])

@@ -26,10 +26,10 @@ def main(argv):
         need = required(f.read())
     have = sys.version_info[:2]
     if have < need:
-        print("error: %s is Python %d.%d; the project needs >= %d.%d (pyproject.toml requires-python)"
+        print("error: %s is Python %d.%d; the project needs >= %d.%d (pyproject.toml requires-python)"  # noqa: T201 - a command-line check prints its verdict
               % (sys.executable, have[0], have[1], need[0], need[1]), file=sys.stderr)
         return 1
-    print("python %d.%d satisfies requires-python >= %d.%d" % (have + need))
+    print("python %d.%d satisfies requires-python >= %d.%d" % (have + need))  # noqa: T201 - a command-line check prints its verdict
     return 0
 
 

@@ -225,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a setting (YAML value), e.g. --set limits.max_pages=100")
+        sp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a setting (YAML value), e.g. --set limits.max_pages=100")
 
     r = sub.add_parser("run", help="run a crawl from a YAML config")
     r.add_argument("config")
@@ -258,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     wx = sub.add_parser("export-warc", help="write the fetched pages as WARC 1.1 (response, revisit and metadata records)")
     wx.add_argument("out")
     wx.add_argument("--to", metavar="FILE_OR_DIR", help="a .warc.gz/.warc file, or a directory for size-rotated files (default: OUT/warc/)")
-    wx.add_argument("--max-file-mb", type=float, default=1000.0, help="size at which a directory destination starts a new file (default 1000)")
+    wx.add_argument("--max-file-mb", type=float, default=1000.0,
+                    help="size at which a directory destination starts a new file (default 1000)")
     wx.add_argument("--json", action="store_true", help="files and record counts as JSON")
     wx.set_defaults(func=cmd_export_warc)
 

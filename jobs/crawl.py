@@ -92,7 +92,9 @@ def make_session(
     return CrawlSession(cfg, RayRuntime(address or cfg.runtime.address), **kw)
 
 
-def Crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = None, poll_interval_s: float = 0.2, force: bool = False) -> CrawlHandle:  # noqa: N802 - a factory that reads like the handle it returns
+def Crawl(  # noqa: N802 - a factory that reads like the handle it returns
+    cfg: CrawlConfig, *, local: bool = False, address: str | None = None, poll_interval_s: float = 0.2, force: bool = False,
+) -> CrawlHandle:
     """A blocking handle on a crawl for notebooks and scripts: ``Crawl(cfg).start()``."""
     session = make_session(cfg, local=local, address=address, poll_interval_s=poll_interval_s, force=force)
     return CrawlHandle(session, on_api_request=None if local else api_metrics())
@@ -159,7 +161,9 @@ async def _run(session: CrawlSession, stopped_by: list[int], api: ControlApi | N
             loop.remove_signal_handler(sig)
 
 
-def run_crawl(cfg: CrawlConfig, *, local: bool = False, address: str | None = None, progress: bool = True, force: bool = False) -> tuple[dict[str, Any], int]:
+def run_crawl(
+    cfg: CrawlConfig, *, local: bool = False, address: str | None = None, progress: bool = True, force: bool = False,
+) -> tuple[dict[str, Any], int]:
     """Run a crawl to the end with progress output and signal handling.
 
     Returns (stats, :func:`exit_status`). Raises a refusal (crawler.errors.REFUSALS) for what
@@ -297,7 +301,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jobs.crawl", description="Run a crawl on Ray.")
     p.add_argument("config", help="YAML crawl config (see configs/default.yaml)")
     p.add_argument("--out", help="output folder or fsspec URL (overrides output.path)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a setting, e.g. --set limits.max_pages=100")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting, e.g. --set limits.max_pages=100")
     p.add_argument("--address", help="Ray cluster address (default: runtime.address, RAY_ADDRESS, else embedded Ray)")
     p.add_argument("--local", action="store_true", help="single process, no Ray")
     p.add_argument("--no-progress", action="store_true", help="plain periodic log lines instead of a live line")

@@ -119,7 +119,8 @@ def add_parser(sub: Any) -> None:
     url.add_argument("target", metavar="URL_OR_URL_HASH")
     host = ctl.add_parser("host", help="a host's policy and state")
     actions = host.add_subparsers(dest="action", required=True)
-    for name, text in (("pause", "start no request to the host"), ("resume", "unpause the host"), ("show", "policy, queue, robots, backoff")):
+    for name, text in (("pause", "start no request to the host"), ("resume", "unpause the host"),
+                       ("show", "policy, queue, robots, backoff")):
         actions.add_parser(name, help=text).add_argument("host", help="example.org (every port) or example.org:8080")
     hset = actions.add_parser("set", help="set max_rps / max_pages")
     hset.add_argument("host")

@@ -121,7 +121,8 @@ def _stacked_chart(series: dict[str, np.ndarray], colors: dict[str, str], step_s
                 continue
             h = plot_h * y / ymax
             top = 8 + plot_h - plot_h * base[i] / ymax - h
-            parts.append(f'<rect x="{_PAD_L + i * bw:.1f}" y="{top:.1f}" width="{max(bw - 1, 1):.1f}" height="{h:.1f}" fill="{colors[name]}"/>')
+            parts.append(f'<rect x="{_PAD_L + i * bw:.1f}" y="{top:.1f}" width="{max(bw - 1, 1):.1f}" '
+                         f'height="{h:.1f}" fill="{colors[name]}"/>')
         base = base + ys
     ticks = [(_PAD_L + (i + 0.5) * bw, f"{i * step_s:.0f}s") for i in np.linspace(0, n - 1, min(n, 6)).astype(int)] if n else []
     return _svg(_axes(ymax, ticks) + "".join(parts))
@@ -153,10 +154,11 @@ def _vbar_chart(items: Sequence[tuple[str, int]], color: str, values: bool = Tru
     plot_w, plot_h = _W - _PAD_L - 8, _H - _PAD_B - 8
     bw = plot_w / n
     parts = []
-    for i, (label, v) in enumerate(items):
+    for i, (_label, v) in enumerate(items):
         h = plot_h * v / vmax
         x = _PAD_L + i * bw
-        parts.append(f'<rect x="{x + bw * 0.15:.1f}" y="{8 + plot_h - h:.1f}" width="{bw * 0.7:.1f}" height="{max(h, 1):.1f}" fill="{color}"/>')
+        parts.append(f'<rect x="{x + bw * 0.15:.1f}" y="{8 + plot_h - h:.1f}" width="{bw * 0.7:.1f}" '
+                     f'height="{max(h, 1):.1f}" fill="{color}"/>')
         if values:
             parts.append(f'<text x="{x + bw / 2:.1f}" y="{8 + plot_h - h - 3:.1f}" text-anchor="middle">{v}</text>')
     labels = [(_PAD_L + (i + 0.5) * bw, label) for i, (label, _) in enumerate(items) if label]

@@ -470,10 +470,14 @@ def synthetic_pages(valid_sequences: dict[str, list[bytes]]) -> list[tuple[str, 
     utf16 = "<!doctype html><meta charset=utf-8><body><a href='/ü?q=ü#ü'>x</a>"
     pages.append(("utf-16le-bom", SYNTH_URL + "&u=16", b"\xff\xfe" + utf16.encode("utf-16-le")))
     link = b'<a href="/\xe0?q=\xe0">x</a><a href="/plain">p</a>'
-    pages.append(("late-meta-in-head", SYNTH_URL + "&l=1", b"<html><head><script>" + b"x" * 2000 + b'</script><meta charset="windows-1251"></head><body>' + link))
-    pages.append(("late-meta-after-body", SYNTH_URL + "&l=2", b"<html><head></head><body><p>" + b"x" * 1100 + b'</p><meta charset="windows-1251">' + link))
-    pages.append(("late-meta-beyond-window", SYNTH_URL + "&l=3", b"<html><head><!--" + b"x" * 40000 + b'--><meta charset="windows-1251"></head><body>' + link))
-    pages.append(("undeclared-utf8", SYNTH_URL + "&l=4", "<html><body><p>Grüße</p><a href='/ä?q=ü'>x</a><a href='/plain'>p</a>".encode("utf-8")))
+    pages.append(("late-meta-in-head", SYNTH_URL + "&l=1",
+                  b"<html><head><script>" + b"x" * 2000 + b'</script><meta charset="windows-1251"></head><body>' + link))
+    pages.append(("late-meta-after-body", SYNTH_URL + "&l=2",
+                  b"<html><head></head><body><p>" + b"x" * 1100 + b'</p><meta charset="windows-1251">' + link))
+    pages.append(("late-meta-beyond-window", SYNTH_URL + "&l=3",
+                  b"<html><head><!--" + b"x" * 40000 + b'--><meta charset="windows-1251"></head><body>' + link))
+    pages.append(("undeclared-utf8", SYNTH_URL + "&l=4",
+                  "<html><body><p>Grüße</p><a href='/ä?q=ü'>x</a><a href='/plain'>p</a>".encode("utf-8")))
     deep = b"<div>" * 8000 + b"<script>document.write('<a href=\"/written-by-script\">')</script><a href=\"/real\">r</a>"
     pages.append(("deep-nesting", SYNTH_URL + "&d=1", b"<!doctype html><meta charset=utf-8><body>" + deep))
     return pages
@@ -494,7 +498,9 @@ async def _valid_sequences(tab: Tab) -> dict[str, list[bytes]]:
     return valid
 
 
-async def _collect(chromium: str, manifest: list[dict[str, str]], corpus: Path, jobs: int) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+async def _collect(
+    chromium: str, manifest: list[dict[str, str]], corpus: Path, jobs: int,
+) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
     user_data = Path(tempfile.mkdtemp(prefix="browser-links-"))
     proc = subprocess.Popen(
         [chromium, *CHROMIUM_FLAGS[:-1], f"--user-data-dir={user_data}", CHROMIUM_FLAGS[-1]],
@@ -534,7 +540,8 @@ async def _collect(chromium: str, manifest: list[dict[str, str]], corpus: Path, 
                         entry, body = jobs_list[i]
                         got = await tab.load(entry["url"], body())
                         if got["url"] != got["expected_url"] or got["served"] != [_strip_fragment(got["url"])]:
-                            raise RuntimeError(f"{entry.get('file') or entry['name']}: document URL {got['url']!r} / served {got['served']} != {entry['url']!r}")
+                            raise RuntimeError(f"{entry.get('file') or entry['name']}: document URL {got['url']!r} "
+                                               f"/ served {got['served']} != {entry['url']!r}")
                         results[i] = {**entry, "charset": got["charset"], "hrefs": got["hrefs"]}
 
                 await asyncio.gather(*(worker(tab) for tab in tabs))
@@ -623,7 +630,8 @@ def report(args: argparse.Namespace) -> int:
             kinds[kind] += 1
             if shown[name] < args.show:
                 shown[name] += 1
-                print(f"{kind} {name} #{i} charset {parsed.charset}/{page['charset']}\n  raw     {raws[i]!r}\n  crawler {mine!r}\n  browser {other!r}")
+                print(f"{kind} {name} #{i} charset {parsed.charset}/{page['charset']}\n  raw     {raws[i]!r}\n"
+                      f"  crawler {mine!r}\n  browser {other!r}")
     print(f"exact agreement {agree}/{total} = {agree / max(total, 1):.4%}; differences {dict(kinds)}")
     return 0
 

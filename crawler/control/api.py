@@ -252,7 +252,9 @@ class _Protocol(web.RequestHandler):
     __slots__ = ()
     refused = 0  # parser refusals in this process (class-wide: a handler is per connection)
 
-    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None) -> web.StreamResponse:
+    def handle_error(
+        self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None,
+    ) -> web.StreamResponse:
         if not isinstance(exc, HttpProcessingError) or request.writer.output_size > 0:
             return super().handle_error(request, status, exc, message)
         cls = type(self)
@@ -361,7 +363,9 @@ class ControlApi:
     # -- plumbing -------------------------------------------------------------------------
 
     @web.middleware
-    async def _middleware(self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    async def _middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
         route = request.match_info.route.resource.canonical if request.match_info.route.resource else "other"
         status = 500
         try:

@@ -285,7 +285,7 @@ class DnsCache(AbstractResolver):
                 raise DnsLookupError(host, "no addresses")
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # any resolution failure is negatively cached
+        except Exception as exc:  # noqa: BLE001 - any resolution failure is negatively cached
             self._stats["base_errors"] += 1
             # Store a fresh exception, not ``exc``: its traceback would pin frames.
             detail = exc.detail if isinstance(exc, DnsLookupError) else _describe(exc)

@@ -313,7 +313,7 @@ class Fetcher:
                 self._check_end(a, response, decoder)
         except DecodeError as exc:
             self._keep_decoded_prefix(a, exc)
-        except Exception as exc:  # every failure becomes a result; CancelledError is not caught
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a result; CancelledError is not caught
             a.kind, a.error, a.transient, ip = self._map_exception(exc, a)
             if ip is not None:
                 a.peer = ip

@@ -194,7 +194,7 @@ def create_new(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> bool:
     except OSError as exc:  # a lost reply, S3's 409 for a concurrent conditional write: what is there decides
         try:
             there = _read_or_none(fs, path)
-        except Exception as again:  # botocore/aiohttp/OS errors alike
+        except Exception as again:  # noqa: BLE001 - botocore/aiohttp/OS errors alike: reported in the StorageError
             raise StorageError(f"cannot create {path!r}: {exc}; reading it back: {again}") from exc
         if there is None:
             raise StorageError(f"cannot create {path!r}: {exc}") from exc

@@ -26,7 +26,11 @@ _EXPORTS = {
     "running_web": "crawler.testing.fixtures",
 }
 
-__all__ = sorted(_EXPORTS)
+# The keys of _EXPORTS, sorted; spelled out because tools read ``__all__`` only as a literal.
+__all__ = [
+    "PROFILES", "Reply", "RequestRecord", "SyntheticWeb", "USER_AGENT", "WebServer",
+    "canonical_path_qs", "crawl_config_for", "running_web", "serve_forever",
+]
 
 
 def __getattr__(name: str) -> Any:

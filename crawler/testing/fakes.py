@@ -80,6 +80,10 @@ class FakeResponse:
     peer: str | None = None  # FetchResult.ip
 
 
+# The default answer of FakeTransport: one shared instance, as a default argument would be.
+_NOT_FOUND = FakeResponse(404)
+
+
 @dataclass
 class SentRequest:
     """One request a :class:`FakeTransport` received, with the clock times it was open."""
@@ -117,7 +121,7 @@ class FakeTransport:
         script: Script | None = None,
         *,
         clock: Clock,
-        default: FakeResponse | None = FakeResponse(404),
+        default: FakeResponse | None = _NOT_FOUND,
     ) -> None:
         self.script: Script = script if script is not None else {}  # may be changed between fetches
         self._clock = clock

@@ -66,7 +66,9 @@ class FreshWeb(SmallWeb):
         """The ``periodic`` pages' version at monotonic time ``at``."""
         return int((at - self.t0) // self.period_s)
 
-    def reply(self, host: str, path_qs: str, *, attempt: int = 1, accept_gzip: bool = False, headers: dict[str, str] | None = None) -> Reply:
+    def reply(
+        self, host: str, path_qs: str, *, attempt: int = 1, accept_gzip: bool = False, headers: dict[str, str] | None = None,
+    ) -> Reply:
         headers = headers or {}
         if path_qs == "/robots.txt":
             return Reply(404, (("Content-Type", "text/plain"),), b"")

@@ -123,7 +123,9 @@ class NewsWeb(SmallWeb):
 
     # -- serving -------------------------------------------------------------------------
 
-    def reply(self, host: str, path_qs: str, *, attempt: int = 1, accept_gzip: bool = False, headers: dict[str, str] | None = None) -> Reply:
+    def reply(
+        self, host: str, path_qs: str, *, attempt: int = 1, accept_gzip: bool = False, headers: dict[str, str] | None = None,
+    ) -> Reply:
         headers = headers or {}
         if host not in self.published:
             return Reply(404, (("Content-Type", HTML_TYPE),), b"no such host")

@@ -44,10 +44,13 @@ _APP_JS = """(function () {
 """
 _TRACK = "fetch('/private/track.json').catch(function () {});"
 _SITE_JS = "document.documentElement.className += ' js';"
-_EXTRA_JS = """document.addEventListener('DOMContentLoaded', function () {
-  var nav = document.getElementById('more');
-  [0, 1, 2].forEach(function (k) { var a = document.createElement('a'); a.href = '/extra/' + k; a.textContent = 'extra ' + k; nav.appendChild(a); });
-});"""
+_EXTRA_JS = (
+    "document.addEventListener('DOMContentLoaded', function () {\n"
+    "  var nav = document.getElementById('more');\n"
+    "  [0, 1, 2].forEach(function (k) { var a = document.createElement('a'); a.href = '/extra/' + k;"
+    " a.textContent = 'extra ' + k; nav.appendChild(a); });\n"
+    "});"
+)
 
 
 def _words(seed: str, n: int) -> str:

@@ -295,7 +295,7 @@ POLICY = st.fixed_dictionaries({
 def _assert_canonical(url: str, normalizer: Callable[[str], str | None]) -> None:
     parts = urlsplit(url)  # urllib accepts it...
     assert parts.scheme in ("http", "https") and parts.hostname, url
-    parts.port  # ...including the port (raises ValueError otherwise)
+    _ = parts.port  # ...including the port (reading it raises ValueError otherwise)
     assert not parts.fragment and "#" not in url
     assert url.isascii() and url.isprintable() and " " not in url, url
     assert normalizer(url) == url, url  # a fixed point: the seen set sees one spelling

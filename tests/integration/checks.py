@@ -66,7 +66,7 @@ def check_politeness(server: WebServer, cfg: CrawlConfig, slack_s: float = 0.0) 
 
 def check_retry_after(server: WebServer) -> None:
     web = server.web
-    for url, kind in web.failure_urls().items():
+    for url, _kind in web.failure_urls().items():
         wait = web.retry_after(url)
         if wait is None:
             continue

@@ -114,7 +114,10 @@ def test_a_signal_stops_cleanly_and_output_stays_readable(web, tmp_path, sig, co
     cfgfile = tmp_path / "c.yaml"
     out = tmp_path / "out"
     # Slow enough that the crawl is still running when we interrupt it.
-    cfgfile.write_text(yaml.safe_dump(crawl_config_for(web, politeness={"interval_s": 0.5, "max_interval_s": 2.0}, runtime={"shards": 2}, output={"path": str(out), "row_flush_interval_s": 0.5})))
+    cfgfile.write_text(yaml.safe_dump(crawl_config_for(
+        web, politeness={"interval_s": 0.5, "max_interval_s": 2.0}, runtime={"shards": 2},
+        output={"path": str(out), "row_flush_interval_s": 0.5},
+    )))
     ray_tmp = tempfile.mkdtemp(prefix="rayc-", dir="/tmp")
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobs.cli", "run", str(cfgfile), "--no-progress"],

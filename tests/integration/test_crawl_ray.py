@@ -42,8 +42,10 @@ def test_ray_crawl_matches_ground_truth_and_single_process(ray_cluster, web, tmp
     web.reset()
     local_cfg = config.from_dict(crawl_config_for(web, output={"path": str(tmp_path / "local")}))
     checks.check_ledger(asyncio.run(local_session(local_cfg, shards=1).run()))
-    ray_rows = {(r["url"], r["outcome"]) for r in read_pages(cfg.output.path).to_pylist() if not r["url"].startswith(tuple(_trap_prefixes(web)))}
-    local_rows = {(r["url"], r["outcome"]) for r in read_pages(local_cfg.output.path).to_pylist() if not r["url"].startswith(tuple(_trap_prefixes(web)))}
+    ray_rows = {(r["url"], r["outcome"]) for r in read_pages(cfg.output.path).to_pylist()
+                if not r["url"].startswith(tuple(_trap_prefixes(web)))}
+    local_rows = {(r["url"], r["outcome"]) for r in read_pages(local_cfg.output.path).to_pylist()
+                  if not r["url"].startswith(tuple(_trap_prefixes(web)))}
     assert ray_rows == local_rows
 
 

@@ -152,7 +152,7 @@ def test_a_remote_outputs_shard_state_of_another_crawl_is_refused_naming_it_in_t
     for out in (mine, other):
         fetcher = SiteFetcher()
         fast = {"state_log_interval_s": 0.02}  # each delivery waits for its log segment in OUT
-        assert asyncio.run(local_session(_cfg(out, fast), fetcher_factory=lambda: fetcher).run())["finished"]
+        assert asyncio.run(local_session(_cfg(out, fast), fetcher_factory=lambda: fetcher).run())["finished"]  # noqa: B023 - called within the iteration
     record = json.loads(fs.cat(f"/{tmp_path.name}/mine/state/crawl.json"))
     fs.pipe(f"/{tmp_path.name}/mine/state/crawl.json", json.dumps({**record, "finished": False}).encode())
     fs.rm(f"/{tmp_path.name}/mine/state/shard-000", recursive=True)

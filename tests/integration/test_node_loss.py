@@ -13,7 +13,8 @@ During one crawl:
 
 The crawl must end (exit 0) with every page fetched, none more than once beyond what was
 in flight at a loss (requested, or answered and not yet durable: procs.UNACKED_WINDOW_S),
-and at most 5% of the pages beyond those, one fetched row per URL, politeness held, and a balanced ledger that ``crawl stats --json`` confirms.
+and at most 5% of the pages beyond those, one fetched row per URL, politeness held, and a
+balanced ledger that ``crawl stats --json`` confirms.
 """
 
 from __future__ import annotations

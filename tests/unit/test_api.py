@@ -145,8 +145,8 @@ def test_url_view_answers_every_field_from_what_the_store_records(tmp_path):
     assert (pending["status"], pending["fetches"], pending["content_hash"], pending["depth"]) == ("pending", 0, None, 1)
     row = OutcomeRow(url=url, outcome="fetched", status=200, content_sha256="cd" * 32, simhash=7,
                      fetched_at=dt.datetime.fromtimestamp(1000.0, dt.timezone.utc))
-    st.record([(row, RecrawlPolicy(min_interval_s=60, max_interval_s=86400, initial_interval_s=3600, grow_factor=2, shrink_factor=0.5).after_fetch(
-        Previous(), 1000.0, 200, "cd" * 32, 7))])
+    policy = RecrawlPolicy(min_interval_s=60, max_interval_s=86400, initial_interval_s=3600, grow_factor=2, shrink_factor=0.5)
+    st.record([(row, policy.after_fetch(Previous(), 1000.0, 200, "cd" * 32, 7))])
     view = url_view(st.url_status(url))
     # A field the store names differently would read null here: the view and the store agree.
     assert view["content_hash"] == "cd" * 32 and view["fetches"] == 1 and view["last_outcome"] == "fetched"
@@ -233,7 +233,8 @@ async def test_a_web_page_cannot_drive_the_api(api):
         # DNS rebinding: the browser thinks it talks to evil.example, and says so in Host
         (("GET", "/stats", {"Host": f"evil.example:{port}"}, None), (400, "Host")),
         (("GET", "/urls?url=http://a.test/known", {"Host": f"evil.example:{port}"}, None), (400, "Host")),
-        (("POST", "/stop", {"Host": f"evil.example:{port}", "Content-Type": "application/json", "Origin": f"http://evil.example:{port}"}, b"{}"), (400, "Host")),
+        (("POST", "/stop", {"Host": f"evil.example:{port}", "Content-Type": "application/json",
+                            "Origin": f"http://evil.example:{port}"}, b"{}"), (400, "Host")),
         (("GET", "/stats", {"Host": f"127.0.0.1.evil.example:{port}"}, None), (400, "Host")),
     ]
     for (method, path, headers, body), (status, field) in refused:

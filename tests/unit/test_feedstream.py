@@ -243,7 +243,8 @@ def test_a_dtd_is_refused_wherever_it_is_and_nothing_is_expanded(body):
 
 
 def test_a_bomb_behind_broken_bytes_is_never_expanded():
-    body = b"\x00garbage" + b"<!--" + b"c" * 8000 + b"-->" + LAUGHS + b"<rss><channel><item><title>&j;</title><link>/x</link></item></channel></rss>"
+    body = (b"\x00garbage" + b"<!--" + b"c" * 8000 + b"-->" + LAUGHS
+            + b"<rss><channel><item><title>&j;</title><link>/x</link></item></channel></rss>")
     feed = parse_feed(body, URL)
     assert feed.lenient and feed.bytes_parsed <= len(body)
     assert all(len(title or "") < 1000 for _, _, title in feed.entries)

@@ -289,7 +289,8 @@ async def test_200_body_headers_ip_timing_and_request_headers(site):
     clock = MockClock(5000.0)
     f = make_fetcher(clock=clock)
     try:
-        r = await f.fetch(f"http://site.test:{site.port}/ok", headers={"If-None-Match": '"x"', "If-Modified-Since": "Tue, 01 Oct 2024 00:00:00 GMT"})
+        r = await f.fetch(f"http://site.test:{site.port}/ok",
+                          headers={"If-None-Match": '"x"', "If-Modified-Since": "Tue, 01 Oct 2024 00:00:00 GMT"})
     finally:
         await f.close()
     assert r.status == 200 and r.error is None and r.error_kind is None and not r.transient

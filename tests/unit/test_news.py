@@ -364,7 +364,7 @@ def _news_crawl(tmp_path, news: dict, duration: float, seed: int = 2, archive: t
 def _figures(web, fetcher, end):
     first = {}
     kinds = {"source": 0, "archive": 0}
-    for host, path, start, _, status, _ in fetcher.log:
+    for _host, path, start, _, status, _ in fetcher.log:
         if path.startswith("/a/") and status == 200:
             first.setdefault(int(path[3:]), start)
         if path in ("/", "/feed.xml", "/news-sitemap.xml") or path.startswith("/section/"):
@@ -434,7 +434,8 @@ def test_the_rate_read_from_publication_dates_counts_the_silence_since_the_last_
 def test_a_feed_named_as_a_sitemap_is_read_as_a_feed_and_read_again():
     clock = MockClock()
     news = policy(clock)
-    links = LinkPolicy(lambda u: u, Scope("host", ["http://n.test/"]), TrapRules(max_depth=16, max_url_length=2048, max_query_params=12, max_path_repeats=3))
+    links = LinkPolicy(lambda u: u, Scope("host", ["http://n.test/"]),
+                       TrapRules(max_depth=16, max_url_length=2048, max_query_params=12, max_path_repeats=3))
     counters = ShardCounters()
     dropped: Counter = Counter()
     reader = SitemapReader(max_files=5, max_urls=100, max_bytes=10**6, links=links, counters=counters, dropped=dropped,

@@ -83,7 +83,8 @@ async def test_large_pages_are_parsed_off_the_loop_and_small_ones_inline_with_th
 async def test_a_feed_is_always_parsed_off_the_loop():
     seam, clock = Recorder(), MockClock()
     feed = b'<rss version="2.0"><channel><item><link>/a/1</link></item></channel></rss>'
-    out = await pipeline(seam, clock).page(UrlItem(SEED + "feed.xml", 0), response(SEED + "feed.xml", body=feed, ctype="application/rss+xml"))
+    out = await pipeline(seam, clock).page(UrlItem(SEED + "feed.xml", 0),
+                                           response(SEED + "feed.xml", body=feed, ctype="application/rss+xml"))
     assert seam.ran == ["parse_feed"] and [link.url for link in out.links] == [SEED + "a/1"]
 
 

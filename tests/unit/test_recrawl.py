@@ -91,7 +91,8 @@ def test_state_is_recorded_with_the_ack_and_answers_url_status(tmp_path):
     assert s["last_crawled_at"] == 1000.0 and s["next_crawl_at"] == 1000.0 + 2 * H
     assert st.url_status(url_hash=s["url_hash"])["url"] == url  # by its public id too
     # A 304 keeps the validators and the hash it did not resend.
-    st.record([(_row(url, "not_modified", 304, None, None, 9000.0, None, False, 2), p.after_fetch(Previous(1, 2 * H, "a" * 64, 7), 9000.0, 304, None, None))])
+    st.record([(_row(url, "not_modified", 304, None, None, 9000.0, None, False, 2),
+                p.after_fetch(Previous(1, 2 * H, "a" * 64, 7), 9000.0, 304, None, None))])
     s = st.url_status(url)
     assert (s["status"], s["fetches"], s["changes"], s["etag"], s["content_hash"]) == ("not_modified", 2, 0, '"v1"', "a" * 64)
     assert s["interval_s"] == 4 * H and s["next_crawl_at"] == 9000.0 + 4 * H

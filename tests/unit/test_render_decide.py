@@ -34,7 +34,8 @@ SHELL = '<html><head><script src="/app.js"></script></head><body><div id="root">
     ('<html><body><p>' + TEXT + '</p><script id="__NEXT_DATA__" type="application/json">{}</script></body></html>', "framework"),
     ('<html><body><p>' + TEXT + '</p><script>window.__NUXT__={}</script></body></html>', "framework"),
     ('<html><body><h1 data-svelte-h="x">' + TEXT + '</h1><script src="/m.js"></script></body></html>', "framework"),
-    ('<html><body><noscript>Please enable JavaScript to view this site.</noscript><p>' + TEXT + '</p><script src="/m.js"></script></body></html>', "noscript"),
+    ('<html><body><noscript>Please enable JavaScript to view this site.</noscript><p>' + TEXT
+     + '</p><script src="/m.js"></script></body></html>', "noscript"),
     ('<html><body><p>' + TEXT + '</p><div id="app">  </div><script src="/m.js"></script></body></html>', "empty_root"),
     ('<html><body><p>Loading</p><script src="/m.js"></script></body></html>', "thin"),
 ])

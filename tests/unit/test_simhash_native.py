@@ -290,7 +290,8 @@ def test_a_stale_build_is_not_used(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "backend"), [("numpy", "numpy"), ("NumPy ", "numpy"), ("native", "native"), ("", "native"), ("auto", "native"), ("bogus", None)]
+    ("value", "backend"),
+    [("numpy", "numpy"), ("NumPy ", "numpy"), ("native", "native"), ("", "native"), ("auto", "native"), ("bogus", None)],
 )
 def test_the_environment_variable_picks_the_backend(value: str, backend: str | None) -> None:
     if backend == "native":

@@ -41,7 +41,8 @@ ROWS = {
     # Once proven, it stays proven while nothing moves.
     "quiet thrice": ([QUIET, QUIET, QUIET], "-DD"),
     # B received a batch between the rounds: its vector changed, wait another round.
-    "late batch": ([QUIET, [shard(A, received=3), shard(B, sent=3, received=1)], [shard(A, received=3), shard(B, sent=3, received=1)]], "--D"),
+    "late batch": ([QUIET, [shard(A, received=3), shard(B, sent=3, received=1)],
+                    [shard(A, received=3), shard(B, sent=3, received=1)]], "--D"),
     # A sender is busy until the receiver accepted: a batch between shards is never quiet.
     "batch between shards": ([[shard(A, received=3), shard(B, idle=False, sent=4)]] * 4, "----"),
     # A busy shard resets the run of quiet rounds.
@@ -60,7 +61,8 @@ ROWS = {
     # -- restarted incarnations: a restart starts its counters afresh, so its vector is new.
     "restart": ([QUIET, [shard(A, inc="b"), shard(B, sent=3)], [shard(A, inc="b"), shard(B, sent=3)]], "--D"),
     # Even with the very same counts, a new incarnation is not the old quiet.
-    "restart, same counts": ([QUIET, [shard(A, inc="b", received=3), shard(B, sent=3)], [shard(A, inc="b", received=3), shard(B, sent=3)]], "--D"),
+    "restart, same counts": ([QUIET, [shard(A, inc="b", received=3), shard(B, sent=3)],
+                              [shard(A, inc="b", received=3), shard(B, sent=3)]], "--D"),
     # Restarted again before its second quiet round.
     "restart twice": ([QUIET, [shard(A, inc="b", received=3), shard(B, sent=3)], [shard(A, inc="c", received=3), shard(B, sent=3)],
                        [shard(A, inc="c", received=3), shard(B, sent=3)]], "---D"),
@@ -68,7 +70,8 @@ ROWS = {
     "no incarnation": ([[s.but(incarnation="") for s in QUIET]] * 2, "-D"),
     # -- paused URLs: paused is not done; the crawl waits for an unpause or a stop.
     "paused": ([[shard(A, paused=4, queued=4), shard(B)]] * 5, "-----"),
-    "paused on one shard after a quiet round": ([QUIET, [shard(A, received=3, paused=1, queued=1), shard(B, sent=3)], QUIET, QUIET], "---D"),
+    "paused on one shard after a quiet round": (
+        [QUIET, [shard(A, received=3, paused=1, queued=1), shard(B, sent=3)], QUIET, QUIET], "---D"),
     # Unpaused: the URLs are fetched (requests move), then two quiet rounds.
     "unpaused and drained": ([[shard(A, paused=2, queued=2), shard(B)], [shard(A, idle=False, queued=1, requests=1), shard(B)],
                               [shard(A, requests=2), shard(B)], [shard(A, requests=2), shard(B)]], "---D"),

@@ -611,7 +611,7 @@ def _assert_canonical(result: str) -> None:
     parts = urlsplit(result)
     assert parts.scheme in ("http", "https")
     assert parts.hostname
-    parts.port  # raises ValueError on an invalid port
+    _ = parts.port  # reading it raises ValueError on an invalid port
     assert not parts.fragment and "#" not in result
     assert set(result) <= _URI_CHARS
     assert normalize(result) == result
