@@ -44,7 +44,7 @@ from crawler.frontier.store import Decisions, FrontierStore, Verdicts
 from crawler.robots import RobotsCache
 from crawler.policy.hostbudget import HostBudget
 from crawler.urls import origin
-from crawler.engine.counters import DropReason
+from crawler.counters import DropReason
 
 #: Decision kinds (crawler.frontier.store.Decisions): hosts' budgets, origins' rules.
 BUDGET, ROBOTS = "budget", "robots"

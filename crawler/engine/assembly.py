@@ -56,7 +56,7 @@ from crawler.engine.partbuilders import (
 from crawler.placement.topology import Topology
 from crawler.policy.hostbudget import HostBudget
 from crawler.urls import host_key, join_url
-from crawler.engine.counters import ShardCounters, restore_dropped
+from crawler.counters import ShardCounters, restore_dropped
 
 #: ``await content(batch)`` -> ``(dup_kind, dup_of)`` per ``(url, sha256, simhash)``.
 ContentCall = Callable[[list[tuple[str, str, int | None]]], Awaitable[Sequence[tuple[str | None, str | None]]]]

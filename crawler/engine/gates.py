@@ -32,7 +32,7 @@ from crawler.frontier.urlitem import UrlItem
 from crawler.policy.politeness import Politeness
 from crawler.robots import RobotsClient
 from crawler.urls import origin
-from crawler.engine.counters import ShardCounters
+from crawler.counters import ShardCounters
 
 
 class Verdict(enum.Enum):

@@ -20,7 +20,7 @@ from crawler.fetch.fetcher import FetchResult, classify
 from crawler.frontier.frontier import Frontier
 from crawler.frontier.urlitem import UrlItem
 from crawler.policy.hostbudget import HostBudget
-from crawler.engine.counters import ShardCounters
+from crawler.counters import ShardCounters
 
 
 class FetchHandler:

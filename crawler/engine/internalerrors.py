@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from crawler.errors import retry_later
 from crawler.frontier.urlitem import UrlItem
-from crawler.engine.counters import ShardCounters
+from crawler.counters import ShardCounters
 
 log = logging.getLogger(__name__)
 

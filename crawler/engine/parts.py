@@ -26,7 +26,7 @@ from crawler.frontier.store import FrontierStore
 from crawler.policy.hostbudget import HostBudget
 from crawler.policy.politeness import Politeness
 from crawler.robots import RobotsClient
-from crawler.engine.counters import DropReason, ShardCounters
+from crawler.counters import DropReason, ShardCounters
 
 
 @dataclass(frozen=True)

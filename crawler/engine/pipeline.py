@@ -42,7 +42,7 @@ from crawler.freshness.news import NewsPolicy
 from crawler.freshness.recrawl import Previous, RecrawlPolicy, Schedule
 from crawler.render.renderer import RenderedPage, Renderer
 from crawler.urls import join_url, url_hash
-from crawler.engine.counters import DropReason, ShardCounters, drop_reason
+from crawler.counters import DropReason, ShardCounters
 
 #: Pages of at least this many bytes (main texts of this many characters) are parsed
 #: (fingerprinted) in a worker thread. Below it a parse holds the loop for less than
@@ -273,10 +273,10 @@ class PagePipeline:
         if target is None:
             return self.outcome(item, "redirect", res, error=f"unusable Location header: {loc[:200]!r}")
         depth = item.depth + 1
-        reason = "scope" if not self.links.scope.allows(target) else self.links.traps.check(target, depth)
+        reason: DropReason | None = "scope" if not self.links.scope.allows(target) else self.links.traps.check(target, depth)
         links: list[UrlItem] = []
         if reason is not None:
-            self.dropped[drop_reason(reason)] += 1
+            self.dropped[reason] += 1
         else:
             links = [UrlItem(target, depth, item.url)]
         row = self.row(item, "redirect", res, redirect_to=target)
@@ -312,7 +312,8 @@ class PagePipeline:
             attempts=item.attempts,
             fetched_at=datetime.fromtimestamp(self._clock.wall(), timezone.utc),
             content_type=res.content_type if res is not None else None,
-            content_length=(body_length if body_length is not None else len(res.body)) if res is not None and outcome == "fetched" else None,
+            content_length=((body_length if body_length is not None else len(res.body))
+                            if res is not None and outcome == "fetched" else None),
             content_sha256=sha,
             simhash=to_int64(simhash) if simhash is not None else None,
             dup_kind=dup_kind,

@@ -16,7 +16,7 @@ from crawler.engine.pipeline import Outcome, PagePipeline
 from crawler.frontier.urlitem import UrlItem
 from crawler.robots import RobotsCache
 from crawler.urls import origin
-from crawler.engine.counters import ShardCounters
+from crawler.counters import ShardCounters
 
 
 class Recorder:

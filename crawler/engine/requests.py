@@ -12,7 +12,7 @@ from typing import Mapping, Protocol
 
 from crawler.fetch.fetcher import FetchResult
 from crawler.policy.politeness import Politeness
-from crawler.engine.counters import ShardCounters
+from crawler.counters import ShardCounters
 
 
 class Fetcher(Protocol):

@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from crawler.engine.counters import DropReason, ShardCounters
+from crawler.counters import DropReason, ShardCounters
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 class NewsBook:
     """One shard's source table, credits and host figures (see the module docstring).
 
-    ``counters`` is the policy's Counter of events (crawler.engine.counters names them).
+    ``counters`` is the policy's Counter of events (crawler.counters names them).
     """
 
     def __init__(self, max_sources: int, clock: NewsClock, counters: Counter[str]) -> None:

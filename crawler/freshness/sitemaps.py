@@ -33,10 +33,11 @@ import pyexpat
 import re
 import zlib
 from collections import Counter
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from crawler.counters import DropReason, ShardCounters
 from crawler.errors import DeliveryError
 from crawler.freshness.feeds import Feed, looks_like_feed, parse_feed
 from crawler.freshness.feedstream import Refused
@@ -67,7 +68,7 @@ class SitemapLinks(Protocol):
     @property
     def traps(self) -> _Traps: ...
 
-    def follow_urls(self, urls: list[str], depth: int, counts: Counter[str]) -> list[tuple[str, str]]: ...
+    def follow_urls(self, urls: list[str], depth: int, counts: Counter[DropReason]) -> list[tuple[str, str]]: ...
 
 
 class _Fetched(Protocol):
@@ -332,8 +333,8 @@ class SitemapReader:
         max_urls: int,
         max_bytes: int,
         links: SitemapLinks,
-        counters: MutableMapping[str, int],
-        dropped: Counter[str],
+        counters: ShardCounters,
+        dropped: Counter[DropReason],
         nudge: Callable[[str, float], object] | None = None,
         news: NewsPolicy | None = None,
         run_blocking: RunBlocking = asyncio.to_thread,
@@ -342,8 +343,8 @@ class SitemapReader:
         self._max_urls = max_urls
         self.max_bytes = max_bytes
         self._links = links
-        self._counters = counters  # the shard's counters (crawler.engine.counters.ShardCounters)
-        self._dropped = dropped  # links not followed, by reason (crawler.engine.counters.DropReason)
+        self._counters = counters  # the shard's counters (crawler.counters.ShardCounters)
+        self._dropped = dropped  # links not followed, by reason (crawler.counters.DropReason)
         self._nudge = nudge  # nudge(url, lastmod): bring a known page's refresh earlier
         self._news = news  # crawler.freshness.news.NewsPolicy: news sitemaps and feeds read again
         self._planned: dict[str, int] = {}  # host -> sitemap files queued this run

@@ -17,7 +17,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from selectolax.lexbor import LexborHTMLParser
 
@@ -43,7 +43,7 @@ from crawler.parse.robotsdirectives import x_robots_tag as _x_robots_tag
 from crawler.urls import join_url
 
 if TYPE_CHECKING:
-    from crawler.engine.counters import ShardCounters
+    from crawler.counters import ShardCounters
 
 log = logging.getLogger(__name__)
 

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from crawler.parse import ParsedPage
+from crawler.counters import DropReason
 from crawler.policy.traprules import TrapRules
 from crawler.urls import Scope
 
 # A link's normalized URL (None if it has none) and why it is not followed (None: it is);
 # the URL is never None when the reason is.
-_Verdict = tuple[str | None, str | None]
+_Verdict = tuple[str | None, DropReason | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,7 @@ class LinkPolicy:
 
         return verdict
 
-    def follow(self, page: ParsedPage, depth: int, counts: Counter[str]) -> list[str]:
+    def follow(self, page: ParsedPage, depth: int, counts: Counter[DropReason]) -> list[str]:
         """Unique URLs to follow from ``page`` (links are at ``depth``); drops counted by reason.
 
         A link whose resolved string (and nofollow flag) already came up on this page
@@ -121,7 +122,7 @@ class LinkPolicy:
                 out.append(url)
         return out
 
-    def follow_urls(self, urls: list[str], depth: int, counts: Counter[str]) -> list[tuple[str, str]]:
+    def follow_urls(self, urls: list[str], depth: int, counts: Counter[DropReason]) -> list[tuple[str, str]]:
         """(normalized, as given) for the absolute URLs of a non-HTML source (a feed's
         entries) that pass the same rules as a page's links; drops counted by reason."""
         out: list[tuple[str, str]] = []

@@ -11,6 +11,8 @@ in all, is :class:`crawler.policy.hostbudget.HostBudget`.
 
 from __future__ import annotations
 
+from crawler.counters import TrapRule
+
 from crawler.errors import ConfigError
 
 __all__ = ["TrapRules", "check_limit"]
@@ -64,7 +66,7 @@ class TrapRules:
             f"max_query_params={self.max_query_params}, max_path_repeats={self.max_path_repeats})"
         )
 
-    def check(self, url: str, depth: int) -> str | None:
+    def check(self, url: str, depth: int) -> TrapRule | None:
         """Name of the first rule that rejects ``url`` found at ``depth``, or None."""
         if self.max_depth is not None and depth > self.max_depth:
             return "depth"
@@ -84,7 +86,7 @@ class TrapRules:
                 return None
         return self._shape(url)
 
-    def _shape(self, url: str) -> str | None:
+    def _shape(self, url: str) -> TrapRule | None:
         """The rules on the URL's shape alone (all but depth), in full."""
         if self.max_url_length is not None and len(url) > self.max_url_length:
             return "url_length"

@@ -181,7 +181,7 @@ def _relink(cfg: CrawlConfig, seeds: Sequence[str], stores: dict[str, FrontierSt
         links = [r["redirect_to"]] if r["redirect_to"] else []
         if r["blob_key"]:
             body = blobs.get(r["blob_key"])
-            if is_html(r["content_type"], body, Counter()):
+            if is_html(r["content_type"], body, None):
                 page = parse_page(body, r["url"], r["content_type"], {}, user_agent_token=cfg.product_token(),
                                   max_links=cfg.urls.max_links_per_page)
                 links += policy.follow(page, depth, Counter())

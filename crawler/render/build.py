@@ -22,7 +22,7 @@ from crawler.render.scriptcache import ScriptCache
 from crawler.robots import RobotsCache
 
 if TYPE_CHECKING:
-    from crawler.engine.counters import ShardCounters
+    from crawler.counters import ShardCounters
 
 __all__ = ["build_pool", "build_renderer"]
 

@@ -43,7 +43,7 @@ from crawler.robots import RobotsCache
 from crawler.urls import Scope, host_key, origin
 
 if TYPE_CHECKING:
-    from crawler.engine.counters import ShardCounters
+    from crawler.counters import ShardCounters
 
 __all__ = ["RenderGate"]
 

@@ -46,7 +46,8 @@ _OBSERVER = """(() => { window.__rcMut = 0; const o = new MutationObserver(m => 
 const start = () => o.observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
 if (document.documentElement) start(); else document.addEventListener('readystatechange', start, {once: true}); })();"""
 _READ_MUT = "window.__rcMut|0"
-_SERIALISE = "(document.doctype ? '<!DOCTYPE ' + document.doctype.name + '>' : '') + (document.documentElement ? document.documentElement.outerHTML : '')"
+_SERIALISE = ("(document.doctype ? '<!DOCTYPE ' + document.doctype.name + '>' : '')"
+              " + (document.documentElement ? document.documentElement.outerHTML : '')")
 # Hop-by-hop and encoding headers of the crawler's response: the body handed over is
 # already decoded, and its length is the body's.
 _DROP_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive"})

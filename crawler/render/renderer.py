@@ -36,7 +36,7 @@ from crawler.render.gate import RenderGate
 from crawler.render.jobs import RenderJob, RenderReply, SubRequest, SubResponse
 
 if TYPE_CHECKING:
-    from crawler.engine.counters import ShardCounters
+    from crawler.counters import ShardCounters
 
 __all__ = ["NoRenderService", "RenderService", "RenderedPage", "Renderer"]
 

@@ -8,23 +8,32 @@ config that ran. It is written through fsspec, so a crawl into ``s3://`` has one
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from crawler.output.fs import retried
-from crawler.config.settings import CrawlConfig, to_dict
+from crawler.config.settings import CrawlConfig
+from crawler.config.typed import to_dict
 from crawler.output import OUTCOMES, open_fs
-from crawler.engine.counters import ShardCounters
+from crawler.counters import ShardCounters
 from crawler.engine.status import ShardStatus
 
 
 def merge_status(statuses: Sequence[ShardStatus]) -> dict[str, Any]:
     """Sum per-shard statuses into crawl-wide totals (for progress and stats.json): the
     view that turns the records into JSON."""
-    keys = ("queued", "in_flight", "in_transit", "hosts", "paused_hosts", "paused_urls", "refresh_waiting", "refresh_due")
-    total: dict[str, Any] = {**dict.fromkeys(keys, 0), "dropped": {}, "events": {}}
+    total: dict[str, Any] = {
+        "queued": sum(s.queued for s in statuses),
+        "in_flight": sum(s.in_flight for s in statuses),
+        "in_transit": sum(s.in_transit for s in statuses),
+        "hosts": sum(s.hosts for s in statuses),
+        "paused_hosts": sum(s.paused_hosts for s in statuses),
+        "paused_urls": sum(s.paused_urls for s in statuses),
+        "refresh_waiting": sum(s.refresh_waiting for s in statuses),
+        "refresh_due": sum(s.refresh_due for s in statuses),
+        "dropped": {},
+        "events": {},
+    }
     for s in statuses:
-        for k in keys:
-            total[k] += getattr(s, k)
         for reason, v in s.dropped.items():
             total["dropped"][reason] = total["dropped"].get(reason, 0) + v
         for k, v in (s.events or {}).items():  # page.fetched events (crawler.events.emitter)
@@ -68,7 +77,7 @@ def render_summary(c: ShardCounters, pool: dict[str, Any] | None = None) -> dict
 NEWS_COUNTS = ("feeds", "hubs", "news_sitemaps", "source_fetches", "new_urls", "delays")
 
 
-def merge_news(shards: Sequence[dict[str, Any]], top: int = 50) -> dict[str, Any]:
+def merge_news(shards: Sequence[Mapping[str, Any]], top: int = 50) -> dict[str, Any]:
     """Crawl-wide news figures (crawler.freshness.news) from the shards' ``NewsPolicy.stats()``:
     counts summed, publication-to-fetch median and p95 weighted by how many delays each
     shard saw, and the ``top`` hosts by new URLs (a host is one shard's: docs/invariants.md #1)."""
@@ -103,7 +112,8 @@ def read_stats(cfg: CrawlConfig) -> dict[str, Any]:
     fs, root = open_fs(cfg.output.path, dict(cfg.output.storage_options) or None)
     try:
         with fs.open(f"{root.rstrip('/')}/stats.json", "r") as f:
-            return json.load(f)
+            stats: dict[str, Any] = json.load(f)
+            return stats
     except (OSError, ValueError):
         return {}
 

@@ -32,7 +32,8 @@ class CrawlHandle:
     def __init__(self, session: CrawlSession, *, on_api_request: Callable[[str, int], None] | None = None) -> None:
         self.session = session
         # Made now: a non-loopback API without a token is refused before anything starts.
-        self.api = ControlApi(session, session.cfg.api, on_stop=self._api_stop, on_request=on_api_request) if session.cfg.api.enabled else None
+        self.api = (ControlApi(session, session.cfg.api, on_stop=self._api_stop, on_request=on_api_request)
+                    if session.cfg.api.enabled else None)
         self.api_url: str | None = None
         self._waiting = False
         self._stop_task: asyncio.Future[Any] | None = None
@@ -65,7 +66,7 @@ class CrawlHandle:
             self._call(self.session.start())
             if self.api is not None and self.session.final is None:
                 self.api_url = self._call(self.api.start())
-                print(f"control API: {self.api_url}", file=sys.stderr, flush=True)
+                print(f"control API: {self.api_url}", file=sys.stderr, flush=True)  # noqa: T201 - the notebook user's address
         except BaseException:
             self._call(self.session.runtime.close())
             self.close()

@@ -36,6 +36,7 @@ import yaml
 from hypothesis import strategies as st
 
 from crawler import configcheck
+from crawler.counters import DropReason
 from crawler.config import settings as config
 from crawler.clock import MockClock
 from crawler.engine.partbuilders import build_fetcher, build_link_policy
@@ -317,7 +318,7 @@ def check_link_pipeline(html: str, codec: str, ct: str | None, page_url: str, po
     assert len(decisions) == len(page.links)
     followed = [d.url for d in decisions if d.followed]
     assert len(set(followed)) == len(followed)
-    counts: Counter[str] = Counter()
+    counts: Counter[DropReason] = Counter()
     assert links.follow(page, depth, counts) == followed  # `crawl links` and the crawl agree
     assert sum(counts.values()) == len(decisions) - len(followed)  # every drop has a reason
     # ... and the same reason per link: follow() decides a repeated link once, decide() each time.

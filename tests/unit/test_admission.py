@@ -13,6 +13,7 @@ from collections import Counter
 
 import pytest
 
+from crawler.counters import DropReason
 from crawler.config import settings as config
 from crawler.engine.admission import Admission
 from crawler.clock import MockClock
@@ -40,7 +41,7 @@ class Shard:
         self.robots = RobotsCache(UA, ttl_s=TTL_S, clock=self.clock)
         self.budget = HostBudget(max_pages_per_host)
         self.frontier = Frontier(Politeness(1.0, clock=self.clock), self.clock, random.Random(1))
-        self.dropped: Counter[str] = Counter()
+        self.dropped: Counter[DropReason] = Counter()
         self.admission = Admission(self.store, self.robots, self.budget, self.frontier,
                                    respect_robots=respect_robots, dropped=self.dropped)
 

@@ -31,7 +31,7 @@ from crawler.testing.newsweb import NewsWeb
 from crawler.freshness.sitemaps import SitemapReader, parse_sitemap
 from crawler.policy.traprules import TrapRules
 from crawler.urls import Scope
-from crawler.engine.counters import ShardCounters
+from crawler.counters import ShardCounters
 from jobs import cli
 
 from tests.unit.doubles import LoopBack, MemorySeen, NoBudgetLimit, inline, no_dups

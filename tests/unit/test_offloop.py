@@ -29,7 +29,7 @@ from crawler.policy.politeness import Politeness
 from crawler.robots import RobotsCache, RobotsClient
 from crawler.robots.rules import INDEX_MIN_RULES, RuleIndex, _quote_path
 from crawler.urls import host_key, join_url
-from crawler.engine.counters import ShardCounters
+from crawler.counters import ShardCounters
 
 from tests.unit.doubles import ContentTable, response
 

@@ -22,7 +22,7 @@ from crawler.parse import is_html, parse_page
 from crawler.engine.pipeline import PagePipeline
 from crawler.freshness.recrawl import RecrawlPolicy
 from crawler.engine.partbuilders import build_link_policy
-from crawler.engine.counters import ShardCounters
+from crawler.counters import ShardCounters
 
 from tests.unit.doubles import ContentTable, response
 

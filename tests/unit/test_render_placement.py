@@ -8,7 +8,7 @@ from actors.placement import Pending, render_unplaced, shard_line, waiting_for_r
 from crawler.render.renderer import NoRenderService
 from crawler.render.sizing import ClusterCpus, RenderPlan
 from crawler.session.crawlstats import render_summary
-from crawler.engine.counters import ShardCounters
+from crawler.counters import ShardCounters
 from jobs.crawl import render_line
 
 from tests.unit.doubles import SHELL, render_crawl, spa_url

@@ -79,7 +79,7 @@ def test_a_render_that_ends_with_a_request_in_flight_keeps_the_host_until_it_end
 
 
 def test_the_gate_caps_requests_and_bytes_per_render():
-    from crawler.engine.counters import ShardCounters
+    from crawler.counters import ShardCounters
 
     from crawler.policy.politeness import Politeness
     from crawler.render.gate import RenderGate

@@ -1,4 +1,4 @@
-"""A shard's counters as one typed record (crawler.engine.counters.ShardCounters):
+"""A shard's counters as one typed record (crawler.counters.ShardCounters):
 the JSON they make, checkpoints of the one-Counter era read back, the driver's sum, and
 a status that crosses a process boundary (Ray pickles it) intact."""
 
@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from crawler.engine.counters import ShardCounters, drop_reason, restore_dropped
+from crawler.counters import ShardCounters, drop_reason, restore_dropped
 from crawler.engine.status import ShardStatus
 from crawler.session.crawlstats import merge_status
 

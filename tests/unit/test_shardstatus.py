@@ -10,7 +10,7 @@ import json
 
 from crawler.session.crawlstats import merge_news, merge_status
 from crawler.engine.status import ShardStatus
-from crawler.engine.counters import ShardCounters
+from crawler.counters import ShardCounters
 
 
 def _counters(saved: dict[str, int]) -> ShardCounters:

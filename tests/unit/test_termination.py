@@ -15,7 +15,7 @@ from crawler.frontier.urlitem import UrlItem
 from crawler.engine.linkrouter import LinkRouter
 from crawler.engine.status import ShardStatus
 from crawler.session.termination import TerminationDetector
-from crawler.engine.counters import ShardCounters
+from crawler.counters import ShardCounters
 
 from tests.unit.doubles import MemorySeen
 

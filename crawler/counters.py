@@ -56,6 +56,9 @@ FAMILIES: Mapping[str, str] = MappingProxyType({
 })
 """Prefixes of counter names built at run time: prefix -> what the rest names."""
 
+#: The trap rules' names (crawler.policy.traprules.TrapRules.check): drop reasons too.
+TrapRule = Literal["depth", "url_length", "query_params", "path_repeats"]
+
 DropReason = Literal[
     # -- links not followed (crawler.policy.links.LinkPolicy), counted on the page's shard
     "unresolvable",  # links whose href could not be resolved against the page
