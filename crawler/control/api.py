@@ -37,7 +37,8 @@ import json
 import logging
 import os
 import re
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+import socket
+from typing import Any, Awaitable, Callable, Protocol, Sequence, cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
@@ -66,6 +67,11 @@ MAX_HEADERS = 128
 #: Most bytes a request body may have (413 beyond).
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
+
+
+class _Listening(Protocol):
+    @property
+    def sockets(self) -> Sequence[socket.socket]: ...
 
 
 class ApiSession(Protocol):
@@ -349,8 +355,10 @@ class ControlApi:
             await self._runner.cleanup()
             self._runner = None
             raise ConfigError(f"api.port: cannot listen on {self.cfg.host}:{self.cfg.port}: {exc.strerror or exc}") from exc
-        server = site._server  # aiohttp keeps the bound sockets there; port 0 needs the real one
-        bound = server.sockets if isinstance(server, asyncio.Server) else ()
+        # aiohttp keeps the server there; port 0 needs the real one. An asyncio.Server, or
+        # uvloop's (not a subclass of it): both have the sockets, which AbstractServer lacks.
+        server = cast("_Listening | None", site._server)
+        bound = server.sockets if server is not None else ()
         self.port = bound[0].getsockname()[1] if bound else self.cfg.port
         log.info("control API at %s", self.url)
         return self.url

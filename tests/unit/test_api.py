@@ -298,3 +298,24 @@ async def test_requests_the_http_parser_refuses_are_json_400_without_a_traceback
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 1
     assert session.calls == []
+
+
+def test_port_0_resolves_to_the_bound_port_on_uvloop_too() -> None:
+    """The CLI's loop is uvloop (jobs.crawl), whose Server is not an asyncio.Server: the
+    address the driver prints must still be the real port (it printed :0 once)."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def bind() -> int | None:
+        server = ControlApi(FakeSession(), ApiConfig(enabled=True, port=0, token=TOKEN))
+        await server.start()
+        try:
+            return server.port
+        finally:
+            await server.close()
+
+    loop = uvloop.new_event_loop()
+    try:
+        port = loop.run_until_complete(bind())
+    finally:
+        loop.close()
+    assert port is not None and port > 0
