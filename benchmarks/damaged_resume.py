@@ -41,7 +41,7 @@ import logging
 from crawler.config import settings as config
 from crawler.frontier.store import FrontierStore
 from crawler.frontier.urlitem import UrlItem
-from crawler.freshness.recrawl import Schedule
+from crawler.frontier.recrawl import Schedule
 from crawler.output import OutcomeRow, ResultWriter, read_pages
 from crawler.session.inprocess import local_session
 from crawler.testing.chainweb import PAGES, SEED, SiteFetcher, copy_output

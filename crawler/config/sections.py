@@ -93,7 +93,7 @@ class DedupConfig:
 
 @dataclass(frozen=True)
 class RecrawlConfig:
-    """Continuous crawling: refresh each page as often as it changes (crawler.freshness.recrawl)."""
+    """Continuous crawling: refresh each page as often as it changes (crawler.frontier.recrawl)."""
 
     enabled: bool = False
     min_interval_s: float = 3600.0

@@ -28,7 +28,7 @@ from crawler.engine.internalerrors import InternalErrors
 from crawler.engine.linkrouter import LinkRouter
 from crawler.engine.optional import FeedPart
 from crawler.engine.requests import RequestLane
-from crawler.freshness.recrawl import conditional_headers
+from crawler.frontier.recrawl import conditional_headers
 from crawler.freshness.sitemaps import SitemapReader
 from crawler.frontier.frontier import Frontier
 from crawler.frontier.store import FrontierStore

@@ -17,8 +17,8 @@ from typing import Any, Mapping, Protocol, Sequence
 from crawler.errors import ConfigError, DeliveryError
 from crawler.frontier.urlitem import UrlItem
 from crawler.output.schema import OutcomeRow
-from crawler.freshness.recrawl import Schedule
-from crawler.freshness.feeds import Feed
+from crawler.frontier.recrawl import Schedule
+from crawler.parse.feeds import Feed
 from crawler.placement.peers import HostState, HostPlacement
 
 

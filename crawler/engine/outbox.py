@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable, Protocol, Sequence
 from crawler.clock import Clock, wait_event
 from crawler.errors import FencedError
 from crawler.output import OutcomeRow
-from crawler.freshness.recrawl import Schedule
+from crawler.frontier.recrawl import Schedule
 
 log = logging.getLogger(__name__)
 

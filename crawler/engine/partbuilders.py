@@ -25,7 +25,7 @@ from crawler.output import ResultWriter
 from crawler.freshness.news import NewsPolicy
 from crawler.engine.pipeline import PagePipeline
 from crawler.policy.politeness import Politeness
-from crawler.freshness.recrawl import RecrawlPolicy
+from crawler.frontier.recrawl import RecrawlPolicy
 from crawler.placement.regionpolicy import RegionPlacement
 from crawler.freshness.sitemaps import SitemapReader
 from crawler.recovery.incarnation import Incarnation
@@ -158,7 +158,7 @@ def build_sitemaps(cfg: CrawlConfig, links: LinkPolicy, pipeline: PagePipeline, 
                    news: NewsPolicy, store: FrontierStore | None, clock: Clock,
                    run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread) -> SitemapReader:
     """The shard's sitemap reader; a sitemap's ``<lastmod>`` brings a known URL's refresh
-    forward (crawler.freshness.recrawl.RecrawlPolicy.nudge). ``run_blocking``: where a read
+    forward (crawler.frontier.recrawl.RecrawlPolicy.nudge). ``run_blocking``: where a read
     sitemap is parsed (DESIGN invariant 16)."""
     sm = cfg.sitemaps
 

@@ -5,7 +5,7 @@ followable links and the outcome row. For a redirect: the target as a link, or a
 saying why it cannot be followed. For everything else: the row alone. Every row of the
 crawl is built here, by :meth:`PagePipeline.row`, so a row always has the same fields
 (docs/invariants.md #5: every URL ends as exactly one row per fetch). With each row
-comes the URL's next refresh (crawler.freshness.recrawl): whether the page changed since its last
+comes the URL's next refresh (crawler.frontier.recrawl): whether the page changed since its last
 fetch, its new interval and due time.
 
 The pipeline does no I/O of its own except the batched duplicate-content call, and
@@ -14,7 +14,7 @@ the links first and records the row after (a page is acked only once its links r
 their owners). It is tested without sockets or Ray (tests/unit/test_pipeline.py).
 
 Input-sized work runs off the event loop (DESIGN invariant 16) through ``run_blocking``:
-a feed's parse always (up to a second for a broken one, crawler.freshness.feeds), an
+a feed's parse always (up to a second for a broken one, crawler.parse.feeds), an
 HTML page's parse and SimHash from :data:`OFF_LOOP_BYTES` up (a page of
 ``limits.max_body_bytes`` costs 0.2-0.4 s, benchmarks/results/parsecost.json). Smaller
 pages, nearly all of them, are parsed inline: a worker thread would cost them more than
@@ -31,7 +31,7 @@ from typing import Any, Awaitable, Callable, Protocol
 
 from crawler.clock import Clock
 from crawler.content.fingerprints import content_sha256, text_fingerprint, to_int64
-from crawler.freshness.feeds import Feed, looks_like_feed, parse_feed
+from crawler.parse.feeds import Feed, looks_like_feed, parse_feed
 from crawler.fetch.fetcher import FetchResult
 from crawler.frontier.urlitem import UrlItem
 from crawler.policy.links import LinkPolicy
@@ -39,7 +39,7 @@ from crawler.output import BlobStore, OutcomeRow
 from crawler.output.headers import encode_headers
 from crawler.parse import ParsedPage, is_html, parse_page
 from crawler.freshness.news import NewsPolicy
-from crawler.freshness.recrawl import Previous, RecrawlPolicy, Schedule
+from crawler.frontier.recrawl import Previous, RecrawlPolicy, Schedule
 from crawler.render.renderer import RenderedPage, Renderer
 from crawler.urls import join_url, url_hash
 from crawler.counters import DropReason, ShardCounters
@@ -96,7 +96,7 @@ class Outcome:
     duplicate: bool = False
     schedule: Schedule | None = None
     raw_body: bytes | None = None  # a rendered page's response as fetched (stored beside the DOM)
-    feed: Feed | None = None  # the page was an RSS/Atom feed (crawler.freshness.feeds): its hints
+    feed: Feed | None = None  # the page was an RSS/Atom feed (crawler.parse.feeds): its hints
 
 
 class PagePipeline:
@@ -179,7 +179,7 @@ class PagePipeline:
             if parsed.main_text_failed:  # odd markup: the whole text stood in (crawler.content.maincontent)
                 self.counters.main_text_failed += 1
         elif self._news is not None and self._news.feeds and looks_like_feed(ctype, body):
-            # Always off the loop: a feed's cost is not a page's (crawler.freshness.feeds).
+            # Always off the loop: a feed's cost is not a page's (crawler.parse.feeds).
             feed = await self._run_blocking(parse_feed, body, item.url)
             self.counters.feeds_read += 1
             self.counters.feeds_malformed += feed.error is not None

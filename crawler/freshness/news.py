@@ -2,9 +2,9 @@
 they yield.
 
 A *source* is a URL whose refetches are worth making for the links they bring, not for
-its own content: a feed (crawler.freshness.feeds), a news sitemap (crawler.freshness.sitemaps, ``news:``),
+its own content: a feed (crawler.parse.feeds), a news sitemap (crawler.freshness.sitemaps, ``news:``),
 or a *hub*, a page whose refetches keep yielding new in-scope URLs (a front page, a
-section page). Everything else keeps the adaptive schedule of crawler.freshness.recrawl.
+section page). Everything else keeps the adaptive schedule of crawler.frontier.recrawl.
 
 *New* means new to the crawl: a link the seen set had not met, admitted by the shard
 that owns it (:meth:`NewsPolicy.credit`, called from admission). A link of a hub points
@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from crawler.errors import ConfigError
-from crawler.freshness.feeds import Feed, next_allowed
+from crawler.parse.feeds import Feed, next_allowed
 from crawler.freshness.newsbook import (
     DELAY_SAMPLE,
     MAX_CREDITS,
@@ -63,7 +63,7 @@ from crawler.freshness.newsbook import (
     Source,
     percentile,
 )
-from crawler.freshness.recrawl import Schedule
+from crawler.frontier.recrawl import Schedule
 from crawler.frontier.urlitem import UrlItem
 
 # The source table and the figures are crawler.freshness.newsbook's; their names stay
@@ -204,7 +204,7 @@ class NewsPolicy:
     # -- the schedule --------------------------------------------------------------------
 
     def after_fetch(self, item: UrlItem, status: int | None, schedule: Schedule | None, feed: Feed | None = None) -> Schedule | None:
-        """A fetched URL's next schedule: ``schedule`` (crawler.freshness.recrawl's) unless the URL is
+        """A fetched URL's next schedule: ``schedule`` (crawler.frontier.recrawl's) unless the URL is
         or becomes a source (module docstring); also records the publication delay."""
         now = self._clock.wall()
         new = self._book.take_credit(item.url)

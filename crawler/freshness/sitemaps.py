@@ -12,9 +12,9 @@ The news extension (``xmlns:news="http://www.google.com/schemas/sitemap-news/0.9
 ``<news:news><news:publication_date>`` and ``<news:title>`` to a ``<url>``: such URLs are
 fresh news (crawler.freshness.news), ordered by publication time, and a sitemap that lists any is
 read again on the schedule of a news source. A feed named in robots.txt as a sitemap (as
-search engines accept) is read as a feed (crawler.freshness.feeds).
+search engines accept) is read as a feed (crawler.parse.feeds).
 
-``<lastmod>`` is a prior only (crawler.freshness.recrawl.RecrawlPolicy.nudge): many sites stamp
+``<lastmod>`` is a prior only (crawler.frontier.recrawl.RecrawlPolicy.nudge): many sites stamp
 every page on each deploy. No DTD or entity is accepted (an XML bomb is malformed here):
 expat reads the prolog before the parse, so none hides behind comments or an encoding.
 
@@ -39,8 +39,8 @@ from typing import Any, Protocol
 
 from crawler.counters import DropReason, ShardCounters
 from crawler.errors import DeliveryError
-from crawler.freshness.feeds import Feed, looks_like_feed, parse_feed
-from crawler.freshness.feedstream import Refused
+from crawler.parse.feeds import Feed, looks_like_feed, parse_feed
+from crawler.parse.feedstream import Refused
 from crawler.freshness.news import NewsPolicy
 from crawler.frontier.urlitem import UrlItem
 from crawler.urls import join_url

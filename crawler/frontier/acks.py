@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Sequence
 
-from crawler.freshness.recrawl import Schedule
+from crawler.frontier.recrawl import Schedule
 from crawler.frontier.urltable import DONE, UrlTable, chunks, url_key
 from crawler.output import OutcomeRow
 

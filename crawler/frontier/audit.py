@@ -87,7 +87,7 @@ class StoreAudit:
         fetch time and outcome kept; returns the rows that changed the store.
 
         A URL that got no refresh schedule yet is due ``first_interval_s`` after its row (a
-        first fetch's interval, crawler.freshness.recrawl); a refresh's row moves its due
+        first fetch's interval, crawler.frontier.recrawl); a refresh's row moves its due
         time one interval on. Validators are left as they were (the next refetch asks
         unconditionally at worst). ``add_missing`` first adds URLs the store never held
         (their admission was lost with the log: the row proves it was made). Local outputs

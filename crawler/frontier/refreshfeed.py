@@ -1,4 +1,4 @@
-"""Refreshes coming due: from a shard's durable store into its frontier (crawler.freshness.recrawl
+"""Refreshes coming due: from a shard's durable store into its frontier (crawler.frontier.recrawl
 decides when; this moves the work)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Iterable, Protocol, Sequence
 
 from crawler.clock import Clock
-from crawler.freshness.recrawl import Previous, Schedule
+from crawler.frontier.recrawl import Previous, Schedule
 from crawler.frontier.refreshrows import Cursor, DueRefresh
 from crawler.frontier.urlitem import UrlItem
 from crawler.output import OutcomeRow

@@ -1,14 +1,14 @@
 """The refresh schedule in a shard's durable frontier (crawler.frontier.store): when each
 fetched URL is next due (wall seconds, ``next_crawl_at``), read in due order through a
 cursor on ``(next_crawl_at, id)`` by crawler.frontier.refreshfeed, and moved earlier by a
-sitemap's ``<lastmod>`` (crawler.freshness.recrawl decides when; the ack writes it).
+sitemap's ``<lastmod>`` (crawler.frontier.recrawl decides when; the ack writes it).
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from crawler.freshness.recrawl import Previous
+from crawler.frontier.recrawl import Previous
 from crawler.frontier.urlitem import UrlItem
 from crawler.frontier.urltable import UrlTable, url_key
 
@@ -73,7 +73,7 @@ class RefreshRows:
         return None if row is None or None in row else (row[0], row[1], row[2])
 
     def bring_forward(self, url: str, next_crawl_at: float) -> None:
-        """Make a URL due earlier (a sitemap's ``<lastmod>``: crawler.freshness.recrawl). Committed."""
+        """Make a URL due earlier (a sitemap's ``<lastmod>``: crawler.frontier.recrawl). Committed."""
         with self._t.lock:
             self._t.db.execute(
                 "UPDATE urls SET next_crawl_at=? WHERE h=? AND next_crawl_at > ?",

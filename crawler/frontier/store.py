@@ -69,7 +69,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence, TypedDict
 
 from crawler.errors import StorageError
-from crawler.freshness.recrawl import Schedule
+from crawler.frontier.recrawl import Schedule
 from crawler.frontier.acks import Acks
 from crawler.frontier.auditpages import AuditPages
 from crawler.frontier.decisions import DecisionLog, Decisions, Verdicts

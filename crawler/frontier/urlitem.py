@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crawler.errors import ConfigError
-from crawler.freshness.recrawl import Previous
+from crawler.frontier.recrawl import Previous
 from crawler.urls import host_key
 
 __all__ = ["MAX_PRIORITY", "UrlItem", "check_priority"]

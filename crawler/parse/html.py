@@ -24,7 +24,7 @@ from selectolax.lexbor import LexborHTMLParser
 from crawler.content.encodinglabels import REPLACEMENT, UTF16
 from crawler.content.maincontent import extract_main
 from crawler.errors import ConfigError
-from crawler.freshness.feeds import FEED_TYPES
+from crawler.parse.feeds import FEED_TYPES
 from crawler.parse.charset import ASCII_WS, decode, decoding_codec, detect_encoding
 
 # The page's parts live in their own modules (links, robots directives, text, the depth
@@ -89,7 +89,7 @@ class ParsedPage:
     are still found; ``text`` may include script source."""
     feeds: list[str] = field(default_factory=list)
     """Resolved ``href`` of ``<link rel="alternate">`` elements whose ``type`` is a feed
-    (RSS, Atom: crawler.freshness.feeds.FEED_TYPES), in document order."""
+    (RSS, Atom: crawler.parse.feeds.FEED_TYPES), in document order."""
 
 
 # --------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from crawler.config.settings import CrawlConfig
 from crawler.engine.partbuilders import build_link_policy
 from crawler.errors import StorageError
-from crawler.freshness.feeds import looks_like_feed, parse_feed
+from crawler.parse.feeds import looks_like_feed, parse_feed
 from crawler.output import open_fs
 from crawler.output.blobs import BlobStore
 from crawler.output.reader import list_parts

@@ -13,7 +13,7 @@ from crawler.control.api import ControlApi, check_binding, url_view
 from crawler.frontier.urlitem import UrlItem
 from crawler.frontier.store import FrontierStore
 from crawler.output.schema import OutcomeRow
-from crawler.freshness.recrawl import Previous, RecrawlPolicy
+from crawler.frontier.recrawl import Previous, RecrawlPolicy
 from crawler.config.settings import ApiConfig
 from crawler.errors import ConfigError
 

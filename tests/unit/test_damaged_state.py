@@ -20,7 +20,7 @@ from crawler.config import settings as config
 from crawler.frontier.audit import StoreAudit
 from crawler.frontier.store import FrontierStore
 from crawler.frontier.urlitem import UrlItem
-from crawler.freshness.recrawl import Schedule
+from crawler.frontier.recrawl import Schedule
 from crawler.output import OutcomeRow, ResultWriter
 from crawler.recovery.statefiles import settle_local
 from crawler.recovery.walcheck import wal_cut

@@ -1,4 +1,4 @@
-"""Feeds read while they are parsed (crawler.freshness.feedstream, crawler.freshness.feeds).
+"""Feeds read while they are parsed (crawler.parse.feedstream, crawler.parse.feeds).
 
 What a user notices: a feed of a million items costs the entries the crawler keeps, not
 the million (DESIGN invariant 16; counted in bytes handed to the parser, not timed); a
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crawler.freshness.feeds import LENIENT_MAX_BYTES, MAX_ENTRIES, lenient_cut, parse_feed, parse_leniently
-from crawler.freshness.feedstream import CHUNK_BYTES
+from crawler.parse.feeds import LENIENT_MAX_BYTES, MAX_ENTRIES, lenient_cut, parse_feed, parse_leniently
+from crawler.parse.feedstream import CHUNK_BYTES
 
 URL = "http://n.test/feed.xml"
 ATOM_NS = 'xmlns="http://www.w3.org/2005/Atom"'

@@ -1,4 +1,4 @@
-"""News sources (crawler.freshness.news, crawler.freshness.feeds, the news extension of crawler.freshness.sitemaps):
+"""News sources (crawler.freshness.news, crawler.parse.feeds, the news extension of crawler.freshness.sitemaps):
 parsing, the schedule by new URLs per fetch on the mock clock, priority of fresh news,
 and a whole shard following a news host on the mock clock."""
 
@@ -19,13 +19,13 @@ from crawler.frontier.urlitem import UrlItem
 from crawler.clock import MockClock
 from crawler.errors import ConfigError
 from crawler.session.crawlstats import merge_news
-from crawler.freshness.feeds import looks_like_feed, next_allowed, parse_feed
+from crawler.parse.feeds import looks_like_feed, next_allowed, parse_feed
 from crawler.fetch.fetcher import FetchResult
 from crawler.frontier.store import FrontierStore
 from crawler.policy.links import LinkPolicy
 from crawler.freshness.news import MAX_CANDIDATES_PER_HOST, PROBES, NewsPolicy, dated_rate
 from crawler.parse import parse_page
-from crawler.freshness.recrawl import Previous, Schedule
+from crawler.frontier.recrawl import Previous, Schedule
 from crawler.engine.assembly import build_shard
 from crawler.testing.newsweb import NewsWeb
 from crawler.freshness.sitemaps import SitemapReader, parse_sitemap

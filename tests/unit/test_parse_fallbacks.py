@@ -20,7 +20,7 @@ from crawler.frontier.urlitem import UrlItem
 from crawler.parse import html as parse_html
 from crawler.parse import is_html, parse_page
 from crawler.engine.pipeline import PagePipeline
-from crawler.freshness.recrawl import RecrawlPolicy
+from crawler.frontier.recrawl import RecrawlPolicy
 from crawler.engine.partbuilders import build_link_policy
 from crawler.counters import ShardCounters
 

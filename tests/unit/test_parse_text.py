@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from selectolax.lexbor import LexborHTMLParser
 
 from crawler.content.maincontent import extract_main
-from crawler.freshness.feeds import FEED_TYPES
+from crawler.parse.feeds import FEED_TYPES
 from crawler.parse import html as parse_html
 from crawler.parse import links as parse_links
 from crawler.parse import pagetext, robotsdirectives

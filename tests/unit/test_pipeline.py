@@ -18,7 +18,7 @@ from crawler.clock import MockClock
 from crawler.frontier.urlitem import UrlItem
 from crawler.output import BlobStore
 from crawler.engine.pipeline import PagePipeline
-from crawler.freshness.recrawl import Previous, RecrawlPolicy
+from crawler.frontier.recrawl import Previous, RecrawlPolicy
 from crawler.engine.partbuilders import build_link_policy
 
 from tests.unit.doubles import ContentTable, response

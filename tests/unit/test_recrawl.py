@@ -15,7 +15,7 @@ from crawler.frontier.frontier import Frontier
 from crawler.frontier.urlitem import UrlItem
 from crawler.frontier.store import FrontierStore
 from crawler.output import OutcomeRow
-from crawler.freshness.recrawl import Previous, RecrawlPolicy, Schedule
+from crawler.frontier.recrawl import Previous, RecrawlPolicy, Schedule
 from crawler.frontier.refreshfeed import RefreshFeed
 from crawler.freshness.sitemaps import parse_lastmod, parse_sitemap, robots_sitemaps
 

@@ -18,7 +18,7 @@ from crawler.clock import MockClock
 from crawler.frontier.urlitem import UrlItem
 from crawler.frontier.store import FrontierStore
 from crawler.output import OutcomeRow
-from crawler.freshness.recrawl import Schedule
+from crawler.frontier.recrawl import Schedule
 from crawler.recovery.restore import restore
 from crawler.recovery.statefiles import open_shard_store, state_dir
 from crawler.recovery.statelog import RemoteDir, StateLog, segment_name, encode

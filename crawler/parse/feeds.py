@@ -9,7 +9,7 @@ What the crawler takes from a feed (RSS 0.9x/1.0/2.0, Atom 0.3/1.0):
   (UTC hours, 0-23) and ``<skipDays>`` when it should not be read at all.
 
 A feed is cut to ``max_entries`` while it is parsed (DESIGN invariant 16): a well-formed
-one is read by crawler.freshness.feedstream, which stops after that many entries and
+one is read by crawler.parse.feedstream, which stops after that many entries and
 keeps what feedparser would have kept. Only a feed expat cannot read (broken XML, an
 odd encoding, a root that is not a feed) goes to ``feedparser``, whose lenient parser
 reads broken variants; it gets at most ``LENIENT_MAX_BYTES``, cut after the
@@ -30,8 +30,8 @@ from xml.etree.ElementTree import Element, ParseError, XMLPullParser
 
 import feedparser
 
-from crawler.freshness.feedstream import NotStreamable, Refused, stream_feed
-from crawler.freshness.feedstream import wall_of
+from crawler.parse.feedstream import NotStreamable, Refused, stream_feed
+from crawler.parse.feedstream import wall_of
 from crawler.urls import join_url
 
 #: Content types that name a feed (also the ``type`` of a ``<link rel="alternate">``).

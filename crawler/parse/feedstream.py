@@ -10,7 +10,7 @@ keeps per entry only what the crawler uses, raising out of the parser once
 ``max_entries`` entries are read. Its cost is that of the entries it reads, not of the
 document (0.01 s and under 1 MB for the same feed: benchmarks/results/parsecost.json).
 
-What it keeps is what feedparser would have given (crawler.freshness.feeds compares the
+What it keeps is what feedparser would have given (crawler.parse.feeds compares the
 two on its tests and on generated feeds): an entry's link (an Atom ``<link>`` whose
 ``rel`` is ``alternate`` and ``type`` HTML, else the text of an RSS ``<link>``, else a
 permalink ``<guid>`` or Atom ``<id>``; relative to the ``xml:base`` in force, else the
@@ -34,7 +34,7 @@ error) are read as their characters, as feedparser's lenient parser reads them.
 
 Anything else expat refuses (bytes not in the declared encoding, an unescaped ``&``, an
 unknown multibyte encoding, a root that is not ``rss``, ``feed`` or RSS 1.0 ``rdf:RDF``)
-raises :class:`NotStreamable`: crawler.freshness.feeds then hands a bounded prefix to
+raises :class:`NotStreamable`: crawler.parse.feeds then hands a bounded prefix to
 feedparser, which reads broken feeds leniently.
 """
 
