@@ -1,4 +1,4 @@
-"""What checking a local output's state costs at a resume (crawler.recovery.preflight), measured.
+"""What checking a local output's state costs at a resume (crawler.session.preflight), measured.
 
 One shard's store of ``--urls`` URLs, every one fetched: its rows in part files of
 ``output.rows_per_file`` (5,000) rows, every part acked but the newest (a crash between

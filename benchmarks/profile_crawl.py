@@ -75,7 +75,7 @@ COMPONENTS = (
     ("Ray actor calls + runtime", ("ray/", "actors/")),
     ("engine bookkeeping", ("crawler/engine/dispatcher.py", "crawler/engine/handler.py", "crawler/engine/gates.py",
                             "crawler/engine/recorder.py", "crawler/engine/shard.py", "crawler/engine/pipeline.py",
-                            "crawler/engine/outbox.py", "crawler/recovery/checkpoint.py", "crawler/engine/assembly.py",
+                            "crawler/engine/outbox.py", "crawler/engine/checkpoint.py", "crawler/engine/assembly.py",
                             "crawler/session/crawlsession.py", "crawler/session/inprocess.py",
                             "crawler/session/termination.py", "jobs/")),
 )

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 # The log and the table layout live in their own modules; their public names stay
-# importable from here (crawler.recovery.preflight reads read_log_stamp from this module).
+# importable from here (crawler.session.preflight reads read_log_stamp from this module).
 from crawler.content.contentlog import CONTENT_FIX, ShardLog, read_log_stamp
 from crawler.content.simhashtables import NO_HIT, TableLayout
 from crawler.content.sortedruns import SortedRuns

@@ -52,7 +52,7 @@ BUDGET, ROBOTS = "budget", "robots"
 
 class Admission:
     """Steps 1-3 of the module docstring for one shard, and the durability of the
-    decisions behind them (a :class:`crawler.recovery.checkpoint.DecisionSource`)."""
+    decisions behind them (a :class:`crawler.engine.checkpoint.DecisionSource`)."""
 
     def __init__(
         self,
@@ -145,7 +145,7 @@ class Admission:
 
     def restore_decisions(self) -> None:
         """After the checkpoint was restored: the decisions made since it, in order (the
-        newest per host or origin wins; crawler.recovery.checkpoint)."""
+        newest per host or origin wins; crawler.engine.checkpoint)."""
         if self.store is None:
             return
         budgets: dict[str, object] = {}

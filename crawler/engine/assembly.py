@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 from crawler.engine.admission import Admission
 from crawler.engine.batching import MicroBatcher
-from crawler.recovery.checkpoint import Checkpointer, resume_queue
+from crawler.engine.checkpoint import Checkpointer, resume_queue
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config.settings import CrawlConfig
 from crawler.events.emitter import EventEmitter, build_emitter

@@ -6,7 +6,7 @@ sorts it:
 
 * the shard is stopping: nothing. The URL stays claimed in the store (or queued, if its
   claim was never committed) and is fetched again on resume, its links past the seen
-  filter (crawler.recovery.checkpoint.resume_queue);
+  filter (crawler.engine.checkpoint.resume_queue);
 * "not now" from a service (crawler.errors.retry_later: the content index or the page
   budget past its restart allowance, the state store failing): the URL goes back to its
   host's queue with backoff, counted ``deferred``, with no row;

@@ -3,7 +3,7 @@
 A shard may run with regions (crawler.placement.handover), news sources
 (crawler.freshness.news), recrawl's refresh feed (crawler.frontier.refreshfeed), a state
 log in a remote OUT (crawler.recovery.statelog), page.fetched events
-(crawler.events.emitter) and durable state (crawler.recovery.checkpoint). Each is
+(crawler.events.emitter) and durable state (crawler.engine.checkpoint). Each is
 described here by what the shard asks of it, and each has a null object that does the
 nothing a crawl without the feature expects -- so the dispatcher and the shard call
 every part the same way instead of testing for ``None`` at each use (the Null Object
@@ -159,7 +159,7 @@ class NoEvents:
 
 
 class CheckpointPart(Protocol):
-    """What a shard asks of its checkpointer (crawler.recovery.checkpoint.Checkpointer)."""
+    """What a shard asks of its checkpointer (crawler.engine.checkpoint.Checkpointer)."""
 
     def save(self, *, journal: bool = False) -> None: ...
 

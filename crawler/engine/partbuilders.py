@@ -12,7 +12,7 @@ import os
 import random
 from typing import Any, Awaitable, Callable, Sequence
 
-from crawler.recovery.checkpoint import Checkpointer
+from crawler.engine.checkpoint import Checkpointer
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config.settings import CrawlConfig
 from crawler.fetch.fetcher import Fetcher, source_address

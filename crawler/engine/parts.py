@@ -65,7 +65,7 @@ class ShardParts:
     #: Steps run once before the first dispatch (resuming from a remote copy:
     #: crawler.recovery.statefiles; moves a crash interrupted).
     on_start: Sequence[Callable[[], Awaitable[None]]] = ()
-    #: URLs re-queued from the store at start (crawler.recovery.checkpoint).
+    #: URLs re-queued from the store at start (crawler.engine.checkpoint).
     resumed: int = 0
 
     @property

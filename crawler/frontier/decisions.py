@@ -69,7 +69,7 @@ class DecisionLog:
 
     def read(self) -> list[tuple[str, str, Any]]:
         """Every decision since the last checkpoint, oldest first, as ``(kind, key, value)``
-        (a restart loads them over the checkpoint: crawler.recovery.checkpoint)."""
+        (a restart loads them over the checkpoint: crawler.engine.checkpoint)."""
         with self._t.lock:
             rows = self._t.db.execute("SELECT value FROM decisions ORDER BY seq").fetchall()
         return [(kind, key, value) for (batch,) in rows for kind, values in json.loads(batch).items()

@@ -380,7 +380,7 @@ class FrontierStore:
 
     def set_meta(self, key: str, value: str, *, journal: bool = False, covers_decisions: bool = False) -> None:
         """Set a ``meta`` value; with ``journal`` the change is also journaled (an
-        operator's setting, which must survive the node: crawler.recovery.checkpoint).
+        operator's setting, which must survive the node: crawler.engine.checkpoint).
         ``covers_decisions``: the value holds every decision written so far (a
         checkpoint), so the decisions log is emptied in the same commit (and on replay:
         a store rebuilt from OUT holds the decisions after its newest checkpoint only)."""

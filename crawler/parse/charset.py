@@ -10,7 +10,7 @@ encoding" steps, in their order of precedence:
    also end up obeying (the spec's "change the encoding"; found with Chromium's rules);
 4. UTF-8 (malformed bytes become U+FFFD).
 
-Labels map to encodings through the WHATWG label table (:mod:`crawler.content.encodinglabels`), which
+Labels map to encodings through the WHATWG label table (:mod:`crawler.urls.encodinglabels`), which
 is why ``iso-8859-1`` and ``us-ascii`` decode as windows-1252, ``gb2312`` as GB18030 and
 ``euc-kr`` as windows-949, exactly as browsers do. Where Python's codec of an encoding
 decodes some bytes differently from the WHATWG decoder, :func:`decode` patches it with
@@ -25,7 +25,7 @@ import codecs
 import logging
 import re
 
-from crawler.content.encodinglabels import C1_CODECS, GB18030_2022_SWAPS, UTF16, WHATWG_LABELS
+from crawler.urls.encodinglabels import C1_CODECS, GB18030_2022_SWAPS, UTF16, WHATWG_LABELS
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from selectolax.lexbor import LexborHTMLParser
 
-from crawler.content.encodinglabels import REPLACEMENT, UTF16
+from crawler.urls.encodinglabels import REPLACEMENT, UTF16
 from crawler.content.maincontent import extract_main
 from crawler.errors import ConfigError
 from crawler.parse.feeds import FEED_TYPES

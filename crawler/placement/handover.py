@@ -79,7 +79,7 @@ class Regions:
     clock: Clock
     #: ``await fetch(url)`` with this shard's own fetcher (the own region's probe).
     fetch: Callable[[str], Awaitable[FetchResult]]
-    #: Saves the shard's checkpoint, journaled (crawler.recovery.checkpoint), and waits until durable.
+    #: Saves the shard's checkpoint, journaled (crawler.engine.checkpoint), and waits until durable.
     save: Callable[[], Awaitable[None]]
     region: str = ""
     _mover: Mover = field(init=False)

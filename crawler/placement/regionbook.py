@@ -33,7 +33,7 @@ class HostParts:
 @dataclass
 class RegionBook:
     """What a shard's :class:`crawler.placement.handover.Regions` part keeps across restarts:
-    its checkpoint part (crawler.recovery.checkpoint). Built before the checkpointer, which the
+    its checkpoint part (crawler.engine.checkpoint). Built before the checkpointer, which the
     Regions part (built after both) saves through, so no part is wired to another after
     construction."""
 

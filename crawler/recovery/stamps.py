@@ -31,7 +31,7 @@ STAMP_KEY = "crawl_identity"
 
 #: The fix a refusal names (one line; the file is named before it).
 FIX = "put this crawl's own copy back, or start over in another output folder"
-#: A shard's store can also be rebuilt from OUT (crawler.recovery.preflight, local outputs):
+#: A shard's store can also be rebuilt from OUT (crawler.session.preflight, local outputs):
 #: its fetched URLs from their rows, its queued ones from the links of the stored pages.
 SHARD_FIX = f"remove it (with its -wal and -shm files) to rebuild it from the rows and pages in the output, or {FIX}"
 

@@ -23,7 +23,7 @@ With a local output the stores are the only copy, and a store can still forget: 
 write-ahead log drops committed work (crawler.recovery.walcheck), a store can be removed
 or replaced. The rows in OUT/pages are the truth of what was fetched, so before a run the
 driver settles each shard's store against its rows (:func:`settle_local`, from
-crawler.recovery.preflight): the newest part files on an ordinary resume, every row of the
+crawler.session.preflight): the newest part files on an ordinary resume, every row of the
 shard after damage. Every store is opened with its stamp checked (:func:`open_shard`,
 crawler.recovery.stamps).
 """

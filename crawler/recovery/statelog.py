@@ -8,7 +8,7 @@ change it must not lose also goes, in order, into a log in the object store:
 * ``add``: URLs admitted (queued, or dropped by a counted rule);
 * ``drop``: queued URLs dropped later (a budget cut, an operator's ``max_pages``);
 * ``done``: acked rows' per-URL state (when fetched, next due, validators, hashes);
-* ``meta``: a checkpoint an operator's host policy forced (crawler.recovery.checkpoint).
+* ``meta``: a checkpoint an operator's host policy forced (crawler.engine.checkpoint).
 
 :meth:`StateLog.append` numbers each change (``seq``) in the store's commit; the log writes
 what is buffered as one object every ``interval_s`` (a *segment*), and

@@ -44,7 +44,7 @@ from crawler.seen.bloom import BLOOM_BACKENDS, DEFAULT_BLOOM, Bloom, make_bloom
 from crawler.seen.hashing import MASK64, url_hash64
 from crawler.seen.inmemory import check_bloom_only, check_in_memory, forget_in_memory
 
-# claim_*_identity live with the files they check; crawler.recovery.preflight imports
+# claim_*_identity live with the files they check; crawler.session.preflight imports
 # claim_bloom_identity from here.
 from crawler.seen.ondisk import SeenOnDisk, claim_bloom_identity, claim_disk_identity
 from crawler.seen.seenstats import SEEN_COUNTERS, SeenStats, seen_stats

@@ -44,7 +44,7 @@ from crawler.recovery.crawlrecord import CrawlRecord, crawl_state_dir, mark_fini
 from crawler.session.runtime import Plan, Runtime
 from crawler.engine.status import ShardStatus
 from crawler.events.sinks import sink_factory
-from crawler.recovery.preflight import Preflight, check_local_state
+from crawler.session.preflight import Preflight, check_local_state
 from crawler.recovery.stamps import crawl_id
 from crawler.recovery.statefiles import here, is_remote
 from crawler.session.heartbeat import DriverHeartbeat

@@ -19,7 +19,7 @@ import re
 import unicodedata
 from collections.abc import Callable
 
-from crawler.content.encodinglabels import C1_CODECS, GB18030_2022_SWAPS, REPLACEMENT, UTF16, WHATWG_LABELS
+from crawler.urls.encodinglabels import C1_CODECS, GB18030_2022_SWAPS, REPLACEMENT, UTF16, WHATWG_LABELS
 from crawler.urls.syntax import BYTE_PCT, C0_SET, sub_non_ascii, utf8_pct
 
 __all__ = ["encode_query"]

@@ -1,6 +1,6 @@
 """Checkpointer on a real durable store and the mock clock: a shard's caches are written
 on interval (and shipped to a remote output on its own interval), and a restarted shard
-gets them back; a damaged checkpoint costs a cache, never the crawl (crawler.recovery.checkpoint)."""
+gets them back; a damaged checkpoint costs a cache, never the crawl (crawler.engine.checkpoint)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from crawler.recovery.checkpoint import Checkpointer, resume_queue
+from crawler.engine.checkpoint import Checkpointer, resume_queue
 from crawler.clock import MockClock
 from crawler.frontier.frontier import Frontier
 from crawler.frontier.urlitem import UrlItem
@@ -115,7 +115,7 @@ def test_a_part_that_fails_to_load_costs_only_that_part(store_path: str, caplog)
 
     after = Parts()
     table = {**after.table(), "hosts": (lambda: {}, broken), "new_part": (lambda: 0, broken)}
-    with caplog.at_level(logging.WARNING, logger="crawler.recovery.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="crawler.engine.checkpoint"):
         assert Checkpointer(store, table, MockClock(), interval_s=INTERVAL_S).restore() is True
     assert after.counters == Counter({"fetched": 3})
     assert "ignoring checkpoint part 'hosts'" in caplog.text
@@ -127,7 +127,7 @@ def test_an_unreadable_checkpoint_is_ignored_and_said(store_path: str, caplog) -
     store = FrontierStore(store_path)
     store.set_meta("checkpoint", "{not json")
     parts = Parts()
-    with caplog.at_level(logging.WARNING, logger="crawler.recovery.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="crawler.engine.checkpoint"):
         assert Checkpointer(store, parts.table(), MockClock(), interval_s=INTERVAL_S).restore() is True
     assert not parts.counters and "unreadable checkpoint" in caplog.text
     store.close()

@@ -258,7 +258,7 @@ def test_lookup_charset_follows_whatwg_labels(label: str, codec: str | None) -> 
 def test_every_mapped_codec_exists_in_python() -> None:
     import codecs
 
-    from crawler.content.encodinglabels import WHATWG_LABELS as _WHATWG_LABELS
+    from crawler.urls.encodinglabels import WHATWG_LABELS as _WHATWG_LABELS
 
     for codec in set(_WHATWG_LABELS.values()) - {"replacement"}:
         assert codecs.lookup(codec).name == codec

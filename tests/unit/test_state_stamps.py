@@ -3,7 +3,7 @@
 Every state file is stamped with its crawl and its part when made; a file of another
 crawl (or of another shard of this one) copied into the state folder is refused when
 opened, and before the run starts by the driver's check of a local output
-(crawler.recovery.preflight); `crawl run` exits 2. Files made before stamps are accepted
+(crawler.session.preflight); `crawl run` exits 2. Files made before stamps are accepted
 and stamped. A damaged or foreign ``budget.json`` is rebuilt from the rows in OUT.
 """
 
@@ -27,7 +27,7 @@ from crawler.frontier.store import FrontierStore
 from crawler.frontier.urlitem import UrlItem
 from crawler.recovery import stamps
 from crawler.recovery.crawlrecord import prepare
-from crawler.recovery.preflight import check_local_state
+from crawler.session.preflight import check_local_state
 from crawler.seen.set import SeenSet
 
 CRAWL_A = stamps.crawl_id("aaaa111122223333", 1_700_000_000.0)

@@ -354,10 +354,10 @@ def test_join_url_query_knows_every_whatwg_label(label: str, href: str, expected
 
 
 def test_join_url_reads_a_label_as_the_page_decoder_does() -> None:
-    # One label table (crawler.content.encodinglabels) decodes a page and encodes its links' queries,
+    # One label table (crawler.urls.encodinglabels) decodes a page and encodes its links' queries,
     # so a label and the codec parse_page decoded with give the same link; UTF-16 and
     # replacement documents send UTF-8 (WHATWG URL, "encoding").
-    from crawler.content.encodinglabels import REPLACEMENT, UTF16, WHATWG_LABELS
+    from crawler.urls.encodinglabels import REPLACEMENT, UTF16, WHATWG_LABELS
 
     href = "?q=é€жł中ﾃ¥"
     for label, codec in WHATWG_LABELS.items():
