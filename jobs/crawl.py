@@ -35,6 +35,7 @@ from crawler.errors import REFUSALS, CrawlError, RefusedError, StorageError
 from crawler.session.handle import CrawlHandle
 from crawler.output.fs import check_output_folder
 from crawler.session.crawlsession import CrawlSession
+from crawler.session.crawlstats import CrawlTotals
 from crawler.session.ledger import EXIT_BY_SIGNAL, exit_status
 
 log = logging.getLogger("jobs.crawl")
@@ -180,7 +181,7 @@ def run_crawl(
     prog = Progress(enabled=progress, interval_s=cfg.runtime.progress_interval_s)
     polled: list[bool] = []  # the crawl ran (one poll of its shards): errors from now on are not refusals
 
-    def on_progress(total: dict[str, Any]) -> None:
+    def on_progress(total: CrawlTotals) -> None:
         if not polled:
             polled.append(True)
         prog.update(total)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
+
+from crawler.session.crawlstats import CrawlTotals
 
 
 def _fmt_bytes(n: float) -> str:
@@ -15,29 +17,28 @@ def _fmt_bytes(n: float) -> str:
     return f"{n:.1f}TB"  # pragma: no cover
 
 
-def summary_line(total: dict[str, Any], elapsed: float, rate: float) -> str:
+def summary_line(total: CrawlTotals, elapsed: float, rate: float) -> str:
     """One line: fetched, pages/s, queued, in flight, hosts, errors, duplicates, bytes."""
-    c = total["counters"]
-    errors = c.get("http_error", 0) + c.get("failed", 0)
-    dups = c.get("dup_exact", 0) + c.get("dup_near", 0)
+    c = total.counters
+    errors = c.http_error + c.failed
+    dups = c.families["dup_exact"] + c.families["dup_near"]
     paused = (
-        f" | paused {total['paused_urls']} URLs on {total['paused_hosts']} hosts (waiting for unpause or stop)"
-        if total.get("paused_urls")
+        f" | paused {total.paused_urls} URLs on {total.paused_hosts} hosts (waiting for unpause or stop)"
+        if total.paused_urls
         else ""
     )
-    refresh = c.get("refresh_fetches", 0)
-    if refresh or total.get("refresh_waiting"):
+    if c.refresh_fetches or total.refresh_waiting:
         paused += (
-            f" | refresh {refresh} (304 {c.get('not_modified', 0)}, changed {c.get('changes_found', 0)}),"
-            f" due {total.get('refresh_due', 0)}"
+            f" | refresh {c.refresh_fetches} (304 {c.not_modified}, changed {c.changes_found}),"
+            f" due {total.refresh_due}"
         )
-    ev = total.get("events") or {}
+    ev = total.events
     if ev.get("sink_down"):  # a lasting outage is surfaced, not only counted
         paused += f" | event sink DOWN for {ev.get('sink_down_s', 0):.0f}s, {ev.get('pending', 0)} events kept"
     return (
-        f"[{elapsed:6.1f}s] fetched {c.get('fetched', 0)} ({rate:.1f} pages/s) | queued {total['queued']} | "
-        f"in flight {total['in_flight']} | hosts {total['hosts']} | errors {errors} | "
-        f"blocked {c.get('robots_blocked', 0)} | dups {dups} | {_fmt_bytes(c.get('bytes', 0))}{paused}"
+        f"[{elapsed:6.1f}s] fetched {c.fetched} ({rate:.1f} pages/s) | queued {total.queued} | "
+        f"in flight {total.in_flight} | hosts {total.hosts} | errors {errors} | "
+        f"blocked {c.robots_blocked} | dups {dups} | {_fmt_bytes(c.bytes)}{paused}"
     )
 
 
@@ -65,11 +66,11 @@ class Progress:
             except ImportError:  # pragma: no cover - rich is a dependency
                 self._live = None
 
-    def update(self, total: dict[str, Any], force: bool = False) -> None:
+    def update(self, total: CrawlTotals, force: bool = False) -> None:
         now = time.monotonic()
         if not self.enabled or (not force and now - self._last_draw < self.interval_s):
             return
-        fetched = total["counters"].get("fetched", 0)
+        fetched = total.counters.fetched
         dt = now - self._last_t
         if dt > 0:
             self._rate = (fetched - self._last_fetched) / dt

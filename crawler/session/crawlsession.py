@@ -35,7 +35,7 @@ from crawler.session import ledger, ledgeraudit
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config.settings import CrawlConfig
 from crawler.configcheck import all_seeds, check_components
-from crawler.session.crawlstats import crawl_stats, merge_status, read_stats, write_stats
+from crawler.session.crawlstats import CrawlTotals, crawl_stats, merge_status, merge_totals, read_stats, write_stats
 from crawler.errors import ConfigError, ServiceUnavailableError, ShardFailedError, StorageError
 from crawler.placement.topology import Topology, shard_ids
 from crawler.recovery.lease import Holder, Lease, LeaseStore
@@ -82,7 +82,7 @@ class CrawlSession:
         durable: bool = True,
         clock: Clock = SYSTEM_CLOCK,
         poll_interval_s: float = 0.05,
-        on_progress: Callable[[dict[str, Any]], None] | None = None,
+        on_progress: Callable[[CrawlTotals], None] | None = None,
         on_start: Callable[["CrawlSession"], None] | None = None,
         run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
         holder: Holder | None = None,
@@ -110,7 +110,7 @@ class CrawlSession:
         self.resumed = 0
         self.started_at: float | None = None
         self.final: dict[str, Any] | None = None
-        self.last_total: dict[str, Any] = {}
+        self.last_total = CrawlTotals()
         self._stop_requested = False
         self._started = False
         self.ready = False
@@ -231,7 +231,7 @@ class CrawlSession:
         for st in statuses:
             if st.error:
                 raise ShardFailedError(f"{st.shard} failed: {st.error}")
-        self.last_total = merge_status(statuses)
+        self.last_total = merge_totals(statuses)
         if self.on_progress is not None:
             self.on_progress(self.last_total)
         return self.detector.observe(statuses)
@@ -350,9 +350,9 @@ class CrawlSession:
         services = await self.runtime.service_stats()
         elapsed = self.clock.now() - (self.started_at or self.clock.now())
         stats = self._crawl_stats(statuses, services, elapsed, False)
-        total = merge_status(statuses)
+        total = merge_totals(statuses)
         # Not ended: ``ended`` says why a crawl stopped, and this one has not.
-        stats.update(running=True, ended=None, in_flight=total["in_flight"], hosts=total["hosts"])
+        stats.update(running=True, ended=None, in_flight=total.in_flight, hosts=total.hosts)
         stats.pop("config", None)
         return stats
 

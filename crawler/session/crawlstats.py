@@ -7,7 +7,9 @@ config that ran. It is written through fsspec, so a crawl into ``s3://`` has one
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from crawler.output.fs import retried
@@ -18,34 +20,67 @@ from crawler.counters import ShardCounters
 from crawler.engine.status import ShardStatus
 
 
-def merge_status(statuses: Sequence[ShardStatus]) -> dict[str, Any]:
-    """Sum per-shard statuses into crawl-wide totals (for progress and stats.json): the
-    view that turns the records into JSON."""
-    total: dict[str, Any] = {
-        "queued": sum(s.queued for s in statuses),
-        "in_flight": sum(s.in_flight for s in statuses),
-        "in_transit": sum(s.in_transit for s in statuses),
-        "hosts": sum(s.hosts for s in statuses),
-        "paused_hosts": sum(s.paused_hosts for s in statuses),
-        "paused_urls": sum(s.paused_urls for s in statuses),
-        "refresh_waiting": sum(s.refresh_waiting for s in statuses),
-        "refresh_due": sum(s.refresh_due for s in statuses),
-        "dropped": {},
-        "events": {},
-    }
+@dataclass(frozen=True)
+class CrawlTotals:
+    """Every shard's status summed: what the progress line and ``stats`` show while a crawl
+    runs (:func:`merge_totals`). Typed for the code that reads it; :meth:`as_json` is the
+    ``GET /stats`` / ``stats.json`` shape."""
+
+    queued: int = 0
+    in_flight: int = 0
+    in_transit: int = 0
+    hosts: int = 0
+    paused_hosts: int = 0
+    paused_urls: int = 0
+    refresh_waiting: int = 0
+    refresh_due: int = 0
+    counters: ShardCounters = field(default_factory=ShardCounters)
+    #: Dropped URLs by reason (crawler.counters.DropReason).
+    dropped: Mapping[str, int] = field(default_factory=dict)
+    #: page.fetched events (crawler.events.emitter): counts summed, flags or-ed.
+    events: Mapping[str, Any] = field(default_factory=dict)
+    news: Mapping[str, Any] = field(default_factory=dict)
+    shards: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["counters"] = self.counters.as_dict()
+        out["dropped"], out["events"], out["news"] = dict(self.dropped), dict(self.events), dict(self.news)
+        return out
+
+
+def merge_totals(statuses: Sequence[ShardStatus]) -> CrawlTotals:
+    """Sum per-shard statuses into crawl-wide totals (for progress and stats.json)."""
+    dropped: dict[str, int] = {}
+    events: dict[str, Any] = {}
     for s in statuses:
         for reason, v in s.dropped.items():
-            total["dropped"][reason] = total["dropped"].get(reason, 0) + v
+            dropped[reason] = dropped.get(reason, 0) + v
         for k, v in (s.events or {}).items():  # page.fetched events (crawler.events.emitter)
             if isinstance(v, bool):
-                total["events"][k] = total["events"].get(k, False) or v
+                events[k] = events.get(k, False) or v
             else:
-                total["events"][k] = total["events"].get(k, 0) + v
-    total["counters"] = ShardCounters.merged(s.counters for s in statuses).as_dict()
-    total["news"] = merge_news([s.news for s in statuses if s.news])
-    total["shards"] = len(statuses)
-    return total
+                events[k] = events.get(k, 0) + v
+    return CrawlTotals(
+        queued=sum(s.queued for s in statuses),
+        in_flight=sum(s.in_flight for s in statuses),
+        in_transit=sum(s.in_transit for s in statuses),
+        hosts=sum(s.hosts for s in statuses),
+        paused_hosts=sum(s.paused_hosts for s in statuses),
+        paused_urls=sum(s.paused_urls for s in statuses),
+        refresh_waiting=sum(s.refresh_waiting for s in statuses),
+        refresh_due=sum(s.refresh_due for s in statuses),
+        counters=ShardCounters.merged(s.counters for s in statuses),
+        dropped=dropped,
+        events=events,
+        news=merge_news([s.news for s in statuses if s.news]),
+        shards=len(statuses),
+    )
 
+
+def merge_status(statuses: Sequence[ShardStatus]) -> dict[str, Any]:
+    """:func:`merge_totals` as JSON (``GET /stats`` while running, the base of stats.json)."""
+    return merge_totals(statuses).as_json()
 
 def render_summary(c: ShardCounters, pool: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``render`` part of stats.json from the shards' ``render_*`` counters

@@ -94,7 +94,7 @@ def test_a_seen_set_restored_from_an_older_copy_loses_nothing(web, tmp_path):
         session = local_session(cfg)
 
         def progress(total):
-            if fetched is not None and total["counters"].get("fetched", 0) >= fetched:
+            if fetched is not None and total.counters.fetched >= fetched:
                 session.request_stop()
 
         session.on_progress = progress
