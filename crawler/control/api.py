@@ -74,8 +74,22 @@ class _Listening(Protocol):
     def sockets(self) -> Sequence[socket.socket]: ...
 
 
+class ApiSteering(Protocol):
+    """An operator's calls (crawler.session.steering.Steering implements them)."""
+
+    async def add_seeds(self, urls: Sequence[str], *, priority: int = 0, strict: bool = True) -> dict[str, Any]: ...
+    async def set_host_policy(self, host: str, *, max_rps: float | None = None, paused: bool | None = None,
+                              max_pages: int | None = None, region: str | None = None) -> str: ...
+    async def host_info(self, host: str) -> dict[str, Any]: ...
+    async def url_status(self, url: str) -> UrlStatus | None: ...
+    async def url_status_by_hash(self, url_hash_hex: str) -> UrlStatus | None: ...
+
+
 class ApiSession(Protocol):
     """What the API asks of a crawl (crawler.session.crawlsession.CrawlSession implements it)."""
+
+    @property
+    def steering(self) -> ApiSteering: ...
 
     @property
     def final(self) -> dict[str, Any] | None: ...
@@ -84,12 +98,6 @@ class ApiSession(Protocol):
     @property
     def ready(self) -> bool: ...
     def request_stop(self) -> None: ...
-    async def add_seeds(self, urls: Sequence[str], *, priority: int = 0, strict: bool = True) -> dict[str, Any]: ...
-    async def set_host_policy(self, host: str, *, max_rps: float | None = None, paused: bool | None = None,
-                              max_pages: int | None = None, region: str | None = None) -> str: ...
-    async def host_info(self, host: str) -> dict[str, Any]: ...
-    async def url_status(self, url: str) -> UrlStatus | None: ...
-    async def url_status_by_hash(self, url_hash_hex: str) -> UrlStatus | None: ...
     async def live_stats(self) -> dict[str, Any]: ...
 
 
@@ -439,7 +447,7 @@ class ControlApi:
         urls, priority = parse_seeds(await _json_object(request))
         if (busy := self._ready(mutating=True)) is not None:
             return busy
-        return _reply(await self.session.add_seeds(urls, priority=priority, strict=False), 202)
+        return _reply(await self.session.steering.add_seeds(urls, priority=priority, strict=False), 202)
 
     async def _url_by_hash(self, request: web.Request) -> web.Response:
         h = request.match_info["url_hash"]
@@ -447,7 +455,7 @@ class ControlApi:
             raise BadRequest(f"url_hash: expected 16 hex digits, got {h!r}", "url_hash")
         if (busy := self._ready(mutating=False)) is not None:
             return busy
-        status = await self.session.url_status_by_hash(h)
+        status = await self.session.steering.url_status_by_hash(h)
         return _error(404, f"no URL with url_hash {h} in this crawl") if status is None else _reply(url_view(status))
 
     async def _url_by_url(self, request: web.Request) -> web.Response:
@@ -457,7 +465,7 @@ class ControlApi:
             raise BadRequest("url: give the URL as ?url=... (or use /urls/{url_hash})", "url")
         if (busy := self._ready(mutating=False)) is not None:
             return busy
-        status = await self.session.url_status(url)
+        status = await self.session.steering.url_status(url)
         return _error(404, f"{url} is not in this crawl") if status is None else _reply(url_view(status))
 
     async def _put_policy(self, request: web.Request) -> web.Response:
@@ -465,14 +473,14 @@ class ControlApi:
         parse_host(request.match_info["host"])  # a bad host is a 400 whatever the crawl's state
         if (busy := self._ready(mutating=True)) is not None:
             return busy
-        await self.session.set_host_policy(request.match_info["host"], **policy)
+        await self.session.steering.set_host_policy(request.match_info["host"], **policy)
         return web.Response(status=204)
 
     async def _host(self, request: web.Request) -> web.Response:
         parse_host(request.match_info["host"])
         if (busy := self._ready(mutating=False)) is not None:
             return busy
-        return _reply(await self.session.host_info(request.match_info["host"]))
+        return _reply(await self.session.steering.host_info(request.match_info["host"]))
 
     async def _stats(self, request: web.Request) -> web.Response:
         if self.session.final is not None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable
 
 from crawler.session import ledger, ledgeraudit
 from crawler.clock import SYSTEM_CLOCK, Clock
@@ -50,7 +50,6 @@ from crawler.recovery.statefiles import here, is_remote
 from crawler.session.heartbeat import DriverHeartbeat
 from crawler.session.steering import Steering
 from crawler.session.termination import TerminationDetector
-from crawler.frontier.store import UrlStatus
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +170,7 @@ class CrawlSession:
             log.info("resuming the unfinished crawl in %s: %d URLs were queued", self.cfg.output.path, self.resumed)
         if self.on_start is not None:
             self.on_start(self)
-        await self._seed(self.seeds)
+        await self.steering.seed(self.seeds)
         return self.mode
 
     async def run(self) -> dict[str, Any]:
@@ -315,31 +314,9 @@ class CrawlSession:
         log.error("%s: stopping this run", why)
         self.request_stop()
 
-    # -- steering (crawler.session.steering) ------------------------------------------------------
-
-    async def add_seeds(self, urls: Sequence[str], *, priority: int = 0, strict: bool = True) -> dict[str, Any]:
-        """Add seeds to a running crawl; the scope widens to include them (see
-        :meth:`crawler.session.steering.Steering.add_seeds` for each URL's result)."""
-        return await self.steering.add_seeds(urls, priority=priority, strict=strict)
-
-    async def set_host_policy(
-        self, host: str, *, max_rps: float | None = None, paused: bool | None = None, max_pages: int | None = None,
-        region: str | None = None,
-    ) -> str:
-        """An operator's host policy or region rule (:meth:`crawler.session.steering.Steering.set_host_policy`)."""
-        return await self.steering.set_host_policy(host, max_rps=max_rps, paused=paused, max_pages=max_pages, region=region)
-
-    async def host_info(self, host: str) -> dict[str, Any]:
-        """A host as the shards see it (GET /hosts/{host})."""
-        return await self.steering.host_info(host)
-
-    async def url_status(self, url: str) -> UrlStatus | None:
-        """The per-URL state of a URL or of its ``url_hash`` (:meth:`crawler.session.steering.Steering.url_status`)."""
-        return await self.steering.url_status(url)
-
-    async def url_status_by_hash(self, url_hash_hex: str) -> UrlStatus | None:
-        """:meth:`url_status` of the URL whose public id (crawler.urls.url_hash) this is."""
-        return await self.steering.url_status_by_hash(url_hash_hex)
+    # -- stats ------------------------------------------------------------------------
+    # (An operator's calls -- seeds, host policy, a host's or a URL's state -- are the
+    # session's ``steering``: crawler.session.steering.Steering.)
 
     async def live_stats(self) -> dict[str, Any]:
         """The numbers of ``stats.json`` (what ``crawl stats`` shows), now; the final ones
@@ -367,14 +344,6 @@ class CrawlSession:
     def _owner(self, host: str) -> str:
         assert self.topology is not None, "the session is not started"
         return self.topology.home_of(host)
-
-    async def _seed(self, urls: Sequence[str]) -> None:
-        """The run's own seeds: :meth:`crawler.session.steering.Steering.deliver_new`, and a seed no shard could take
-        fails the start (nothing is half-applied: its seen mark is undone)."""
-        _, failed = await self.steering.deliver_new(urls)
-        if failed:
-            url, why = next(iter(failed.items()))
-            raise ServiceUnavailableError(f"{len(failed)} seeds could not be queued, e.g. {url}: {why}")
 
     def _crawl_stats(self, finals: list[ShardStatus], services: dict[str, Any], elapsed: float, finished: bool) -> dict[str, Any]:
         return crawl_stats(

@@ -84,22 +84,22 @@ class CrawlHandle:
     def add_seeds(self, urls: Sequence[str], *, priority: int = 0) -> dict[str, Any]:
         """Add seed URLs to the running crawl (``priority`` > 0: ahead of other work):
         counts (accepted, already_seen, refused) and each URL's result."""
-        return self._call(self.session.add_seeds(urls, priority=priority))
+        return self._call(self.session.steering.add_seeds(urls, priority=priority))
 
     def set_host_policy(
         self, host: str, *, max_rps: float | None = None, paused: bool | None = None, max_pages: int | None = None
     ) -> str:
         """A host's rate (requests per second), pause, or page limit; ``host`` without a
         port covers every port of the hostname (crawler.policy.hostpolicy)."""
-        return self._call(self.session.set_host_policy(host, max_rps=max_rps, paused=paused, max_pages=max_pages))
+        return self._call(self.session.steering.set_host_policy(host, max_rps=max_rps, paused=paused, max_pages=max_pages))
 
     def host_info(self, host: str) -> dict[str, Any]:
         """A host's policy, queue, next allowed time, robots rules and backoff, per key."""
-        return self._call(self.session.host_info(host))
+        return self._call(self.session.steering.host_info(host))
 
     def url_status(self, url: str) -> UrlStatus | None:
         """What the crawl knows of one URL or ``url_hash`` (None if it was never admitted)."""
-        return self._call(self.session.url_status(url))
+        return self._call(self.session.steering.url_status(url))
 
     def request_stop(self) -> None:
         """Make a running :meth:`wait` stop at its next poll."""

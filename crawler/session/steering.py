@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 from crawler.frontier.urlitem import check_priority
 from crawler.config.settings import CrawlConfig
-from crawler.errors import ConfigError, SeedError
+from crawler.errors import ConfigError, SeedError, ServiceUnavailableError
 from crawler.frontier.urlitem import UrlItem
 from crawler.policy.hostpolicy import HostPolicy, PolicyChange, parse_host
 from crawler.engine.shardapi import HostPolicyView
@@ -147,6 +147,14 @@ class Steering:
         """:meth:`url_status` of the URL whose public id (crawler.urls.url_hash) this is."""
         url = await self.runtime.url_for_hash(url_hash_hex.lower())
         return None if url is None else await self.url_status(url)
+
+    async def seed(self, urls: Sequence[str]) -> None:
+        """A run's own seeds: :meth:`deliver_new`, and a seed no shard could take fails the
+        start (nothing is half-applied: its seen mark is undone)."""
+        _, failed = await self.deliver_new(urls)
+        if failed:
+            url, why = next(iter(failed.items()))
+            raise ServiceUnavailableError(f"{len(failed)} seeds could not be queued, e.g. {url}: {why}")
 
     async def deliver_new(self, urls: Sequence[str], boost: int = 0) -> tuple[list[bool], dict[str, str]]:
         """Admit URLs at depth 0, atomically per URL (docs/invariants.md #3 and #5).

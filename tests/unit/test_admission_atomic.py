@@ -117,13 +117,13 @@ async def test_a_failed_delivery_leaves_nothing_marked_and_adding_again_works(tm
         await session.start()  # the run's own seed: the start fails, nothing half-applied
     assert sum(numbers(s)["novel"] for s in rt.sets) == 0
 
-    answer = await session.add_seeds(URLS[:3], strict=False)
+    answer = await session.steering.add_seeds(URLS[:3], strict=False)
     assert (answer["accepted"], answer["already_seen"], answer["refused"]) == (0, 0, 3)
     assert all(e["reason"].startswith("not queued: OverflowError") for e in answer["urls"])
     assert sum(numbers(s)["novel"] for s in rt.sets) == 0
 
     rt.broken = False
-    answer = await session.add_seeds(URLS[:3], strict=False)
+    answer = await session.steering.add_seeds(URLS[:3], strict=False)
     assert answer["accepted"] == 3 and sorted(rt.held) == sorted(URLS[:3])
     # Admitted (seen.novel) == held by a shard: the ledger's equation.
     assert sum(numbers(s)["novel"] for s in rt.sets) == len(rt.held) == 3
@@ -138,5 +138,5 @@ async def test_a_priority_out_of_range_is_refused_before_anything_is_marked(tmp_
     await session.start()
     before = sum(numbers(s)["checks"] for s in rt.sets)
     with pytest.raises(ConfigError, match="priority: expected a whole number from -1000 to 1000"):
-        await session.add_seeds(URLS[:2], priority=bad)
+        await session.steering.add_seeds(URLS[:2], priority=bad)
     assert sum(numbers(s)["checks"] for s in rt.sets) == before

@@ -29,6 +29,7 @@ class FakeSession:
         self.final = None
         self.ready = True
         self.stopping = False
+        self.steering = self  # the operator's calls, recorded here too
 
     def request_stop(self) -> None:
         self.calls.append(("stop",))
