@@ -294,7 +294,7 @@ class _Server(web.Server):
 
     def __call__(self) -> web.RequestHandler:
         # access_log None: no access log (aiohttp tests for it, but types it Logger).
-        return _Protocol(self, loop=asyncio.get_running_loop(), access_log=None,  # type: ignore[arg-type]
+        return _Protocol(self, loop=asyncio.get_running_loop(), access_log=None,  # type: ignore[arg-type]  # None: see above
                          max_line_size=MAX_LINE_BYTES, max_field_size=MAX_LINE_BYTES, max_headers=MAX_HEADERS)
 
 

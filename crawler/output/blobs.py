@@ -25,7 +25,7 @@ import threading
 import zlib
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import fsspec
 from fsspec.asyn import AsyncFileSystem
@@ -37,6 +37,9 @@ from crawler.output.fs import ensure_dir, fsync_path, is_local, open_fs, publish
 from crawler.output.layout import PACKS_DIR, blob_key, blob_sha, pack_key, parse_pack_key, temp_name
 
 __all__ = ["DEFAULT_COMPRESSLEVEL", "BlobStore", "RecentKeys", "RecentMap"]
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 DEFAULT_COMPRESSLEVEL = 1
 """Compression level of stored bodies (zstd in packs, gzip in per-body files). Measured on
@@ -68,21 +71,21 @@ class RecentKeys:
             self._old, self._cur = self._cur, set()
 
 
-class RecentMap:
+class RecentMap(Generic[K, V]):
     """A mapping that keeps only the most recent ~``capacity`` keys (two generations, as
     :class:`RecentKeys`): memory bounded by configuration, recent repeats still found."""
 
     def __init__(self, capacity: int) -> None:
         self._half = max(1, capacity // 2)
-        self._cur: dict[object, object] = {}
-        self._old: dict[object, object] = {}
+        self._cur: dict[K, V] = {}
+        self._old: dict[K, V] = {}
 
-    def get(self, key: object) -> object | None:
+    def get(self, key: K) -> V | None:
         """The value stored under ``key``, or None if it is unknown or was pushed out."""
         v = self._cur.get(key)
         return v if v is not None else self._old.get(key)
 
-    def put(self, key: object, value: object) -> None:
+    def put(self, key: K, value: V) -> None:
         """Remember ``value`` under ``key`` (it may push out the oldest generation)."""
         self._cur[key] = value
         if len(self._cur) >= self._half:
@@ -120,7 +123,7 @@ class BlobStore:
         self._fsync = fsync
         self._concurrency = max(1, concurrency)
         self._known = RecentKeys(known_capacity)  # shas known present: skips an exists() probe
-        self._packed = RecentMap(known_capacity)  # sha -> key of a body already in a pack
+        self._packed: RecentMap[int, str] = RecentMap(known_capacity)  # sha -> key of a body already in a pack
         self._zstd = zstandard.ZstdCompressor(level=max(1, compresslevel), write_content_size=True)
         self._lock = threading.Lock()
         self._stats = {"blobs_written": 0, "blob_bytes": 0, "blobs_skipped_existing": 0}
@@ -247,7 +250,7 @@ class BlobStore:
             with self._lock:
                 known = self._packed.get(short)
             if known is not None:
-                keys[sha] = known  # type: ignore[assignment]
+                keys[sha] = known
                 self._note(skipped=1)
                 continue
             frame = compress(body)

@@ -244,7 +244,7 @@ class _Reader:
                 rel = (attrs.get("rel") or "alternate").lower()
                 kind = (attrs.get("type") or ("application/atom+xml" if rel == "self" else "text/html")).lower()
                 if rel == "alternate" and kind in _HTML_TYPES:
-                    self.entry.link, self.entry.has_link = join_url(base, href.strip()), True  # type: ignore[union-attr]
+                    self.entry.link, self.entry.has_link = join_url(base, href.strip()), True  # type: ignore[union-attr]  # _in_entry(): an entry is open
         elif name in ("guid", "id"):
             self.guid_is_link = attrs.get("ispermalink", "true") == "true"
             self.texts[-1] = []

@@ -111,7 +111,7 @@ class BrowserProcess:
     def __init__(self, executable: str, clock: Clock, *, quiet_s: float, max_wait_s: float, user_agent: str) -> None:
         self.executable = executable
         self.clock = clock
-        self._kw = dict(quiet_s=quiet_s, max_wait_s=max_wait_s, user_agent=user_agent)
+        self._quiet_s, self._max_wait_s, self._user_agent = quiet_s, max_wait_s, user_agent
         self.proc: asyncio.subprocess.Process | None = None
         self.profile_dir: str | None = None
         self.conn: CdpConnection | None = None
@@ -155,7 +155,8 @@ class BrowserProcess:
             await asyncio.sleep(0.05)
         self.conn = CdpConnection()
         await self.conn.open(f"ws://127.0.0.1:{lines[0]}{lines[1]}")
-        self.renderer = PageRenderer(self.conn, self.clock, **self._kw)  # type: ignore[arg-type]
+        self.renderer = PageRenderer(self.conn, self.clock, quiet_s=self._quiet_s, max_wait_s=self._max_wait_s,
+                                     user_agent=self._user_agent)
         self.started_at = self.clock.now()
 
     @property

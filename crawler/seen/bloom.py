@@ -160,7 +160,7 @@ class PyBloom:
         """pybloom_live.make_hashfuncs's choices (digest, unpack width, salts), if they
         reproduce ``make_hashes`` on probe keys; None otherwise."""
         if self._plan is not False:
-            return self._plan  # type: ignore[return-value]
+            return self._plan  # type: ignore[return-value]  # not False: a plan or None (mypy cannot narrow a bool literal off a union)
         import hashlib
 
         bps, k = self._bps, self.k

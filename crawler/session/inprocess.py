@@ -189,8 +189,9 @@ class LocalRuntime(ShardCalls):
 
     async def statuses(self) -> list[ShardStatus] | None:
         for r in self._runners:
-            if r.done() and r.exception() is not None:
-                raise r.exception()  # type: ignore[misc]
+            failure = r.exception() if r.done() else None
+            if failure is not None:
+                raise failure
         return [s.report() for s in self.shards.values()]
 
     async def stop(self) -> list[ShardStatus]:

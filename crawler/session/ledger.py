@@ -160,11 +160,11 @@ def for_run(
     ``store_counts``), the seen filter's totals, the marks audit and the output; None
     without durable stores."""
     statuses = list(shard_statuses)
-    counts = [s.store_counts for s in statuses]
-    if not counts or any(c is None for c in counts):
+    counts = [s.store_counts for s in statuses if s.store_counts is not None]
+    if not counts or len(counts) < len(statuses):
         return None
     return build(
-        counts,  # type: ignore[arg-type]
+        counts,
         seen_novel=seen_stats.get("novel"),
         seen_bypassed=sum(s.router.get("links_seen_bypassed", 0) for s in statuses)
         + int(seen_stats.get("restored_from_out", 0)),

@@ -89,9 +89,11 @@ def find(cfg: CrawlConfig, seeds: Sequence[str], keys: Iterable[int]) -> dict[in
     normalize = build_link_policy(cfg, seeds).normalizer
 
     def offer(url: str | None, depth: int, referrer: str | None) -> None:
-        h = url_hash64(url) if url else None
-        if h is not None and h in wanted and wanted[h] not in found:
-            found[wanted[h]] = Found(url, depth, referrer)  # type: ignore[arg-type]
+        if not url:
+            return
+        h = url_hash64(url)
+        if h in wanted and wanted[h] not in found:
+            found[wanted[h]] = Found(url, depth, referrer)
 
     for seed in seeds:
         offer(seed, 0, None)

@@ -104,7 +104,7 @@ class WebServer(LoopThreadServer):
         try:
             site = aioweb.TCPSite(runner, self.host, self._want_port, backlog=1024)
             await site.start()
-            sock = site._server.sockets[0]  # type: ignore[union-attr]
+            sock = site._server.sockets[0]  # type: ignore[union-attr]  # started: aiohttp's server is set
             self.port = sock.getsockname()[1]
             self.web.bind(self.port)
             self._ready.set()

@@ -94,12 +94,12 @@ def build_sites(seed: int, profile: Profile, render: Callable[[Page], bytes]) ->
                 for m, t in enumerate(cast("Iterable[Link | str]", val))  # not a Page: its links
             )
             pages[path] = Page(host, path, links=links)
-        s = Site(host, behaviour, pages, **kw)  # type: ignore[arg-type]
+        s = Site(host, behaviour, pages, **kw)  # type: ignore[arg-type]  # a table's keywords, each Site's own field
         sites[host] = s
         return s
 
     def pg(behaviour: str, path: str, **kw: object) -> Page:
-        return Page(f"{behaviour}.{DOMAIN}", path, **kw)  # type: ignore[arg-type]
+        return Page(f"{behaviour}.{DOMAIN}", path, **kw)  # type: ignore[arg-type]  # a table's keywords, each Page's own field
 
     rfc = "RFC 9309 2.2.2"
     site("robots-private", {"/": ["/p/1", "/p/2", "/private/1", "/private/2"], "/p/1": ["/", "/private/3"],

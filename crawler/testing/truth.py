@@ -70,7 +70,7 @@ class GroundTruth:
             if page is None or page.trap or self._blocked(host, path_qs) or page.kind in LEAF_KINDS:
                 continue
             if page.kind == "redirect":
-                children: Iterable[tuple[str | None, str]] = (page.target,)  # type: ignore[assignment]
+                children: Iterable[tuple[str | None, str]] = (page.target,)  # type: ignore[assignment]  # a redirect's target is a (host, path) pair
             elif page.meta_nofollow:
                 continue
             else:

@@ -179,7 +179,7 @@ class SyntheticWeb:
             return _small(404, "no such page")
         kind = page.kind
         if kind == "redirect":
-            th, tp = page.target  # type: ignore[misc]
+            th, tp = page.target  # type: ignore[misc]  # a redirect's target is a (host, path) pair
             loc = tp if page.location_relative else self.url(th or host, tp)
             return Reply(page.status, (("Location", loc), ("Content-Type", HTML_TYPE)),
                          f'<a href="{html.escape(loc)}">moved</a>'.encode())

@@ -252,7 +252,8 @@ class UrlNormalizer:
     def _origin(self, written: str) -> str | None:
         """:meth:`_origin_of`, remembered."""
         origin = self._origins.get(written, _MISSING)
-        return self._origin_of(written) if origin is _MISSING else origin  # type: ignore[return-value]
+        # One dict lookup on a per-link path, with an object() sentinel.
+        return self._origin_of(written) if origin is _MISSING else origin  # type: ignore[return-value]  # not the sentinel
 
     def _with_query(self, origin_path: str, query: str | None) -> str:
         """``origin_path`` and the normalized query, if anything of it is left."""

@@ -164,7 +164,7 @@ def normalize_host(host: str) -> str | None:
     """
     found = _HOST_CACHE.get(host, _MISSING)
     if found is not _MISSING:
-        return found  # type: ignore[return-value]
+        return found  # type: ignore[return-value]  # not the sentinel: mypy cannot narrow an object() away
     result = _normalize_host(host)
     if len(host) <= _MAX_HOST_LENGTH + 1:
         if len(_HOST_CACHE) >= _HOST_CACHE_MAX:

@@ -151,7 +151,7 @@ def _end(loop: SimLoop) -> None:
     sys.unraisablehook = lambda _unraisable: None  # coroutines of dead processes, closed unfinished
     try:
         loop.set_exception_handler(lambda _loop, _context: None)
-        selector = loop._selector  # type: ignore[attr-defined]
+        selector = loop._selector  # type: ignore[attr-defined]  # the simulated loop's own selector (crawler.testing.sim.loop)
         selector._limit = math.inf  # unwinding may take simulated time
         selector._spin_limit = math.inf
         pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
