@@ -188,11 +188,14 @@ class LocalRuntime(ShardCalls):
         return dict(self.shards)
 
     async def statuses(self) -> list[ShardStatus] | None:
-        for r in self._runners:
-            failure = r.exception() if r.done() else None
-            if failure is not None:
-                raise failure
-        return [s.report() for s in self.shards.values()]
+        """Every shard's status; a shard whose loop died says so in ``error``, as a
+        ShardServer does on Ray, and the session fails the run the same way in both."""
+        out = []
+        for shard, runner in zip(self.shards.values(), self._runners):
+            failure = runner.exception() if runner.done() and not runner.cancelled() else None
+            status = shard.report()
+            out.append(status.but(error=repr(failure)) if failure is not None else status)
+        return out
 
     async def stop(self) -> list[ShardStatus]:
         for s in self.shards.values():
