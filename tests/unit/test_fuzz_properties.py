@@ -1,22 +1,11 @@
 """Property tests for what the crawler reads from users and from the web (hypothesis).
 
 Complements the per-module properties (tests/unit/test_urls.py: normalize and join_url
-alone; tests/unit/test_parse.py: parse_page alone) with what they leave out:
-
-* the config loader: any YAML-shaped mapping, ``--set`` overrides and YAML text either
-  load into a usable config or raise :class:`~crawler.errors.ConfigError` (never a
-  TypeError/AttributeError/KeyError), and a loaded config round-trips;
-* the robots wrapper: any status and bytes give rules whose ``allowed`` answers a bool
-  for any URL, agree with RFC 9309's status table, and survive snapshot/restore;
-* the link pipeline as the engine runs it: HTML with hostile hrefs -> parse_page ->
-  the config's normalizer -> LinkPolicy.decide/follow: never raises, every followed URL
-  re-parses with urllib and is a fixed point of the normalizer;
-* seeds: any normalized URL is a valid seed that normalizes to itself and is in its own
-  host scope.
-
-Each property is a plain ``check_*`` function plus strategies in tests.fuzz.properties;
-the tests here run them with small budgets (the file takes a few seconds),
-``python -m tests.fuzz.run`` runs the same ones for minutes.
+alone; tests/unit/test_parse.py: parse_page alone) with what they leave out: the config
+loader, the robots wrapper, the link pipeline as the engine runs it, and seeds (each
+property is described where it is written, in tests.fuzz.properties). Each is a plain
+``check_*`` function plus strategies; the tests here run them with small budgets (the file
+takes a few seconds), ``python -m tests.fuzz.run`` runs the same ones for minutes.
 """
 
 from __future__ import annotations
