@@ -87,7 +87,8 @@ class LocalRuntime(ShardCalls):
             )
             for i in range(plan.seen_shards)
         ]
-        self._seen_group = SeenGroup([self._seen_shard(s) for s in self.seen], [self._seen_forget(s) for s in self.seen])
+        seen_group = self._seen_group = SeenGroup([self._seen_shard(s) for s in self.seen],
+                                                  [self._seen_forget(s) for s in self.seen])
         self.content = ContentIndexService(
             d.simhash_distance,
             d.simhash_tables,
@@ -118,7 +119,7 @@ class LocalRuntime(ShardCalls):
                 cfg,
                 sid,
                 seeds=plan.seeds,
-                seen=self,
+                seen=seen_group,
                 content=content,
                 budget=LeasedBudget(lease, cfg.limits.max_pages, len(plan.shard_ids), cfg.runtime.budget_lease_max),
                 deliver=self.deliver,
@@ -147,14 +148,6 @@ class LocalRuntime(ShardCalls):
         await self.content.save()
         for name in [*self.content.log_names(), "budget.json"]:
             await asyncio.to_thread(state.ship_file, out, opts, name, os.path.join(self.sdir, name), wall)
-
-    async def check_and_add(self, urls: list[str]) -> list[bool]:
-        """The seen service of every shard's router (split by hash over the seen sets)."""
-        return await self.seen_check(urls)
-
-    async def forget(self, urls: list[str]) -> int:
-        """The seen service's undo: marks of links a router could not deliver."""
-        return await self.seen_forget(urls)
 
     @staticmethod
     def _seen_shard(seen: SeenSet) -> Callable[[list[int]], Awaitable[list[bool]]]:
