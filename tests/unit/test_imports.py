@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures
+import json
 import graphlib
 import os
 import subprocess
@@ -49,44 +50,81 @@ def _modules() -> dict[str, Path]:
 
 MODULES = _modules()
 
-# Runs in the fresh interpreter: import the module, then report any ray import with the
-# stack that asked for it (a finder that only watches: it never changes what is imported).
-_PROBE = r"""
-import importlib, sys, traceback
-asked = []
-class Watch:
-    def find_spec(self, name, path=None, target=None):
-        if (name == "ray" or name.startswith("ray.")) and not asked:
-            asked.append("".join(traceback.format_stack()[:-1]))
-        return None
-sys.meta_path.insert(0, Watch())
-importlib.import_module(sys.argv[1])
-if asked or "ray" in sys.modules:
-    sys.stderr.write("imports ray:\n" + (asked[0] if asked else "(already in sys.modules)"))
-    sys.exit(3)
+#: Third-party packages a zygote interpreter imports once before it forks a child per
+#: module: they are not what is tested (the crawler's modules are, each first and alone in
+#: its child), and importing them ~220 times over cost most of this file's minute.
+PRELOAD = ("aiohttp", "numpy", "pyarrow", "pyarrow.parquet", "yaml", "selectolax.lexbor", "feedparser",
+           "fsspec", "protego", "tldextract", "xxhash", "zstandard", "warcio", "rich", "yarl", "multidict")
+
+# Runs in a fresh interpreter: preload PRELOAD, then for each module fork a child that
+# imports it and reports any ray import with the stack that asked for it (a finder that
+# only watches: it never changes what is imported). Answers {module: [exit code, stderr]}.
+_ZYGOTE = r"""
+import importlib, json, os, sys, traceback
+for name in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+assert not any(m == "ray" or m.startswith("ray.") for m in sys.modules), "a preloaded package imported ray"
+out = {}
+for module in json.loads(sys.argv[2]):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.dup2(w, 2)
+        code = 0
+        try:
+            asked = []
+            class Watch:
+                def find_spec(self, name, path=None, target=None):
+                    if (name == "ray" or name.startswith("ray.")) and not asked:
+                        asked.append("".join(traceback.format_stack()[:-1]))
+                    return None
+            sys.meta_path.insert(0, Watch())
+            importlib.import_module(module)
+            if asked or "ray" in sys.modules:
+                sys.stderr.write("imports ray:\n" + (asked[0] if asked else "(already in sys.modules)"))
+                code = 3
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stderr.flush()
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "r", errors="replace") as f:
+        err = f.read()
+    _, status = os.waitpid(pid, 0)
+    out[module] = [os.waitstatus_to_exitcode(status), err]
+print(json.dumps(out))
 """
 
 
-def _import_alone(module: str) -> subprocess.CompletedProcess[str]:
+def _import_each_alone(modules: list[str]) -> dict[str, subprocess.CompletedProcess[str]]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    return subprocess.run(
-        [sys.executable, "-c", _PROBE, module],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = subprocess.run(
+        [sys.executable, "-c", _ZYGOTE, json.dumps(PRELOAD), json.dumps(modules)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
+    assert proc.returncode == 0, f"the import zygote failed:\n{proc.stderr}"
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {m: subprocess.CompletedProcess([m], code, "", err) for m, (code, err) in found.items()}
 
 
 @pytest.fixture(scope="module")
 def fresh_imports() -> dict[str, subprocess.CompletedProcess[str]]:
-    """Every module imported first and alone, in parallel fresh interpreters."""
-    workers = max(2, os.cpu_count() or 2)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        return dict(zip(MODULES, pool.map(_import_alone, MODULES)))
+    """Every module imported first and alone: in a child forked, per module, from one of
+    two zygotes that hold the third-party packages only."""
+    names = sorted(MODULES)
+    halves = [names[0::2], names[1::2]]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        out: dict[str, subprocess.CompletedProcess[str]] = {}
+        for part in pool.map(_import_each_alone, halves):
+            out.update(part)
+    return out
 
 
 def test_the_walk_finds_the_package():
