@@ -2,7 +2,7 @@
 
 Every object that needs time takes a :class:`Clock` instead of calling ``time`` or the
 event loop's timers itself: politeness, robots and DNS TTLs, the frontier's backoff, the
-shard scheduler's waits, the link router's and micro-batchers' flush timers, the output
+shard dispatcher's waits, the link router's and micro-batchers' flush timers, the output
 buffer and the checkpointer. Tests drive them with :class:`MockClock` and never sleep.
 
 ``now()`` is monotonic seconds (never jumps with NTP, so an adjustment cannot hand out a
@@ -76,7 +76,7 @@ class MockClock:
     Sleepers and timers wait in a heap by deadline; :meth:`advance` moves time forward and
     fires, in deadline order, everything that came due. :meth:`run_until` is the test
     driver: it lets the event loop settle, and when nothing can run until a deadline, jumps
-    to that deadline (trio's autojump clock), so a scheduler that waits for politeness,
+    to that deadline (trio's autojump clock), so a dispatcher that waits for politeness,
     backoff or a flush timer runs at once while observing exact times.
     """
 

@@ -3,7 +3,7 @@
 A shard keeps two counts that several modules write and others read back:
 
 * :class:`ShardCounters`: what the shard did (rows by outcome, requests, bytes,
-  duplicates, sitemaps, renders...). Written by the scheduler, the page pipeline, the
+  duplicates, sitemaps, renders...). Written by the dispatcher, its gates and handler, the page pipeline, the
   sitemap reader, the renderer and its gate, and the shard builder; one object shared by
   all of them. Every name fixed in the source is a field, so a misspelt name is a type
   error, not a silent zero. Only names built at run time (``f"dup_{kind}"``,
@@ -11,7 +11,7 @@ A shard keeps two counts that several modules write and others read back:
   Counter, under one of the :data:`FAMILIES` prefixes.
 * ``dropped``, a ``Counter[DropReason]``: discovered or admitted URLs that end with no
   fetch and no row, by reason (links not followed, budget cuts). Written by the link
-  policy, the pipeline, admission and the scheduler.
+  policy, the pipeline, admission and the handler.
 
 Both cross to the driver in :class:`crawler.engine.status.ShardStatus`;
 :meth:`ShardCounters.as_dict` is their JSON (``stats.json``, ``GET /stats``) and their
@@ -73,7 +73,7 @@ DropReason = Literal[
     "url_length",  # links longer than limits.max_url_length
     "query_params",  # links with more than limits.max_query_params query parameters
     "path_repeats",  # links repeating a path segment more than limits.max_path_repeats times
-    # -- admitted URLs that leave with no row (crawler.engine.admission, crawler.engine.scheduler)
+    # -- admitted URLs that leave with no row (crawler.engine.admission, crawler.engine.handler)
     "duplicate_delivery",  # URLs delivered again that the shard's store already held
     "host_budget",  # URLs over their host's page budget
     "budget_cut",  # queued URLs cut when a host's budget shrank (low novelty)
@@ -121,7 +121,7 @@ class ShardCounters:
     failed: int = 0
     #: rows of URLs robots.txt disallows (never requested)
     robots_blocked: int = 0
-    # -- the scheduler
+    # -- the dispatcher, its gates and handler
     #: URLs this shard queued from delivered batches and seeds (after admission)
     accepted: int = 0
     #: HTTP requests sent: pages, robots.txt and sitemaps (not the renderer's subrequests)

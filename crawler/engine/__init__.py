@@ -1,1 +1,1 @@
-"""One shard's engine: its assembly, the scheduler loop, the page pipeline, link routing, admission, outbox, status and counters."""
+"""One shard: its typed surface (shardapi, shard), the dispatch loop with its gates, handler and recorder, its assembly, the page pipeline, link routing, admission, outbox and status."""

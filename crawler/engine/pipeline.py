@@ -9,7 +9,7 @@ comes the URL's next refresh (crawler.frontier.recrawl): whether the page change
 fetch, its new interval and due time.
 
 The pipeline does no I/O of its own except the batched duplicate-content call, and
-knows nothing about politeness, the frontier or the output buffer: the scheduler routes
+knows nothing about politeness, the frontier or the output buffer: the shard's handler routes
 the links first and records the row after (a page is acked only once its links reached
 their owners). It is tested without sockets or Ray (tests/unit/test_pipeline.py).
 

@@ -30,8 +30,9 @@ class ShardStatus:
     URLs of paused hosts: idle, but not done (the crawl waits for them to be unpaused, or
     for a stop that keeps them for the next resume).
 
-    The last three fields are filled in by the shell around the shard, not by the
-    scheduler: ``incarnation`` (a restarted actor is a new incarnation, so termination
+    The last three fields are filled in after the report: ``incarnation`` and ``error`` by
+    the server around the shard (crawler.engine.shardserver), ``store_counts`` by its
+    shutdown: ``incarnation`` (a restarted actor is a new incarnation, so termination
     does not mistake its fresh counters for the old quiet ones), ``error`` (the shard's
     run task failed: the session stops the crawl with it) and ``store_counts`` (rows of
     the shard's durable store by state, in the final status only; crawler.session.ledger).

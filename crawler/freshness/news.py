@@ -9,7 +9,7 @@ section page). Everything else keeps the adaptive schedule of crawler.frontier.r
 *New* means new to the crawl: a link the seen set had not met, admitted by the shard
 that owns it (:meth:`NewsPolicy.credit`, called from admission). A link of a hub points
 to a page of the same host, so that shard is this one: the count is exact and needs no
-round trip. The scheduler asks for the source's next interval only after the source's
+round trip. The shard asks for the source's next interval only after the source's
 links were delivered (:meth:`NewsPolicy.after_fetch`), so the count is complete.
 
 The schedule of a source, after each fetch:

@@ -15,7 +15,7 @@ novelty, crawler.policy.hostbudget) after all others, then by rank (depth for di
 for refresh, seed priority). So a demoted host yields to other due hosts but is not
 slowed when it is the only work left.
 
-The frontier does not know about robots, budgets or the seen set: the scheduler applies
+The frontier does not know about robots, budgets or the seen set: the dispatcher's gates apply
 those before :meth:`Frontier.push` and after :meth:`Frontier.pop_ready`. It answers
 "nothing ready now" (:attr:`FrontierState.WAITING` with a wake-up time) differently from
 "nothing at all" (:attr:`FrontierState.EMPTY`).
