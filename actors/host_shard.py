@@ -118,7 +118,7 @@ class HostShard:
     def _export_metrics(self, status: ShardStatus) -> None:
         self._metrics_exported = time.monotonic()
         try:
-            self.metrics.record(status)
+            self.metrics.record(status, self.server.shard.backed_off_hosts())
         except Exception as exc:  # noqa: BLE001 - metrics must never stop (or fail the stop of) a shard
             log.warning("%s: exporting metrics failed: %r", self.shard_id, exc)
 

@@ -73,8 +73,9 @@ class ShardMetrics:
     def observe_latency(self, seconds: float) -> None:
         self.latency.observe(max(0.0, seconds), tags=self.tags)
 
-    def record(self, st: ShardStatus) -> None:
-        """Export a shard's numbers (its status now: crawler.engine.shard.Shard.report)."""
+    def record(self, st: ShardStatus, backed_off_hosts: int) -> None:
+        """Export a shard's numbers: its status now (crawler.engine.shard.Shard.report) and
+        its backed-off hosts (a scan, asked only here: Shard.backed_off_hosts)."""
         c = st.counters
         t = self.tags
         for outcome in OUTCOMES:
@@ -90,7 +91,7 @@ class ShardMetrics:
         self.due.set(st.refresh_due, tags=t)
         self.hosts.set(st.hosts, tags={**t, "state": "active"})
         self.hosts.set(st.paused_hosts, tags={**t, "state": "paused"})
-        self.hosts.set(st.backed_off_hosts, tags={**t, "state": "backed_off"})
+        self.hosts.set(backed_off_hosts, tags={**t, "state": "backed_off"})
         ev = st.events or {}
         self._d.inc(self.emitted, ("emitted",), ev.get("emitted", 0), t)
         self._d.inc(self.sink_failures, ("sink_failures",), ev.get("sink_failures", 0), t)

@@ -322,5 +322,9 @@ class Shard:
             state_log=p.state_log.stats(),
             regions=p.regions.stats(),
             politeness_wait_s=float(p.politeness.stats()["wait_s"]),
-            backed_off_hosts=p.politeness.backed_off(),
         )
+
+    def backed_off_hosts(self) -> int:
+        """Hosts slowed by backoff or a Retry-After now: a scan of every host, so asked by
+        the metrics exporter once a second (actors/metrics.py), never by a status poll."""
+        return self.parts.politeness.backed_off()

@@ -71,8 +71,6 @@ class ShardStatus:
     regions: Mapping[str, Any] | None = None
     #: Politeness delay put between a host's requests, summed (crawler.policy.politeness).
     politeness_wait_s: float = 0.0
-    #: Hosts slowed by backoff or a Retry-After now.
-    backed_off_hosts: int = 0
     incarnation: str = ""
     error: str | None = None
     store_counts: Mapping[str, int] | None = None
