@@ -50,9 +50,12 @@ FAMILIES: Mapping[str, str] = MappingProxyType({
     "render_fallback_": "+ why a page decided for rendering was stored raw (timeout, crash, cap...)",
     "render_refused_": "+ why the render gate refused a subrequest (scope, robots, deadline...)",
     "render_wait_": "+ the rule that ended a render's wait for the page to settle",
+    "render_navigation_": "+ what a rendered page's top frame tried to navigate to (crawler.render.navigation): "
+                          "refused (each attempt), window_open, link (a GET target, followed as a link), post "
+                          "(any other method, never sent)",
     "render_": "+ a note from the render page (crawler.render.page): render_served (subrequests "
-               "answered to the browser), render_refused_document (navigations away from the page the "
-               "browser attempted, refused), render_wait_*",
+               "answered to the browser), render_refused_document (an iframe's document, refused), "
+               "render_wait_*, render_navigation_*",
 })
 """Prefixes of counter names built at run time: prefix -> what the rest names."""
 

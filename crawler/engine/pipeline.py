@@ -172,6 +172,8 @@ class PagePipeline:
                     # The DOM is the page from here on: links, text, hashes, duplicates.
                     raw_body, body, parsed = body, rendered.body, rendered.parsed
                     sha = content_sha256(body)
+                elif rendered.parsed is not None:  # raw page stored, plus where it tried to navigate
+                    parsed = rendered.parsed
             if len(parsed.main_text) >= OFF_LOOP_BYTES:
                 fp = await self._run_blocking(text_fingerprint, parsed.main_text, self._min_tokens)
             elif parsed.main_text:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 __all__ = ["RenderJob", "RenderReply", "SubRequest", "SubResponse", "FAIL_REASONS"]
 
 #: Why a render gave no page (counted as ``render_fallback_<reason>``; the raw page is stored).
-FAIL_REASONS = ("timeout", "crash", "cap", "protocol", "launch", "not_html", "unavailable")
+#: ``navigated``: the top frame holds another document than the fetched one (crawler.render.navigation).
+FAIL_REASONS = ("timeout", "crash", "cap", "protocol", "launch", "not_html", "unavailable", "navigated")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +64,5 @@ class RenderReply:
     detail: str = ""
     browser_rss: int = 0  # bytes, of the browser that rendered it (0: unknown)
     notes: dict[str, int] = field(default_factory=dict)
+    #: (url, method) the top frame tried to navigate to, refused (crawler.render.navigation).
+    navigations: tuple[tuple[str, str], ...] = ()

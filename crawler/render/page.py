@@ -8,14 +8,16 @@ The order of one render (CDP methods in brackets):
    [``Fetch.enable`` with the pattern ``*`` at the ``Request`` stage];
 3. navigate to the page's URL; the document request is answered from the response the
    crawler already has [``Fetch.fulfillRequest``]: the page is fetched once
-   (docs/invariants.md #12). Any later document request (a reload, an iframe, a script
-   navigation) is refused: the crawler follows links, not scripts' navigations;
+   (docs/invariants.md #12). Any later document request is refused: an iframe's, and the
+   top frame's own navigations (script, meta refresh, form, ``window.open``), whose
+   targets become links of the page (crawler.render.navigation);
 4. every other request is handed to ``subfetch`` (the shard's gate: politeness, robots,
    scope, User-Agent, type blocks, caps) and its answer fulfilled, or the request failed
    [``Fetch.failRequest`` ``BlockedByClient``];
 5. wait by :class:`~crawler.render.waitrule.WaitRule` (a MutationObserver, installed
    before any page script runs, counts DOM changes; it is read every ``poll_s``);
-6. serialise the DOM [``Runtime.evaluate``], and dispose of the context.
+6. serialise the DOM [``Runtime.evaluate``] if the top frame still holds the fetched
+   document (else the render fails as ``navigated``), and dispose of the context.
 
 The browser is started so that it cannot reach any host itself (crawler.render.browser:
 every name resolves to nothing), so a request that escaped step 2 would fail, not leak.
@@ -32,6 +34,7 @@ from crawler.clock import Clock, within
 from crawler.errors import RenderError
 from crawler.render.cdp import CdpConnection
 from crawler.render.jobs import RenderJob, RenderReply, SubRequest, SubResponse
+from crawler.render.navigation import TopFrameNavigations
 from crawler.render.waitrule import WaitRule
 
 __all__ = ["PageRenderer", "SubFetch"]
@@ -82,12 +85,14 @@ class PageRenderer:
         state = _Render(self, job, subfetch)
         try:
             html = await within(self.clock, state.run(), job.timeout_s)
-            return RenderReply(html, "ok", self.clock.now() - start, state.requests, state.rule.why, notes=state.notes)
+            return RenderReply(html, "ok", self.clock.now() - start, state.requests, state.rule.why, notes=state.notes,
+                               navigations=tuple(state.nav.targets))
         except asyncio.TimeoutError:
             return RenderReply(None, "timeout", self.clock.now() - start, state.requests, f"no page within {job.timeout_s}s",
-                               notes=state.notes)
+                               notes=state.notes, navigations=tuple(state.nav.targets))
         except RenderError as exc:
-            return RenderReply(None, exc.reason, self.clock.now() - start, state.requests, str(exc), notes=state.notes)
+            return RenderReply(None, exc.reason, self.clock.now() - start, state.requests, str(exc), notes=state.notes,
+                               navigations=tuple(state.nav.targets))
         finally:
             await state.dispose()
 
@@ -106,6 +111,8 @@ class _Render:
         self.tasks: set[asyncio.Task[None]] = set()
         self.changed = asyncio.Event()
         self.failure: RenderError | None = None
+        self.nav = TopFrameNavigations()
+        self.loader_id: str | None = None
 
     async def run(self) -> str:
         conn, clock = self.o.conn, self.o.clock
@@ -122,6 +129,7 @@ class _Render:
         nav = await conn.send("Page.navigate", {"url": self.job.url}, s)
         if nav.get("errorText"):
             raise RenderError("protocol", f"navigation failed: {nav['errorText']}")
+        self.loader_id = nav.get("loaderId") or None
         mutations = 0
         while True:
             self._check()
@@ -142,9 +150,17 @@ class _Render:
             except asyncio.TimeoutError:
                 pass  # time to look again
         self.notes["wait_" + self.rule.why] = 1
+        self._check_document()
         out = await conn.send("Runtime.evaluate", {"expression": _SERIALISE, "returnByValue": True}, s)
         self._check()
+        self._check_document()  # a commit between the check and the evaluation
         return str(out.get("result", {}).get("value") or "")
+
+    def _check_document(self) -> None:
+        """Never a browser error page or another document as the page (crawler.render.navigation)."""
+        why = self.nav.replaced(self.loader_id)
+        if why is not None:
+            raise RenderError("navigated", f"render of {self.job.url}: {why}")
 
     def _check(self) -> None:
         if self.failure is not None:
@@ -156,6 +172,16 @@ class _Render:
             self._paused(params)
         elif method == "Page.domContentEventFired":
             self.rule.dom_content_loaded(now)
+        elif method == "Page.frameNavigated":
+            self.nav.committed(params.get("frame", {}))
+        elif method == "Page.frameStoppedLoading" and self.nav.stopped_loading(params.get("frameId")):
+            # A navigation started while parsing stops the parser: no DOMContentLoaded will come.
+            self.rule.dom_content_loaded(now)
+        elif method == "Page.windowOpen":
+            # The popup opens in a tab without interception, whose requests cannot resolve
+            # any name (crawler.render.browser); its URL is a link of this page.
+            self._note("navigation_window_open")
+            self.nav.attempt(str(params.get("url", "")), "GET")
         elif method in ("Inspector.targetCrashed", "Connection.closed"):
             if self.failure is None:
                 self.failure = RenderError("crash", f"browser {method}")
@@ -172,13 +198,21 @@ class _Render:
             # to job.url, however the browser spells it: default port, IDN, escapes):
             # the crawler's own response, never a second GET.
             self.document_served = True
+            self.nav.document_served(p.get("frameId"))
             conn.post("Fetch.fulfillRequest", {
                 "requestId": rid, "responseCode": self.job.status,
                 "responseHeaders": _fulfil_headers(self.job.headers),
                 "body": base64.b64encode(self.job.body).decode("ascii"),
             }, s)
             return
-        if rtype == "Document":
+        if rtype == "Document" and self.nav.is_top(p.get("frameId")):
+            # The top frame navigating away: refused so that nothing commits (``Aborted``;
+            # ``BlockedByClient`` would commit Chromium's error page as the document).
+            self._note("navigation_refused")
+            self.nav.attempt(url, req.get("method", "GET"))
+            conn.post("Fetch.failRequest", {"requestId": rid, "errorReason": "Aborted"}, s)
+            return
+        if rtype == "Document":  # an iframe's: its error page stays inside the iframe
             self._note("refused_document")
             conn.post("Fetch.failRequest", {"requestId": rid, "errorReason": "BlockedByClient"}, s)
             return

@@ -34,6 +34,7 @@ from crawler.parse import ParsedPage, parse_page
 from crawler.render.decide import Decision, RenderDecider, render_gained
 from crawler.render.gate import RenderGate
 from crawler.render.jobs import RenderJob, RenderReply, SubRequest, SubResponse
+from crawler.render.navigation import with_navigations
 
 if TYPE_CHECKING:
     from crawler.counters import ShardCounters
@@ -72,7 +73,7 @@ class RenderedPage:
 
     decision: Decision
     body: bytes | None = None
-    parsed: ParsedPage | None = None
+    parsed: ParsedPage | None = None  # the DOM's; on a fallback, the raw page's plus its navigations' targets
     fallback: str | None = None  # reason the raw page is stored although rendering was decided
     gained: bool = False
 
@@ -103,14 +104,18 @@ class Renderer:
             # sake): once more, on a fresh one, before falling back.
             self.counters.render_retried_crash += 1
             reply = await self._attempt(host, url, res)
+        self._count_navigations(reply)
         if reply.html is None:
             self.counters.families["render_fallback_" + reply.reason] += 1
-            return RenderedPage(decision, fallback=reply.reason)
+            # Where the page tried to go is still a link of it (crawler.render.navigation).
+            kept = with_navigations(parsed, reply.navigations, None) if reply.navigations else None
+            return RenderedPage(decision, parsed=kept, fallback=reply.reason)
         body = reply.html.encode("utf-8", "replace")
         headers = {k: v for k, v in res.headers.items() if k != "content-type"}
         headers["content-type"] = "text/html; charset=utf-8"  # the DOM is serialised as UTF-8
         page = parse_page(body, url, headers["content-type"], headers, user_agent_token=self._ua_token,
                           max_links=self._max_links)
+        page = with_navigations(page, reply.navigations, parsed)
         gained = render_gained(parsed, page)
         self.decider.learn(host, gained)
         self.counters.rendered += 1
@@ -118,6 +123,11 @@ class Renderer:
         if len(self.render_times) < 10_000:
             self.render_times.append(reply.elapsed_s)
         return RenderedPage(decision, body, page, gained=gained)
+
+    def _count_navigations(self, reply: RenderReply) -> None:
+        """A GET target is followed as a link; any other method is counted, never sent."""
+        for _url, method in reply.navigations:
+            self.counters.families["render_navigation_" + ("link" if method == "GET" else "post")] += 1
 
     async def _attempt(self, host: str, url: str, res: FetchResult) -> RenderReply:
         """One hand-over to the service, within the render's budget (plus transit grace)."""
