@@ -50,6 +50,7 @@ FAMILIES: Mapping[str, str] = MappingProxyType({
     "render_fallback_": "+ why a page decided for rendering was stored raw (timeout, crash, cap...)",
     "render_refused_": "+ why the render gate refused a subrequest (scope, robots, deadline...)",
     "render_wait_": "+ the rule that ended a render's wait for the page to settle",
+    "render_budget_": "+ the budget a runaway page passed (crawler.render.budget): cpu, heap, nodes, memory",
     "render_": "+ a note from the render page (crawler.render.page): render_served (subrequests "
                "answered to the browser), render_refused_document (navigations away from the page the "
                "browser attempted, refused), render_wait_*",
