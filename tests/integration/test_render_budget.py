@@ -24,11 +24,11 @@ GROW = (b"<html><body><script>const a = []; for (;;) { a.push(new Uint8Array(32 
         b"</script></body></html>")
 PLAIN = (b'<html><body><div id="root"></div><script>'
          b'document.getElementById("root").innerHTML = "<a href=/drawn>drawn by script</a>";</script></body></html>')
-TIMEOUT_S = 15.0
+# Far above what the runaways need (about 3 s here; on a machine loaded 15 times over
+# its cores, up to 15 s: the CPU budget counts CPU seconds, not seconds waited).
+TIMEOUT_S = 30.0
 CPU_S = 1.0
-# The plain page needs ~0.3 s alone (quiet_s 0.1); with the two runaways burning a core
-# each until their budget, it must still finish far from its deadline.
-PLAIN_MAX_S = 5.0
+HANDED_AFTER_S = 0.4
 
 
 async def _refuse(req: SubRequest) -> SubResponse:
@@ -53,7 +53,7 @@ def test_runaway_pages_fail_alone_within_their_budget_while_a_plain_page_renders
 
         try:
             # The plain page is handed over while both runaways are running on the same browser.
-            await asyncio.gather(one("busy", BUSY, 0.0), one("grow", GROW, 0.0), one("plain", PLAIN, 0.4))
+            await asyncio.gather(one("busy", BUSY, 0.0), one("grow", GROW, 0.0), one("plain", PLAIN, HANDED_AFTER_S))
             status = pool.status()
         finally:
             await pool.close()
@@ -63,14 +63,14 @@ def test_runaway_pages_fail_alone_within_their_budget_while_a_plain_page_renders
     busy, grow, plain = replies["busy"], replies["grow"], replies["plain"]
     # The busy loop fails as "cap" on its CPU budget, far inside its render's deadline.
     assert busy.reason == "cap" and busy.notes.get("budget_cpu") == 1, (busy.reason, busy.detail, busy.notes)
-    # (Wall time: the CPU budget counts CPU, so on a loaded machine it lasts longer.)
-    assert took["busy"] < TIMEOUT_S / 2, took
+    assert "CPU s on the main thread" in busy.detail
     # The ArrayBuffer page: its renderer killed past its memory budget, the tab alone
     # crashed: "cap" (not "crash": that would be retried), or its CPU budget came first.
     assert grow.reason == "cap", (grow.reason, grow.detail, grow.notes)
     assert grow.notes.get("budget_memory", 0) + grow.notes.get("budget_cpu", 0) == 1, grow.notes
-    assert took["grow"] < TIMEOUT_S / 2, took
-    # The plain page rendered on the same browser at the same time, on time, script run.
+    # The plain page rendered on the same browser at the same time, script run, and done
+    # while the busy loop still spun: not queued behind it, not sharing its renderer
+    # (a shared main thread would have run its script only after the loop's end).
     assert plain.reason == "ok" and plain.html is not None and "drawn by script" in plain.html, plain.detail
-    assert took["plain"] < PLAIN_MAX_S, took
+    assert HANDED_AFTER_S + took["plain"] < took["busy"], took
     assert status["crashed"] == 0 and status["launched"] == 1  # the browser itself never went down
