@@ -214,7 +214,9 @@ class _Render:
             return
         self.requests += 1
         self.rule.request_started(self.o.clock.now())
-        self._spawn(self._answer(rid, SubRequest(self.job.render_id, url, req.get("method", "GET"), rtype)))
+        task = asyncio.ensure_future(self._answer(rid, SubRequest(self.job.render_id, url, req.get("method", "GET"), rtype)))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
