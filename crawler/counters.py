@@ -53,6 +53,7 @@ FAMILIES: Mapping[str, str] = MappingProxyType({
     "render_navigation_": "+ what a rendered page's top frame tried to navigate to (crawler.render.navigation): "
                           "refused (each attempt), window_open, link (a GET target, followed as a link), post "
                           "(any other method, never sent)",
+    "render_budget_": "+ the budget a runaway page passed (crawler.render.budget): cpu, heap, nodes, memory",
     "render_": "+ a note from the render page (crawler.render.page): render_served (subrequests "
                "answered to the browser), render_refused_document (an iframe's document, refused), "
                "render_wait_*, render_navigation_*",

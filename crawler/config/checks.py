@@ -162,7 +162,7 @@ def validate_render(obj: RenderConfig, prefix: str) -> None:
     crawler.render.settings.check_render's question."""
     positive(obj, prefix, "processes", "tabs", "timeout_s", "max_wait_s", "max_requests",
              "max_bytes", "host_min_renders", "script_cache_entries", "script_cache_bytes", "recycle_renders",
-             "recycle_s", "recycle_rss_mb")
+             "recycle_s", "recycle_rss_mb", "cpu_budget_s", "heap_budget_mb", "max_dom_nodes")
     positive(obj, prefix, "quiet_s", "script_cache_ttl_s", allow_zero=True)
     if obj.cores_per_actor < MIN_ACTOR_CPUS:
         raise ConfigError(f"{prefix}cores_per_actor: must be at least {MIN_ACTOR_CPUS}, got {obj.cores_per_actor}")

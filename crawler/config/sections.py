@@ -246,3 +246,6 @@ class RenderConfig:
     recycle_renders: int = 500
     recycle_s: float = 1800.0
     recycle_rss_mb: int = 1024
+    cpu_budget_s: float = 3.0  # per render: main-thread CPU seconds; past it the render fails "cap"
+    heap_budget_mb: int = 256  # per render: JS heap; V8 capped at twice it, the renderer killed past 2x + 512 MB resident
+    max_dom_nodes: int = 200_000  # per render: DOM nodes

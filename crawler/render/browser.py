@@ -15,6 +15,12 @@ A browser is recycled (no new renders; killed once its last render ends; a new o
 started on demand) after ``recycle_renders`` renders, ``recycle_s`` seconds or
 ``recycle_rss_mb`` of memory, and at once when it crashed: a crash fails only the renders
 on that browser (reason ``crash``), whose pages fall back to their raw response.
+
+Each render's budget (crawler.render.budget) is held partly here: V8's heap is capped
+per renderer process (``--js-flags=--max-old-space-size``), and every ``GUARD_S`` the
+browser's renderer processes are looked at and one past
+:attr:`~crawler.render.budget.Budget.renderer_rss_mb` resident is killed (its tab alone
+crashes: that render fails as ``cap``; the browser and its other tabs go on).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any
 
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.errors import ConfigError, RenderError
+from crawler.render.budget import DEFAULT_BUDGET, MB, Budget, over_memory
 from crawler.render.cdp import CdpConnection
 from crawler.render.jobs import RenderJob, RenderReply
 from crawler.render.page import PageRenderer, SubFetch
@@ -78,23 +85,48 @@ def _die_with_parent() -> None:
         pass  # not Linux: the pool's close() still kills it
 
 
-def process_group_rss(pgid: int) -> int:
-    """Memory of every process in group ``pgid``, in bytes (0 if none or no /proc): the
-    proportional set size (PSS), so pages the browser's processes share are counted once
-    overall rather than once per process as plain RSS would."""
-    total = 0
+def _group_pids(pgid: int) -> list[tuple[int, bytes]]:
+    """(pid, /proc/pid/stat) of the processes in group ``pgid``."""
+    out = []
     try:
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
-        return 0
+        return []
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 stat = f.read()
             # Fields after the command name (which may hold spaces): state ppid pgrp ...
-            fields = stat[stat.rindex(b")") + 2:].split()
-            if int(fields[2]) != pgid:
-                continue
+            if int(stat[stat.rindex(b")") + 2:].split()[2]) == pgid:
+                out.append((int(pid), stat))
+        except (OSError, ValueError, IndexError):
+            continue  # the process ended while we looked
+    return out
+
+
+def renderer_rss(pgid: int) -> dict[int, int]:
+    """Resident bytes of each renderer process of the browser whose group is ``pgid``."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    out: dict[int, int] = {}
+    for pid, stat in _group_pids(pgid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"--type=renderer" not in f.read():
+                    continue
+            # Field 24 of stat (22 after the command name's end): resident pages.
+            out[pid] = int(stat[stat.rindex(b")") + 2:].split()[21]) * page
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def process_group_rss(pgid: int) -> int:
+    """Memory of every process in group ``pgid``, in bytes (0 if none or no /proc): the
+    proportional set size (PSS), so pages the browser's processes share are counted once
+    overall rather than once per process as plain RSS would."""
+    total = 0
+    for pid, _stat in _group_pids(pgid):
+        try:
             with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
                 for line in f:
                     if line.startswith(b"Pss:"):
@@ -108,9 +140,16 @@ def process_group_rss(pgid: int) -> int:
 class BrowserProcess:
     """One running browser: its process, DevTools connection and page renderer."""
 
-    def __init__(self, executable: str, clock: Clock, *, quiet_s: float, max_wait_s: float, user_agent: str) -> None:
+    #: Seconds between two looks at the renderers' memory (a /proc scan: a few ms).
+    GUARD_S = 0.25
+
+    def __init__(self, executable: str, clock: Clock, *, quiet_s: float, max_wait_s: float, user_agent: str,
+                 budget: Budget = DEFAULT_BUDGET) -> None:
         self.executable = executable
         self.clock = clock
+        self.budget = budget
+        self.killed_renderers = 0
+        self._guard: asyncio.Task[None] | None = None
         self._quiet_s, self._max_wait_s, self._user_agent = quiet_s, max_wait_s, user_agent
         self.proc: asyncio.subprocess.Process | None = None
         self.profile_dir: str | None = None
@@ -128,7 +167,8 @@ class BrowserProcess:
     async def start(self, timeout_s: float = 20.0) -> None:
         """Launch and connect; RenderError ``launch`` if it does not come up in time."""
         self.profile_dir = tempfile.mkdtemp(prefix="raycrawl-chromium-")
-        args = [self.executable, *FLAGS, f"--user-data-dir={self.profile_dir}", "about:blank"]
+        args = [self.executable, *FLAGS, f"--js-flags=--max-old-space-size={self.budget.v8_heap_mb}",
+                f"--user-data-dir={self.profile_dir}", "about:blank"]
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
@@ -156,8 +196,24 @@ class BrowserProcess:
         self.conn = CdpConnection()
         await self.conn.open(f"ws://127.0.0.1:{lines[0]}{lines[1]}")
         self.renderer = PageRenderer(self.conn, self.clock, quiet_s=self._quiet_s, max_wait_s=self._max_wait_s,
-                                     user_agent=self._user_agent)
+                                     user_agent=self._user_agent, budget=self.budget)
         self.started_at = self.clock.now()
+        self._guard = asyncio.ensure_future(self._guard_memory())
+
+    async def _guard_memory(self) -> None:
+        """Kill a renderer process past its resident-memory budget (real time: the
+        processes grow in real time, not in the crawler's clock)."""
+        limit = self.budget.renderer_rss_mb * MB
+        while self.proc is not None and self.proc.returncode is None:
+            for pid in over_memory(renderer_rss(self.proc.pid), limit):
+                log.info("renderer %d of browser %d past %d MB resident: killed", pid, self.proc.pid,
+                         self.budget.renderer_rss_mb)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    self.killed_renderers += 1
+                except ProcessLookupError:
+                    pass
+            await asyncio.sleep(self.GUARD_S)
 
     @property
     def alive(self) -> bool:
@@ -169,6 +225,9 @@ class BrowserProcess:
 
     async def kill(self) -> None:
         """End the browser and every process it started; remove its profile."""
+        if self._guard is not None:
+            self._guard.cancel()
+            await asyncio.gather(self._guard, return_exceptions=True)
         if self.conn is not None:
             await self.conn.close()
         if self.proc is not None and self.proc.returncode is None:
@@ -194,6 +253,7 @@ class PoolSettings:
     recycle_s: float = 1800.0
     recycle_rss_mb: int = 1024
     user_agent: str = ""
+    budget: Budget = DEFAULT_BUDGET
 
 
 class BrowserPool:
@@ -244,7 +304,7 @@ class BrowserPool:
                 return min(live, key=lambda b: b.active)
             if len(self._usable()) < self.s.processes:
                 b = BrowserProcess(self.s.executable, self.clock, quiet_s=self.s.quiet_s, max_wait_s=self.s.max_wait_s,
-                                   user_agent=self.s.user_agent)
+                                   user_agent=self.s.user_agent, budget=self.s.budget)
                 await b.start()
                 self.stats["launched"] += 1
                 self.browsers.append(b)
@@ -278,7 +338,8 @@ class BrowserPool:
         return [b.pid for b in self.browsers if b.pid is not None and b.alive]
 
     def status(self) -> dict[str, Any]:
-        return {**self.stats, "browsers": len(self.browsers), "active": sum(b.active for b in self.browsers)}
+        return {**self.stats, "browsers": len(self.browsers), "active": sum(b.active for b in self.browsers),
+                "renderers_killed": sum(b.killed_renderers for b in self.browsers)}
 
     async def close(self) -> None:
         """Kill every browser (renders in progress fail with ``crash``)."""

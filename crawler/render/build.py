@@ -14,6 +14,7 @@ from crawler.clock import Clock
 from crawler.config.settings import CrawlConfig
 from crawler.policy.links import LinkPolicy
 from crawler.policy.politeness import Politeness
+from crawler.render.budget import Budget
 from crawler.render.browser import BrowserPool, PoolSettings, find_browser
 from crawler.render.decide import RenderDecider
 from crawler.render.gate import Fetch, RenderGate
@@ -53,6 +54,7 @@ def pool_settings(cfg: CrawlConfig) -> PoolSettings:
         find_browser(r.browser), processes=r.processes, tabs=r.tabs, quiet_s=r.quiet_s, max_wait_s=r.max_wait_s,
         recycle_renders=r.recycle_renders, recycle_s=r.recycle_s, recycle_rss_mb=r.recycle_rss_mb,
         user_agent=cfg.user_agent,
+        budget=Budget(cpu_s=r.cpu_budget_s, heap_mb=r.heap_budget_mb, max_nodes=r.max_dom_nodes),
     )
 
 

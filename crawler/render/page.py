@@ -15,7 +15,9 @@ The order of one render (CDP methods in brackets):
    scope, User-Agent, type blocks, caps) and its answer fulfilled, or the request failed
    [``Fetch.failRequest`` ``BlockedByClient``];
 5. wait by :class:`~crawler.render.waitrule.WaitRule` (a MutationObserver, installed
-   before any page script runs, counts DOM changes; it is read every ``poll_s``);
+   before any page script runs, counts DOM changes; it is read every ``poll_s``), while
+   :class:`~crawler.render.budget.BudgetWatch` holds the page to its CPU and memory
+   budget (past it, or when its tab crashes alone, the render fails as ``cap``);
 6. serialise the DOM [``Runtime.evaluate``] if the top frame still holds the fetched
    document (else the render fails as ``navigated``), and dispose of the context.
 
@@ -28,10 +30,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Coroutine
 
 from crawler.clock import Clock, within
 from crawler.errors import RenderError
+from crawler.render.budget import DEFAULT_BUDGET, Budget, BudgetWatch, classify_crash
 from crawler.render.cdp import CdpConnection
 from crawler.render.jobs import RenderJob, RenderReply, SubRequest, SubResponse
 from crawler.render.navigation import TopFrameNavigations
@@ -70,21 +73,23 @@ class PageRenderer:
         poll_s: how often the DOM's mutation count is read.
         user_agent: what ``navigator.userAgent`` says (requests carry the crawler's own
             header anyway: they are sent by the crawler's fetcher).
+        budget: each render's CPU and memory budget (crawler.render.budget).
     """
 
     def __init__(self, conn: CdpConnection, clock: Clock, *, quiet_s: float, max_wait_s: float,
-                 poll_s: float = 0.05, user_agent: str = "") -> None:
+                 poll_s: float = 0.05, user_agent: str = "", budget: Budget = DEFAULT_BUDGET) -> None:
         self.conn = conn
         self.clock = clock
         self.quiet_s, self.max_wait_s, self.poll_s = quiet_s, max_wait_s, poll_s
         self.user_agent = user_agent
+        self.budget = budget
 
     async def render(self, job: RenderJob, subfetch: SubFetch) -> RenderReply:
         """Render ``job`` (never raises except CancelledError: a failure is the reply's reason)."""
         start = self.clock.now()
         state = _Render(self, job, subfetch)
         try:
-            html = await within(self.clock, state.run(), job.timeout_s)
+            html = await within(self.clock, state.guarded(), job.timeout_s)
             return RenderReply(html, "ok", self.clock.now() - start, state.requests, state.rule.why, notes=state.notes,
                                navigations=tuple(state.nav.targets))
         except asyncio.TimeoutError:
@@ -113,6 +118,27 @@ class _Render:
         self.failure: RenderError | None = None
         self.nav = TopFrameNavigations()
         self.loader_id: str | None = None
+        self.failed = asyncio.Event()  # set with ``failure``: ends the render even mid-command
+
+    async def guarded(self) -> str:
+        """:meth:`run`, ended by the first failure (a budget passed, a tab crash) even while
+        it waits on a command a busy page will not answer."""
+        run = asyncio.ensure_future(self.run())
+        failed = asyncio.ensure_future(self.failed.wait())
+        try:
+            await asyncio.wait({run, failed}, return_when=asyncio.FIRST_COMPLETED)
+            if run.done():
+                return run.result()
+            raise self.failure or RenderError("protocol", "render failed")
+        finally:
+            for t in (run, failed):
+                t.cancel()
+            await asyncio.gather(run, failed, return_exceptions=True)
+
+    def _fail(self, err: RenderError) -> None:
+        if self.failure is None:
+            self.failure = err
+            self.failed.set()
 
     async def run(self) -> str:
         conn, clock = self.o.conn, self.o.clock
@@ -124,6 +150,9 @@ class _Render:
         await conn.send("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]}, s)
         await conn.send("Page.enable", {}, s)
         await conn.send("Page.addScriptToEvaluateOnNewDocument", {"source": _OBSERVER}, s)
+        # CPU time in thread ticks: what the page spent, not what it waited for a core.
+        await conn.send("Performance.enable", {"timeDomain": "threadTicks"}, s)
+        self._spawn(BudgetWatch(conn, s, clock, self.o.budget, self._fail, self._note).run())
         if self.o.user_agent:
             await conn.send("Emulation.setUserAgentOverride", {"userAgent": self.o.user_agent}, s)
         nav = await conn.send("Page.navigate", {"url": self.job.url}, s)
@@ -182,9 +211,10 @@ class _Render:
             # any name (crawler.render.browser); its URL is a link of this page.
             self._note("navigation_window_open")
             self.nav.attempt(str(params.get("url", "")), "GET")
-        elif method in ("Inspector.targetCrashed", "Connection.closed"):
-            if self.failure is None:
-                self.failure = RenderError("crash", f"browser {method}")
+        elif method == "Inspector.targetCrashed":
+            self._spawn(self._tab_crashed())
+        elif method == "Connection.closed":
+            self._fail(RenderError("crash", f"browser {method}"))
         elif method == "Page.javascriptDialogOpening":
             self.o.conn.post("Page.handleJavaScriptDialog", {"accept": False}, self.session)
         self.changed.set()
@@ -222,6 +252,20 @@ class _Render:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _tab_crashed(self) -> None:
+        # This tab's renderer died: alone (out of memory, or killed past its memory budget
+        # by crawler.render.browser) it is this page's failure, "cap"; with the whole
+        # browser it is "crash", tried again by crawler.render.renderer.
+        err = await classify_crash(self.o.conn, self.o.clock)
+        if err.reason == "cap":
+            self._note("budget_memory")
+        self._fail(err)
+
     async def _answer(self, rid: str, sub: SubRequest) -> None:
         conn, s = self.o.conn, self.session
         try:
@@ -231,9 +275,9 @@ class _Render:
                 log.warning("render subrequest %s failed: %r", sub.url, exc)
                 res = SubResponse(refused="error")
             if res.refused is not None:  # counted by the gate that refused it
-                if res.refused == "cap" and self.failure is None:
+                if res.refused == "cap":
                     # Past the per-render cap: the page is incomplete, fall back to raw.
-                    self.failure = RenderError("cap", f"render of {self.job.url} went past its request or byte cap")
+                    self._fail(RenderError("cap", f"render of {self.job.url} went past its request or byte cap"))
                 await conn.send("Fetch.failRequest", {"requestId": rid, "errorReason": "BlockedByClient"}, s)
             else:
                 self._note("served")

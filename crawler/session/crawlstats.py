@@ -106,6 +106,7 @@ def render_summary(c: ShardCounters, pool: dict[str, Any] | None = None) -> dict
         "script_cache_revalidated": c.render_script_cache_revalidated,
         "waits": group("render_wait_"),
         "navigations": group("render_navigation_"),  # crawler.render.navigation
+        "budget": group("render_budget_"),  # renders stopped at their budget, by which (crawler.render.budget)
         "pool": pool,
     }
 
