@@ -1,5 +1,5 @@
-"""News by the minute: feeds, news sitemaps and hub pages, scheduled by the new URLs
-they yield.
+"""News by the minute: feeds, news sitemaps and hub pages, read at the pace of their
+host's news, one source per host.
 
 A *source* is a URL whose refetches are worth making for the links they bring, not for
 its own content: a feed (crawler.parse.feeds), a news sitemap (crawler.freshness.sitemaps, ``news:``),
@@ -18,7 +18,7 @@ The schedule of a source, after each fetch:
    when its first fetch admitted at least ``hub_min_new`` new URLs (at most
    ``MAX_CANDIDATES_PER_HOST`` at a time). Either is read again after ``probe_interval_s``.
 2. *refetch*: the host's arrival rate (a Poisson rate) is read from the publication dates
-   its feeds and news sitemaps give (:func:`dated_rate`), else from the new URLs its
+   its feeds and news sitemaps give (:func:`dated_rate`, the busiest source's), else from the new URLs its
    sources yielded per second (decayed sums, each source fetch weighing ``HOST_DECAY`` of
    the one after it). The host is read once per *period* ``T``: with arrivals at rate r
    and a read every T, an article waits uniformly up to T to be seen, then a politeness
@@ -85,7 +85,6 @@ __all__ = [
     "ACTIVE_GROW_CAP",
     "DATE_FLOOR",
     "DATE_SKEW_S",
-    "DECAY",
     "DELAY_SAMPLE",
     "GROW_CAP",
     "P95_OF_PERIOD",
@@ -105,8 +104,6 @@ __all__ = [
     "sane_published",
 ]
 
-#: Weight of a source's past fetches in its yield estimate, per fetch.
-DECAY = 0.85
 #: Weight of a host's past source fetches in its rate of new URLs, per fetch.
 HOST_DECAY = 0.95
 #: Publication dates before this (1990-01-01 UTC: before the web) are unknown: a
@@ -128,8 +125,10 @@ P95_OF_PERIOD = 0.95
 #: most pages admit new URLs on their first fetch, and probing each would multiply the
 #: refresh load; a news site's hubs are among its first pages (front page, sections).
 MAX_CANDIDATES_PER_HOST = 8
-#: Refetches a candidate gets to yield something before it settles.
-PROBES = 3
+#: Refetches a candidate gets to yield something before it settles: the first two
+#: ``probe_interval_s`` apart (a front page found before its host's feed is its only
+#: source: its articles wait for it), then each twice as far (80 s at the default 10 s).
+PROBES = 4
 
 #: The link policy's scope and trap checks, as the pipeline hands them to
 #: :meth:`NewsPolicy.feed_links`: ``follow(urls, depth)`` -> (kept URL, the URL it came from).
@@ -203,7 +202,7 @@ class NewsPolicy:
         hub_min_new: int,
         max_sources: int,
         clock: NewsClock,
-        target_delay_p95_s: float = 12.0,
+        target_delay_p95_s: float = 11.0,
         fetch_lag_s: float = 1.0,
         schedule: bool = True,
         hubs: bool = True,
@@ -396,8 +395,6 @@ class NewsPolicy:
         h.new_d = HOST_DECAY * h.new_d + new
         h.seconds_d = HOST_DECAY * h.seconds_d + max(0.0, elapsed)
         src.last_wall = now
-        src.new = DECAY * src.new + new
-        src.polls = DECAY * src.polls + 1
         self._book.count(h, "source_fetches")
         self._book.count(h, "new_urls", new)
         if src.kind == "candidate":
@@ -406,7 +403,7 @@ class NewsPolicy:
                 if src.empty >= PROBES:
                     self._book.settle(url)
                     return None
-                return min(src.interval_s * GROW_CAP, self.initial_interval_s)
+                return min(src.interval_s * (GROW_CAP if src.empty > 1 else 1.0), self.initial_interval_s)
             src.kind = "hub"
             h.candidates = max(0, h.candidates - 1)
             self._book.count(h, "hubs")

@@ -64,8 +64,6 @@ class Source:
     host: str
     interval_s: float
     last_wall: float
-    new: float = 0.0  # decayed new URLs of its own fetches
-    polls: float = 0.0  # decayed count of its own fetches
     empty: int = 0  # refetches of a candidate that yielded nothing
     ttl_s: float | None = None
     skip_hours: frozenset[int] = frozenset()

@@ -38,8 +38,8 @@ def test_new_articles_are_fetched_within_seconds_and_archives_are_left_alone(tmp
             "politeness": {"interval_s": INTERVAL},
             "fetch": {"resolve": {"*.test": "127.0.0.1"}},
             "recrawl": {"enabled": True, "min_interval_s": 5.0 * SCALE, "duration_s": DURATION},
-            # The p95 target scales with the rest (12 s -> 2.4 s).
-            "news": {"target_delay_p95_s": 12.0 * SCALE},
+            # The p95 target scales with the rest (11 s -> 2.2 s).
+            "news": {"target_delay_p95_s": 11.0 * SCALE},
             "output": {"path": str(out), "row_flush_interval_s": 0.5},
         })
         stats = asyncio.run(local_session(cfg).run())
