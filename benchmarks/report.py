@@ -387,6 +387,11 @@ def _regions_rows(r: Results) -> list[Row]:
     )]
 
 
+def _news_load(d: dict) -> str:
+    loads = [run["load_average"][0] for run in d["runs"].values() if run.get("load_average")]
+    return f"{max(loads):.1f}" if loads else ""
+
+
 def render_news(r: Results) -> str:
     """The README's "News and feeds" figures (between the news markers)."""
     d = r.get("news.json")
@@ -395,7 +400,11 @@ def render_news(r: Results) -> str:
     out = [f"Measured by `python -m benchmarks.news` ({_src('news.json')}): {d['hosts']} news hosts, an article per "
            f"{d['mean_publication_interval_s']:g} s on average on each (Poisson), 1 s politeness interval, "
            f"{d['duration_s']:g} s of continuous crawl, the three setups side by side on copies of the same web; "
-           f"delays are over the articles published more than {d['settle_s']:g} s before the end.", "",
+           f"delays are over the articles published more than {d['settle_s']:g} s before the end."
+           + (f" Load average (1 min) of the shared 2-core machine at the end: {_news_load(d)}." if _news_load(d) else "")
+           + (f" The previous scheduler's rows are from [{d['previous']['file'].rsplit('/', 1)[-1]}]"
+              f"({d['previous']['file']}), measured {d['previous']['measured']} on the same web and setups, not rerun."
+              if d.get("previous") else ""), "",
            "| setup | median delay | p95 delay | requests to hubs, feeds, sitemaps per new article | archive fetches per page |",
            "|---|---|---|---|---|"]
     for name, label in NEWS_SETUPS:
@@ -406,6 +415,17 @@ def render_news(r: Results) -> str:
         cell = lambda k, unit="": f"{f[k]:g}{unit}" + ("" if met[k] else " (not met)")  # noqa: E731, B023 - called within the iteration
         out.append(f"| {label} | {cell('delay_median_s', ' s')} | {cell('delay_p95_s', ' s')} | "
                    f"{cell('source_requests_per_article')} | {cell('archive_fetches_per_page')} |")
+    prev = d.get("previous")
+    if prev is not None:  # the same setups on the scheduler before, as measured then
+        g = d["goals"]
+        for name, label in NEWS_SETUPS:
+            f = prev["figures"].get(name)
+            if f is None:
+                continue
+            cell = lambda k, unit="": f"{f[k]:g}{unit}" + ("" if f[k] <= g[k] else " (not met)")  # noqa: E731, B023 - called within the iteration
+            out.append(f"| {label}, previous scheduler ({prev['measured']}, {prev['commit']}) | {cell('delay_median_s', ' s')} | "
+                       f"{cell('delay_p95_s', ' s')} | {cell('source_requests_per_article')} | "
+                       f"{cell('archive_fetches_per_page')} |")
     refetch = ", ".join(f"{d['runs'][n]['source_refetches_per_article']:g}" for n, _ in NEWS_SETUPS if n in d["runs"])
     out += ["", f"Without the first fetch of each front, section, feed and sitemap page (discovery any crawl makes), "
                 f"requests per new article are {refetch} in the same order."]

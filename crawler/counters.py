@@ -32,7 +32,9 @@ Counted elsewhere, in their parts' own Counters (named here so the names live in
   ``news_candidates_skipped`` pages not tracked as hub candidates (their host had its
   maximum); ``news_sources_forgotten`` sources forgotten (the oldest) to stay within
   news.max_sources; ``news_sources_settled`` hubs no longer tracked (they settled at a
-  slow interval).
+  slow interval, or list too few of their host's new articles); ``news_source_switches``
+  hosts whose chosen source stopped carrying all their news and was replaced
+  (crawler.freshness.newschoice).
 """
 
 from __future__ import annotations

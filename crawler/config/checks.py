@@ -105,7 +105,7 @@ def _sitemaps(obj: SitemapsConfig, prefix: str) -> None:
 
 
 def _news(obj: NewsConfig, prefix: str) -> None:
-    positive(obj, prefix, "hub_min_new", "probe_interval_s", "target_new_per_fetch", "max_sources")
+    positive(obj, prefix, "hub_min_new", "probe_interval_s", "target_delay_p95_s", "target_new_per_fetch", "max_sources")
 
 
 def _runtime(obj: RuntimeConfig, prefix: str) -> None:

@@ -125,6 +125,7 @@ class NewsConfig:
     news_sitemaps: bool = True
     hub_min_new: int = 3
     probe_interval_s: float | None = None  # None: twice recrawl.min_interval_s
+    target_delay_p95_s: float = 11.0
     target_new_per_fetch: float = 0.6
     max_sources: int = 100_000
 

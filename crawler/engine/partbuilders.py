@@ -140,7 +140,8 @@ def build_news(cfg: CrawlConfig, clock: Clock) -> NewsPolicy:
         min_interval_s=rc.min_interval_s, initial_interval_s=rc.initial_interval_s, max_interval_s=rc.max_interval_s,
         probe_interval_s=nc.probe_interval_s if nc.probe_interval_s is not None else 2 * rc.min_interval_s,
         target_new_per_fetch=nc.target_new_per_fetch, hub_min_new=nc.hub_min_new, max_sources=nc.max_sources,
-        clock=clock, schedule=rc.enabled, hubs=nc.hubs, feeds=nc.feeds, news_sitemaps=nc.news_sitemaps,
+        target_delay_p95_s=nc.target_delay_p95_s, fetch_lag_s=cfg.politeness.interval_s, clock=clock,
+        schedule=rc.enabled, hubs=nc.hubs, feeds=nc.feeds, news_sitemaps=nc.news_sitemaps,
     )
 
 

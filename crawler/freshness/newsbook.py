@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from crawler.freshness.newschoice import HostChoice
 from crawler.frontier.urlitem import UrlItem
 from crawler.urls import host_key
 
@@ -41,6 +42,8 @@ STATS_EVERY_S = 2.0
 #: Credits waiting for their source to ask (a bound: credits of a source that never asks,
 #: e.g. links re-sent on resume, must not pile up).
 MAX_CREDITS = 100_000
+#: New URLs remembered per source fetch for crawler.freshness.newschoice (the newest count).
+MAX_NEW_LISTED = 512
 
 
 class NewsClock(Protocol):
@@ -61,8 +64,6 @@ class Source:
     host: str
     interval_s: float
     last_wall: float
-    new: float = 0.0  # decayed new URLs of its own fetches
-    polls: float = 0.0  # decayed count of its own fetches
     empty: int = 0  # refetches of a candidate that yielded nothing
     ttl_s: float | None = None
     skip_hours: frozenset[int] = frozenset()
@@ -85,14 +86,17 @@ class HostNews:
     seconds_d: float = 0.0
     last_poll: float | None = None
     upcoming: dict[str, float] = field(default_factory=dict)  # source URL -> next due (wall)
-    dated_rate: float | None = None  # from the publication dates a feed or news sitemap gave
+    dated: dict[str, float] = field(default_factory=dict)  # source -> rate from the dates it gave
     candidates: int = 0  # pages being probed as hubs now
+    dates_future: int = 0  # publication dates past the fetch time (taken as the fetch time)
+    dates_ancient: int = 0  # publication dates before crawler.freshness.news.DATE_FLOOR (unknown)
+    choice: HostChoice = field(default_factory=HostChoice)  # which source to read (crawler.freshness.newschoice)
 
     def rate(self) -> float | None:
-        """New URLs per second: from publication dates when a source gave enough of them,
-        else over the host's recent source fetches (None: nothing known yet)."""
-        if self.dated_rate is not None:
-            return self.dated_rate
+        """New URLs per second: from publication dates when a source gave enough of them
+        (the highest of its sources' rates), else over the host's recent source fetches (None: nothing known yet)."""
+        if self.dated:  # the busiest source: one gone stale says nothing of the host
+            return max(self.dated.values())
         return self.new_d / self.seconds_d if self.new_d > 1e-9 and self.seconds_d > 0 else None
 
 
@@ -116,6 +120,7 @@ class NewsBook:
         self.sources: OrderedDict[str, Source] = OrderedDict()
         self.hosts: OrderedDict[str, HostNews] = OrderedDict()  # bounded by max_sources
         self._credits: Counter[str] = Counter()
+        self._new: dict[str, list[str]] = {}  # tracked source -> the new URLs credited to it
         self._totals = HostNews()  # the shard's sums (hosts forgotten included)
         self._delays: deque[float] = deque(maxlen=4 * DELAY_SAMPLE)
         self._stats: tuple[float, dict[str, Any]] | None = None
@@ -128,14 +133,23 @@ class NewsBook:
         if len(self._credits) > MAX_CREDITS:
             self.counters["news_credits_dropped"] += len(self._credits)
             self._credits.clear()
+            self._new.clear()
         for item in admitted:
             ref = item.referrer
             if ref is not None and host_key(ref) == item.host:
                 self._credits[ref] += 1
+                if ref in self.sources:  # which URLs, for the choice of source
+                    got = self._new.setdefault(ref, [])
+                    if len(got) < MAX_NEW_LISTED:
+                        got.append(item.url)
 
     def take_credit(self, url: str) -> int:
         """The new URLs credited to ``url`` since it last asked (and no more)."""
         return self._credits.pop(url, 0)
+
+    def take_new(self, url: str) -> list[str]:
+        """Which new URLs were credited to the source ``url`` since it last asked."""
+        return self._new.pop(url, [])
 
     # -- the source table ----------------------------------------------------------------
 
@@ -173,6 +187,9 @@ class NewsBook:
     def _untrack(self, url: str, src: Source) -> None:
         h = self.host(src.host)
         h.upcoming.pop(url, None)
+        h.dated.pop(url, None)
+        h.choice.forget(url)
+        self._new.pop(url, None)
         if src.kind == "candidate":
             h.candidates = max(0, h.candidates - 1)
 
@@ -195,7 +212,7 @@ class NewsBook:
 
     def count(self, h: HostNews, name: str, n: int = 1) -> None:
         """Add ``n`` to one of the host's counts (feeds, hubs, news_sitemaps,
-        source_fetches, new_urls), and to the shard's total of it."""
+        source_fetches, new_urls, dates_future, dates_ancient), and to the shard's total of it."""
         setattr(h, name, getattr(h, name) + n)
         setattr(self._totals, name, getattr(self._totals, name) + n)
 
@@ -234,4 +251,6 @@ def _figures(h: HostNews, delays: list[float]) -> dict[str, Any]:
         "delay_median_s": round(statistics.median(delays), 3) if delays else None,
         "delay_p95_s": round(percentile(delays, 0.95), 3) if delays else None,
         "delays": h.delays_n,
+        "dates_future": h.dates_future,
+        "dates_ancient": h.dates_ancient,
     }

@@ -390,12 +390,13 @@ class SitemapReader:
         if digest.nudges:
             await self._run_blocking(self._nudge_all, digest.nudges)
         published = [link.published for link in links if link.fresh]
+        listed = [link.url for link in links if link.host == item.host] if news else None
         queue(more)
         if links and not await route(links):
             raise DeliveryError(f"{len(links)} sitemap URLs could not be delivered to their shards")
         if self._news is not None:
             # After delivery, so the new URLs it yielded are counted (crawler.freshness.news).
-            again = self._news.sitemap_again(item, news, feed, published)
+            again = self._news.sitemap_again(item, news, feed, published, listed)
             if again is not None:
                 queue([again])
 
@@ -464,6 +465,8 @@ class SitemapReader:
         self._counters.sitemap_urls += len(digest.links)
         if digest.news:
             self._counters.news_sitemap_urls += len(sm.news)
+            assert self._news is not None
+            self._news.check_dates(item.host, digest.links)  # a 9999-12-31 is no date (crawler.freshness.news)
         return digest.links, more, digest.news, None
 
     def _nudge_all(self, nudges: list[tuple[str, float]]) -> None:

@@ -111,7 +111,7 @@ def render_summary(c: ShardCounters, pool: dict[str, Any] | None = None) -> dict
     }
 
 
-NEWS_COUNTS = ("feeds", "hubs", "news_sitemaps", "source_fetches", "new_urls", "delays")
+NEWS_COUNTS = ("feeds", "hubs", "news_sitemaps", "source_fetches", "new_urls", "delays", "dates_future", "dates_ancient")
 
 
 def merge_news(shards: Sequence[Mapping[str, Any]], top: int = 50) -> dict[str, Any]:

@@ -38,6 +38,8 @@ def test_new_articles_are_fetched_within_seconds_and_archives_are_left_alone(tmp
             "politeness": {"interval_s": INTERVAL},
             "fetch": {"resolve": {"*.test": "127.0.0.1"}},
             "recrawl": {"enabled": True, "min_interval_s": 5.0 * SCALE, "duration_s": DURATION},
+            # The p95 target scales with the rest (11 s -> 2.2 s).
+            "news": {"target_delay_p95_s": 11.0 * SCALE},
             "output": {"path": str(out), "row_flush_interval_s": 0.5},
         })
         stats = asyncio.run(local_session(cfg).run())
@@ -49,9 +51,9 @@ def test_new_articles_are_fetched_within_seconds_and_archives_are_left_alone(tmp
         assert report["articles"] >= 15 and report["missed"] == [], report
         # 2. Publication to fetch: median and p95 (goals 1.4 s and 3 s at this scale).
         assert report["delay_s"]["median"] <= 2.0 and report["delay_s"]["p95"] <= 4.5, report
-        # 3. Sources are read by what they yield, not polled blindly.
-        # (Reading all three sources at min_interval_s would cost about 10 per article here.)
-        assert report["source_requests_per_article"] <= 3.0, report
+        # 3. One source read per period, the others in a few of its turns (reading all
+        # three sources at min_interval_s would cost about 10 per article here).
+        assert report["source_requests_per_article"] <= 2.5, report
         # 4. Archive pages are not refetched beyond the adaptive schedule (one day at first).
         assert report["archive_fetches_per_page"] <= 1.2, report
         assert report["article_refetches"] == 0, report

@@ -165,7 +165,9 @@ def test_a_page_that_keeps_yielding_is_read_at_the_rate_of_its_new_urls():
         interval, _ = fetch(news, clock, url, seq, round(interval / 4), interval=interval)
         seq += 1
     assert news.stats()["hosts"]["n.test"]["hubs"] == 1
-    assert 4.0 <= interval <= 6.0  # target 1 new per fetch at one per 4 s, floored at 5
+    # One new URL per 4 s, a p95 target of 11 s with a 1 s politeness lag:
+    # 0.95 T + 1 (1 + T / 4) = 11 gives T = 8.3 s (crawler.freshness.news, step 2).
+    assert 7.8 <= interval <= 9.0, interval
     # It stops yielding: the interval grows, at most doubling each fetch, and the page
     # settles back to the adaptive schedule once past initial_interval_s.
     seen = []
@@ -191,7 +193,7 @@ def test_a_candidate_that_yields_nothing_settles_after_its_probes():
         clock.advance(interval)
         interval = fetch(news, clock, url, seq, 0, interval=interval)[0]
         intervals.append(interval)
-    assert intervals == [10.0, 20.0, 40.0, 86_400.0]
+    assert intervals == [10.0, 10.0, 20.0, 40.0, 86_400.0]
     assert news.stats()["hosts"]["n.test"]["hubs"] == 0 and not news.is_source(url)
 
 
@@ -391,11 +393,13 @@ def test_a_shard_finds_the_news_sources_of_a_host_and_fetches_new_articles_withi
     web, fetcher, stats = _news_crawl(tmp_path, {}, end)
     delays, missed, per_article, archive = _figures(web, fetcher, end)
     assert len(delays) >= 25 and missed == []
-    assert statistics.median(delays) <= 7.0 and sorted(delays)[int(0.95 * len(delays))] <= 15.0, sorted(delays)
-    # About 1 / target_new_per_fetch reads per new article, plus the first fetches of the
-    # front page, sections, feed and sitemap; reading the three sources every 5 s would
-    # cost about 9.
-    assert per_article <= 2.5, per_article
+    # The host is read every ~9.8 s (an 11 s p95 target, one article per 15 s): median
+    # about 6.3 s, give or take 0.8 s over ~34 articles (the benchmark measures it on more).
+    assert statistics.median(delays) <= 7.5 and sorted(delays)[int(0.95 * len(delays))] <= 15.0, sorted(delays)
+    # One source read per period (the others in a few of its turns), plus the first
+    # fetches of the front page, sections, feed and sitemap: reading each of the three
+    # sources at the host's pace would cost about 4, every 5 s about 9.
+    assert per_article <= 1.8, per_article
     assert archive <= 1.2, archive
     # Politeness at the server: one request at a time, starts at least 1 s apart.
     assert fetcher.max_in_flight == 1
@@ -432,7 +436,7 @@ def test_the_rate_read_from_publication_dates_counts_the_silence_since_the_last_
 
 
 def test_a_feed_named_as_a_sitemap_is_read_as_a_feed_and_read_again():
-    clock = MockClock()
+    clock = MockClock(wall_start=calendar.timegm((2026, 12, 1, 14, 0, 0)))  # after the feed's dates
     news = policy(clock)
     links = LinkPolicy(lambda u: u, Scope("host", ["http://n.test/"]),
                        TrapRules(max_depth=16, max_url_length=2048, max_query_params=12, max_path_repeats=3))
