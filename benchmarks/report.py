@@ -429,6 +429,17 @@ def render_news(r: Results) -> str:
     refetch = ", ".join(f"{d['runs'][n]['source_refetches_per_article']:g}" for n, _ in NEWS_SETUPS if n in d["runs"])
     out += ["", f"Without the first fetch of each front, section, feed and sitemap page (discovery any crawl makes), "
                 f"requests per new article are {refetch} in the same order."]
+    faster = r.get("news_11s.json")  # the acceptance rate: an article per 11 s
+    if faster is not None and "news" in faster["runs"]:
+        run = faster["runs"]["news"]
+        f, met = run["figures"], run["goals_met"]
+        cells = " | ".join(f"{f[k]:g}{u}" + ("" if met[k] else " (not met)") for k, u in (
+            ("delay_median_s", " s"), ("delay_p95_s", " s"), ("source_requests_per_article", ""), ("archive_fetches_per_page", "")))
+        out += ["", f"The same first setup on a faster web (an article per {faster['mean_publication_interval_s']:g} s on "
+                    f"each host, {faster['duration_s']:g} s, {run['delay_s']['n']} articles, {len(run['missed'])} missed; "
+                    f"{_src('news_11s.json')}; load average {run['load_average'][0]:.1f}): {cells} "
+                    f"(median, p95, requests per new article, archive fetches per page); without the first fetches "
+                    f"{run['source_refetches_per_article']:g} requests per new article."]
     g = d["goals"]
     out += ["", f"Goals: median <= {g['delay_median_s']:g} s, p95 <= {g['delay_p95_s']:g} s, <= "
                 f"{g['source_requests_per_article']:g} requests per new article, archive pages fetched <= "
