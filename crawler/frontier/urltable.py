@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from crawler.errors import DamagedStateError, StorageError
@@ -33,6 +34,10 @@ STATE_NAMES = {QUEUED: "queued", CLAIMED: "in_flight", DONE: "done", DROPPED: "d
 Journal = Callable[[str, Any], int]
 
 _T = TypeVar("_T")
+
+#: Pages a store's backup copies per step under the store's lock (8 MB at 4 KiB pages:
+#: milliseconds, however big the store; crawler.frontier.urltable.UrlTable.backup).
+BACKUP_STEP_PAGES = 2048
 
 _CHUNK = 500  # SQLite's default limit on bound parameters is 999 (older builds)
 
@@ -160,16 +165,38 @@ class UrlTable:
             self.db.execute("ROLLBACK")
             self.in_tx = False
 
-    def backup(self, dest_path: str, mark: Callable[[], int] | None = None) -> int:
+    def backup(self, dest_path: str, mark: Callable[[], int] | None = None, *, step_pages: int = BACKUP_STEP_PAGES) -> int:
         """A consistent copy of the whole table (SQLite's online backup) at ``dest_path``;
-        returns ``mark()`` read in the same locked step (0 without one)."""
-        with self.lock:
-            seq = mark() if mark is not None else 0
-            dst = sqlite3.connect(dest_path)
+        returns ``mark()`` (0 without one) read in the same locked step as the copy's last pages.
+
+        The copy goes ``step_pages`` pages at a time, holding the lock for one step only:
+        the store's other users wait for a step, not for the whole copy (seconds at
+        millions of URLs). A change committed between steps goes through this same
+        connection, and SQLite then writes it into the copy too (sqlite3_backup_step: "If
+        the source database is modified by [...] the same database connection as is used by
+        the backup operation, then the backup database is automatically updated at the same
+        time"), so the finished copy is the store as of its last step, which is when
+        ``mark()`` is read. Every transaction begins and ends under the lock, so no step
+        sees one half done."""
+        seq = 0
+
+        def between(status: int, remaining: int, total: int) -> None:
+            nonlocal seq
+            if status == sqlite3.SQLITE_DONE:
+                seq = mark() if mark is not None else 0  # still under the lock of the last step
+                return
+            self.lock.release()
             try:
-                self.db.backup(dst)
+                time.sleep(0.0005)  # a waiting caller takes the lock here (threading.Lock is not fair)
             finally:
-                dst.close()
+                self.lock.acquire()
+
+        dst = sqlite3.connect(dest_path)
+        try:
+            with self.lock:
+                self.db.backup(dst, pages=step_pages, progress=between, sleep=0.0)
+        finally:
+            dst.close()
         return seq
 
     def insert_new(self, items: Sequence[UrlItem], keys: Sequence[int]) -> list[UrlItem]:
