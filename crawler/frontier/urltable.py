@@ -9,11 +9,12 @@ store), and found by its public ``url_hash`` through ``uh`` (the first 8 bytes o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from crawler.errors import DamagedStateError, StorageError
 from crawler.frontier.urlitem import UrlItem
@@ -35,9 +36,13 @@ Journal = Callable[[str, Any], int]
 
 _T = TypeVar("_T")
 
-#: Pages a store's backup copies per step under the store's lock (8 MB at 4 KiB pages:
+#: Pages a store's backup copies per step under the store's lock (1 MB at 4 KiB pages:
 #: milliseconds, however big the store; crawler.frontier.urltable.UrlTable.backup).
-BACKUP_STEP_PAGES = 2048
+BACKUP_STEP_PAGES = 256
+
+#: Calls of :meth:`UrlTable.end` per commit inside :meth:`UrlTable.batched` (a replay's
+#: logged batches: ~100k URLs a commit at the log's usual batch sizes).
+BATCH_ENDS = 512
 
 _CHUNK = 500  # SQLite's default limit on bound parameters is 999 (older builds)
 
@@ -130,6 +135,7 @@ class UrlTable:
             raise StorageError(f"cannot open the frontier store {path!r}: {exc}") from exc
         self.lock = threading.Lock()
         self.in_tx = False
+        self._batch_left: int | None = None  # inside batched(): ends left before a commit
         self.closed = False
         # One writer per store, so ids can be handed out here (no per-row round trip).
         self.next_id: int = (self.db.execute("SELECT coalesce(max(id), 0) FROM urls").fetchone()[0] or 0) + 1
@@ -155,9 +161,30 @@ class UrlTable:
             self.in_tx = True
 
     def end(self) -> None:
-        """Commit the open write transaction."""
+        """Commit the open write transaction (inside :meth:`batched`, every so many ends)."""
+        if self._batch_left is not None:
+            self._batch_left -= 1
+            if self._batch_left > 0:
+                return
+            self._batch_left = BATCH_ENDS
         self.db.execute("COMMIT")
         self.in_tx = False
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Group the commits of the calls made inside into one per :data:`BATCH_ENDS` (and
+        one at the end): a replay into a store rebuilt from OUT (crawler.frontier.store
+        ``replay``), where a commit per logged batch costs a write of every index page it
+        touched (a restart's log is thousands of batches), and a crash midway loses
+        nothing (the store is rebuilt from OUT again). One thread only."""
+        self._batch_left = BATCH_ENDS
+        try:
+            yield
+        finally:
+            self._batch_left = None
+            if self.in_tx:
+                self.db.execute("COMMIT")
+                self.in_tx = False
 
     def rollback(self) -> None:
         """Abandon the open write transaction (nothing of it was journaled)."""
@@ -192,6 +219,10 @@ class UrlTable:
                 self.lock.acquire()
 
         dst = sqlite3.connect(dest_path)
+        # A temporary copy (uploaded, then deleted): no journal and no fsync, so the last
+        # step's commit of the copy, made under the lock, only writes it out.
+        dst.execute("PRAGMA journal_mode=OFF")
+        dst.execute("PRAGMA synchronous=OFF")
         try:
             with self.lock:
                 self.db.backup(dst, pages=step_pages, progress=between, sleep=0.0)

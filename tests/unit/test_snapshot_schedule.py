@@ -173,7 +173,7 @@ class _Log:
 
 
 def test_without_a_snapshot_the_checkpoint_goes_into_the_log_at_the_rate_of_change_and_at_the_end(tmp_path):
-    journal: list[tuple[str, object]] = []
+    journal: list[tuple[str, list[str]]] = []
     store = FrontierStore(str(tmp_path / "s.sqlite"), journal=lambda kind, payload: journal.append((kind, payload)) or len(journal))
     clock, state, hosts = MockClock(), _Log(), {"h": "x" * 500}
     ships: list[float] = []
@@ -186,7 +186,7 @@ def test_without_a_snapshot_the_checkpoint_goes_into_the_log_at_the_rate_of_chan
     size = len(json.dumps({"hosts": hosts}))
 
     async def run() -> None:
-        for minute in range(1, 4):
+        for _ in range(3):
             state.bytes_written += size // 3  # a quiet shard: less log than the checkpoint's size
             clock.advance(60.0)
             await cp.tick()
