@@ -27,11 +27,14 @@ The "object store" is a folder on local disk reached through fsspec (crawler.rec
 .RemoteDir): the same calls an ``s3://`` output makes, without moto holding gigabytes in
 RAM. Bytes are what the state log counts as written (crawler.recovery.statelog.StateLog.stats).
 
-The big stores are built fast: rows inserted in bulk through the store's own schema and
-connection-level SQL (one ``executemany`` per 200k rows, journal off while building),
-not one admission call per URL; ``--done-share`` of them are acked rows with per-URL
-state (times, interval, ETag, content hash, SimHash, outcome), the rest queued. URLs are
-``http://h<k>.example<j>.com/<30-80 hex characters>`` over up to 500,000 hosts.
+The big stores are built fast: rows made and inserted by one SQL statement per 200k
+rows into the store's own schema (a recursive CTE, journal off while building), not one
+admission call per URL. Their keys ``h`` and ``uh`` are random 64-bit integers, as the
+URL hashes they stand for are (same sizes, same index shapes), not the hashes of the
+URLs; the URLs the benchmark then admits and acks are real ones. ``--done-share`` of the
+rows are acked, with per-URL state (times, interval, ETag, content hash, SimHash,
+outcome), the rest queued. URLs are ``http://h<k>.example<j>.com/<30-80 hex characters>``
+over up to 500,000 hosts.
 
     python -m benchmarks.statescale [--sizes 1000000,10000000] [--minutes 3]
 """
@@ -56,15 +59,22 @@ from crawler.config.sections import RuntimeConfig
 from crawler.frontier.recrawl import Schedule
 from crawler.frontier.store import FrontierStore
 from crawler.frontier.urlitem import UrlItem
-from crawler.frontier.urltable import hash_key, url_key
 from crawler.output import OutcomeRow
 from crawler.recovery.copyschedule import CopySchedule
 from crawler.recovery.restore import restore
 from crawler.recovery.statelog import RemoteDir, StateLog
-from crawler.urls import url_hash
 
 HERE = Path(__file__).resolve().parent
 CHUNK = 200_000
+RATIOS = (0.05, 0.1, 0.25, 0.5)
+
+
+def held_at(path: str) -> int:
+    db = sqlite3.connect(path)
+    try:
+        return int(db.execute("SELECT count(*) FROM urls").fetchone()[0])
+    finally:
+        db.close()
 
 
 def _url(rng: random.Random, hosts: int) -> tuple[str, str]:
@@ -73,40 +83,41 @@ def _url(rng: random.Random, hosts: int) -> tuple[str, str]:
     return f"http://{host}/{rng.getrandbits(rng.randint(120, 320)):x}", host
 
 
-def build(path: str, n: int, done_share: float, seed: int = 1) -> dict[str, Any]:
-    """A store of ``n`` URLs at ``path``, inserted in bulk (module docstring)."""
+_BULK = """
+WITH RECURSIVE c(i) AS (SELECT ? UNION ALL SELECT i + 1 FROM c WHERE i < ?),
+r(i, k, d) AS (SELECT i, abs(random()) % ?, (abs(random()) % 1000) < ? FROM c)
+INSERT OR IGNORE INTO urls(id, h, url, host, depth, referrer, boost, uh, state, last_crawled_at, next_crawl_at,
+    interval_s, etag, content_sha, fingerprint, fetches, changes, last_outcome, last_status)
+SELECT i, random(), 'http://h' || k || '.example' || (k % 97) || '.com/' || lower(hex(randomblob(15 + abs(random()) % 26))),
+    'h' || k || '.example' || (k % 97) || '.com', 1, NULL, 0, random(),
+    CASE WHEN d THEN 2 ELSE 0 END,
+    CASE WHEN d THEN 1.7e9 + i END, CASE WHEN d THEN 1.7e9 + i + 86400.0 END, CASE WHEN d THEN 86400.0 END,
+    CASE WHEN d THEN '"' || lower(hex(randomblob(6))) || '"' END, CASE WHEN d THEN lower(hex(randomblob(32))) END,
+    CASE WHEN d THEN random() END, CASE WHEN d THEN 1 ELSE 0 END, 0,
+    CASE WHEN d THEN 'fetched' END, CASE WHEN d THEN 200 END
+FROM r
+"""
+
+
+def build(path: str, n: int, done_share: float) -> dict[str, Any]:
+    """A store of ``n`` URLs at ``path``, inserted in bulk by SQL (module docstring)."""
     FrontierStore(path).close()  # the schema, as the store makes it
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode=DELETE")
     db.execute("PRAGMA journal_mode=OFF")
     db.execute("PRAGMA synchronous=OFF")
     db.execute("PRAGMA cache_size=-1500000")
-    rng = random.Random(seed)
     hosts = max(1, min(500_000, n // 20))
     t0 = time.monotonic()
-    done_rows = 0
-    for start in range(0, n, CHUNK):
-        rows = []
-        for i in range(start + 1, min(n, start + CHUNK) + 1):
-            url, host = _url(rng, hosts)
-            if rng.random() < done_share:
-                done_rows += 1
-                rows.append((i, url_key(url), url, host, 1, None, 0, hash_key(url_hash(url)), 2,
-                             1.7e9 + i, 1.7e9 + i + 86400.0, 86400.0, f'"{rng.getrandbits(48):012x}"',
-                             rng.randbytes(32).hex(), rng.getrandbits(63), 1, 0, "fetched", 200))
-            else:
-                rows.append((i, url_key(url), url, host, 1, None, 0, hash_key(url_hash(url)), 0,
-                             None, None, None, None, None, None, 0, 0, None, None))
+    for start in range(1, n + 1, CHUNK):
         db.execute("BEGIN")
-        db.executemany(
-            "INSERT OR IGNORE INTO urls(id, h, url, host, depth, referrer, boost, uh, state, last_crawled_at, next_crawl_at,"
-            " interval_s, etag, content_sha, fingerprint, fetches, changes, last_outcome, last_status)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        db.execute(_BULK, (start, min(n, start + CHUNK - 1), hosts, int(done_share * 1000)))
         db.execute("COMMIT")
     db.execute("PRAGMA journal_mode=WAL")
+    held, done = db.execute("SELECT count(*), sum(state = 2) FROM urls").fetchone()
     db.close()
-    return {"urls": n, "hosts": hosts, "done": done_rows, "build_s": round(time.monotonic() - t0, 1),
-            "bytes": os.path.getsize(path), "bytes_per_url": round(os.path.getsize(path) / n, 1)}
+    return {"urls": held, "hosts": hosts, "done": done, "build_s": round(time.monotonic() - t0, 1),
+            "bytes": os.path.getsize(path), "bytes_per_url": round(os.path.getsize(path) / held, 1)}
 
 
 class Probe:
@@ -225,10 +236,18 @@ def measure(n: int, minutes: int, rate: int, acks: int, done_share: float, tmp: 
     store = FrontierStore(path, journal=new.append)
     after = asyncio.run(drive(store, new, clock, minutes=minutes, rate=rate, acks=acks, rng=rng, hosts=hosts,
                               ack_after=before["ack_after"], stepped=True, probe_url=probe_url))
-    # The amortized rate: a snapshot of size S every ratio x S / L minutes (L: the log's rate).
+    # The amortized rate: after a snapshot of size S the next comes ratio x S / L minutes
+    # later (L: the log's rate), when the store has grown by G a minute: L + (S + T x G) / T.
     log_rate = after["log_bytes_per_min"]
+    growth = rate * 60 * snap_size / max(1, held_at(path))
+    by_ratio = {}
+    for r in RATIOS:
+        period = r * snap_size / max(1, log_rate)
+        by_ratio[str(r)] = {"snapshot_every_min": round(period, 1),
+                            "object_store_bytes_per_min": round(log_rate + snap_size / period + growth),
+                            "restore_log_bytes_at_most": round(r * snap_size)}
     period_min = schedule.ratio * snap_size / max(1, log_rate)
-    amortized = log_rate + (snap_size / period_min if period_min > 0 else 0)
+    amortized = log_rate + snap_size / period_min + growth
     held = store.table.db.execute("SELECT count(*) FROM urls").fetchone()[0]
 
     # Restore: the "before" phase's last snapshot and all the "after" phase's log (what
@@ -267,9 +286,12 @@ def measure(n: int, minutes: int, rate: int, acks: int, done_share: float, tmp: 
         "before": before,
         "after": after,
         "after_amortized": {
+            "ratio": schedule.ratio,
             "snapshot_every_min": round(period_min, 1),
+            "store_growth_bytes_per_min": round(growth),
             "object_store_bytes_per_min": round(amortized),
             "times_log_rate": round(amortized / max(1, log_rate), 1),
+            "by_ratio": by_ratio,
         },
         "stepped_snapshot": stepped,
         "restore": {
@@ -280,6 +302,8 @@ def measure(n: int, minutes: int, rate: int, acks: int, done_share: float, tmp: 
             "replay_log_bytes_per_s": round(replay_rate),
             "worst_case_log_bytes": round(worst_log),
             "worst_case_s": round(fetched_s + (worst_log / replay_rate if replay_rate else 0.0), 1),
+            "worst_case_s_by_ratio": {str(r): round(fetched_s + (r * found.snapshot_bytes / replay_rate if replay_rate else 0.0), 1)
+                                      for r in RATIOS},
         },
     }
 
@@ -314,7 +338,8 @@ def _write(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     doc = {
         "what": "object-store bytes per minute per shard by held URLs, before/after the snapshot schedule "
                 "(benchmarks/statescale.py docstring)",
-        "built": "bulk SQL inserts through the store's schema (not admission calls); object store: a local folder via fsspec",
+        "built": ("one SQL statement per 200k rows into the store's schema (recursive CTE; h and uh random 64-bit keys), "
+                  "not admission calls; object store: a local folder via fsspec"),
         "rate": {"admissions_per_s": args.rate, "acks_per_s": args.acks},
         "config": {"state_snapshot_log_ratio": defaults.state_snapshot_log_ratio,
                    "state_snapshot_floor_mb": defaults.state_snapshot_floor_mb,

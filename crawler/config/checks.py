@@ -121,8 +121,8 @@ def _runtime(obj: RuntimeConfig, prefix: str) -> None:
     )
     positive(obj, prefix, "max_restarts", "link_flush_small", "state_snapshot_floor_mb", allow_zero=True)
     if not 0.0 < obj.state_snapshot_log_ratio <= 10.0:
-        raise ConfigError(f"{prefix}state_snapshot_log_ratio: must be in (0, 10] (0.25: a snapshot once the log "
-                          f"since the last one is a quarter of its size), got {obj.state_snapshot_log_ratio}")
+        raise ConfigError(f"{prefix}state_snapshot_log_ratio: must be in (0, 10] (0.1: a snapshot once the log "
+                          f"since the last one is a tenth of its size), got {obj.state_snapshot_log_ratio}")
 
 
 def _placement(obj: PlacementConfig, prefix: str) -> None:
