@@ -24,6 +24,8 @@ from functools import partial
 from typing import Any, Awaitable, Iterator
 
 from crawler.recovery import stamps, statefiles as state
+from crawler.recovery.copyschedule import CopySchedule
+from crawler.config.sections import RuntimeConfig
 from crawler.config.settings import CrawlConfig, resolve_shards
 from crawler.config.typed import to_dict
 from crawler.session.inprocess import seen_capacity_per_shard
@@ -100,8 +102,8 @@ def _ctrl_c_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGINT, before)
 
 
-def _ship(actor: Any, wall: float) -> Awaitable[None]:
-    ship: Awaitable[None] = actor.ship.remote(wall)
+def _ship(actor: Any, wall: float, schedule: CopySchedule, final: bool) -> Awaitable[None]:
+    ship: Awaitable[None] = actor.ship.remote(wall, schedule, final)
     return ship
 
 
@@ -115,6 +117,7 @@ class RayRuntime(ShardCalls):
         self.seen_actors: list[Any] = []
         self.content_actor: Any = None
         self.budget_actor: Any = None
+        self._copies = CopySchedule.of(RuntimeConfig())  # the crawl's, once started
         self.crawl_name = ""
         self._seen: Any = None
         self.render_workers: list[Any] = []
@@ -160,6 +163,7 @@ class RayRuntime(ShardCalls):
         # with a remote output every node keeps its files on its own disk.
         cfg, sdir = plan.cfg, plan.state_dir
         d, rt = cfg.dedup, cfg.runtime
+        self._copies = CopySchedule.of(rt)
         render_plan = self._render_plan(cfg, len(plan.shard_ids), cluster_cpus())  # before any actor
         cap = seen_capacity_per_shard(cfg, plan.seen_shards)
         restart = {"max_restarts": rt.max_restarts}
@@ -262,13 +266,15 @@ class RayRuntime(ShardCalls):
         if futures:
             await asyncio.wait(futures, timeout=HEARTBEAT_WAIT_S)
 
-    async def ship_state(self) -> None:
+    async def ship_state(self, final: bool = False) -> None:
         wall = time.time()
         from actors.serviceactors import call_service
 
         actors = [a for a in (*self.seen_actors, self.content_actor, self.budget_actor) if a is not None]
+        schedule = self._copies
         # Each actor's ship is idempotent: one restarting is waited for, not a failed stop.
-        await asyncio.gather(*(call_service(partial(_ship, a, wall), "copying a service's state") for a in actors))
+        await asyncio.gather(*(call_service(partial(_ship, a, wall, schedule, final), "copying a service's state")
+                               for a in actors))
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
         return list(await self._seen.check_and_add(urls))

@@ -16,6 +16,7 @@ import ray
 from actors.metrics import SeenMetrics
 from actors.rayclasses import remote_class
 from crawler.recovery import stamps, statefiles as state
+from crawler.recovery.copyschedule import CopyGate, CopySchedule
 from crawler.clock import SYSTEM_CLOCK
 from crawler.errors import ServiceUnavailableError, StorageError, retry_later
 from crawler.seen import ForgetCall, SeenGroup, SeenSet, ShardCall
@@ -82,6 +83,7 @@ class SeenFilter:
         # remote: (OUT, storage options, file name) of this shard's copy in a remote output.
         # path: a spec resolved on this actor's node (crawler.recovery.statefiles.here).
         self.remote = remote
+        self.copies = CopyGate()
         self.metrics = SeenMetrics(index)
         path = state.here(path) if path else None
         # With a remote output the node's disk is a cache: the set starts from OUT's copy.
@@ -106,18 +108,23 @@ class SeenFilter:
     def close(self) -> None:
         self.set.close()
 
-    def ship(self, wall: float) -> None:
-        if self.remote is not None:
+    def ship(self, wall: float, schedule: CopySchedule, final: bool = False) -> None:
+        """Copy the set to OUT when ``schedule`` says enough changed (crawler.recovery.copyschedule)."""
+        if self.remote is not None and self.copies.due(schedule, final=final):
             out, opts, name = self.remote
-            state.ship(self.set.backup, out, name, wall, opts)
+            held = len(self.set)
+            self.copies.copied(state.ship(self.set.backup, out, name, wall, opts), held)
 
     def check_and_add_hashes(self, hashes: list[int]) -> list[bool]:
         out = self.set.check_and_add_hashes(hashes)
+        self.copies.note(sum(out))
         self.metrics.record(self.set.checks, self.set.false_positives)
         return out
 
     def forget_hashes(self, hashes: list[int]) -> int:
-        return self.set.forget_hashes(hashes)
+        n = self.set.forget_hashes(hashes)
+        self.copies.note(n)
+        return n
 
     def key_page(self, after: int | None, limit: int) -> list[int]:
         return self.set.key_page(after, limit)
@@ -165,6 +172,7 @@ class ContentShardActor:
                  identity: str | None = None) -> None:
         path = state.here(path) if path else None
         self.path, self.remote = path, remote
+        self.copies = CopyGate()
         if path and remote:
             state.fetch_local(remote[0], remote[1], os.path.basename(path), path)
         self.shard = ContentShard(distance, tables, path, identity)
@@ -175,10 +183,14 @@ class ContentShardActor:
     def save(self) -> None:
         self.shard.save()
 
-    def ship(self, wall: float) -> None:
+    def ship(self, wall: float, schedule: CopySchedule, final: bool = False) -> None:
+        """Copy the shard's log to OUT when ``schedule`` says it grew enough (crawler.recovery.copyschedule)."""
         if self.path and self.remote is not None:
             self.shard.save()
-            state.ship_file(self.remote[0], self.remote[1], os.path.basename(self.path), self.path, wall)
+            self.copies.grown_to(state.file_size(self.path))
+            if self.copies.due(schedule, final=final):
+                size = state.ship_file(self.remote[0], self.remote[1], os.path.basename(self.path), self.path, wall)
+                self.copies.copied(size, size)
 
     def stats(self) -> dict[str, int]:
         return self.shard.stats()
@@ -211,6 +223,7 @@ class ContentIndexActor:
     ) -> None:
         path = state.here(path) if path else None
         self.path, self.remote = path, remote
+        self.copies = CopyGate()
         self.shard_actors: list[Any] = []
         handles = None
         if shards > 1:
@@ -225,14 +238,18 @@ class ContentIndexActor:
         self.service = ContentIndexService(distance, tables, SYSTEM_CLOCK, path=path, every_s=every_s, shards=shards,
                                            handles=handles, crawl=crawl)
 
-    async def ship(self, wall: float) -> None:
+    async def ship(self, wall: float, schedule: CopySchedule, final: bool = False) -> None:
+        """Copy the index's logs to OUT when ``schedule`` says they grew enough (crawler.recovery.copyschedule)."""
         if self.path and self.remote is not None:
             await self.service.save()
             if self.shard_actors:
-                await asyncio.gather(*(a.ship.remote(wall) for a in self.shard_actors))
+                await asyncio.gather(*(a.ship.remote(wall, schedule, final) for a in self.shard_actors))
             else:
-                name = os.path.basename(shard_log(self.path, 0))
-                state.ship_file(self.remote[0], self.remote[1], name, shard_log(self.path, 0), wall)
+                log_path = shard_log(self.path, 0)
+                self.copies.grown_to(state.file_size(log_path))
+                if self.copies.due(schedule, final=final):
+                    size = state.ship_file(self.remote[0], self.remote[1], os.path.basename(log_path), log_path, wall)
+                    self.copies.copied(size, size)
 
     async def check_and_add(self, items: list[tuple[str, str, int | None]]) -> list[tuple[str | None, str | None]]:
         return await self.service.check_and_add(items)
@@ -262,7 +279,8 @@ class Budget:
         spent = (lambda: state.pages_spent(*output)) if output is not None else None
         self.pool = BudgetPool(max_pages, path, identity=identity, spent=spent)
 
-    def ship(self, wall: float) -> None:
+    def ship(self, wall: float, schedule: CopySchedule, final: bool = False) -> None:
+        """Copy the count to OUT (a few bytes: every time; ``schedule`` is for the big pieces)."""
         if self.path and self.remote is not None:
             state.ship_file(self.remote[0], self.remote[1], "budget.json", self.path, wall)
 

@@ -119,7 +119,10 @@ def _runtime(obj: RuntimeConfig, prefix: str) -> None:
         "state_ship_interval_s", "state_log_interval_s", "content_snapshot_interval_s", "lease_ttl_s",
         "driver_timeout_s", "content_shards",
     )
-    positive(obj, prefix, "max_restarts", "link_flush_small", allow_zero=True)
+    positive(obj, prefix, "max_restarts", "link_flush_small", "state_snapshot_floor_mb", allow_zero=True)
+    if not 0.0 < obj.state_snapshot_log_ratio <= 10.0:
+        raise ConfigError(f"{prefix}state_snapshot_log_ratio: must be in (0, 10] (0.1: a snapshot once the log "
+                          f"since the last one is a tenth of its size), got {obj.state_snapshot_log_ratio}")
 
 
 def _placement(obj: PlacementConfig, prefix: str) -> None:

@@ -150,6 +150,8 @@ class RuntimeConfig:
     checkpoint_interval_s: float = 10.0
     state_ship_interval_s: float = 60.0
     state_log_interval_s: float = 0.5
+    state_snapshot_log_ratio: float = 0.1
+    state_snapshot_floor_mb: float = 16.0
     content_snapshot_interval_s: float = 30.0
     content_shards: int = 1
     lease_ttl_s: float = 15.0

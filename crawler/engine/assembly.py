@@ -269,6 +269,7 @@ def build_shard(
             ship=ship if state_log is not None else None,
             ship_interval_s=rt.state_ship_interval_s,
             decisions=admission,  # budgets and robots verdicts: in the store, newer than the checkpoint
+            state=state_log,
         )
     emitter = build_emitter(
         cfg.events, shard_id, out, opts, clock,

@@ -13,9 +13,12 @@ if it had not stopped:
 A checkpoint is one JSON value in the store's ``meta`` table, written on the injected
 clock every ``interval_s`` and at once when an operator changes a host's policy (then
 journaled too: with a remote output it reaches OUT before the call returns). With a
-remote output a snapshot of the whole store is also written to ``OUT/state/<shard>/``
-every ``ship_interval_s`` and at the end (crawler.recovery.statelog), so a shard resumes on
-another machine.
+remote output a snapshot of the whole store is also considered every ``ship_interval_s``
+and at the end, and written when enough changed since the last one (crawler.recovery.statelog,
+crawler.recovery.copyschedule), so a shard resumes on another machine. When none is
+written the checkpoint goes into the store's log instead: always at the end, and in
+between once the log written since the checkpoint last reached OUT is at least its size
+(its cost stays within the rate of change; the caches it holds are then at most that old).
 
 So a checkpoint may be a minute older than the URLs in OUT. What bounds those URLs
 cannot wait for it (docs/invariants.md #11): a host's page budget and trap cuts, and the
@@ -70,6 +73,16 @@ def resume_queue(store: FrontierStore, frontier: Frontier) -> int:
     return queued
 
 
+class SnapshotState(Protocol):
+    """The store's log in OUT, as the checkpointer asks it (crawler.recovery.statelog.StateLog)."""
+
+    bytes_written: int
+
+    def snapshot_due(self) -> bool:
+        """Whether the next snapshot would be written."""
+        ...
+
+
 class Checkpointer:
     """Saves and restores named parts of a shard's state in its durable store.
 
@@ -81,6 +94,7 @@ class Checkpointer:
         ship: writes a snapshot of the store to a remote output, or None.
         ship_interval_s: seconds between snapshots.
         decisions: the decisions kept in the store rather than in the checkpoint, or None.
+        state: the store's log in OUT (None: every ship writes a snapshot holding the checkpoint).
     """
 
     def __init__(
@@ -93,6 +107,7 @@ class Checkpointer:
         ship: Callable[[], Awaitable[None]] | None = None,
         ship_interval_s: float = 60.0,
         decisions: DecisionSource | None = None,
+        state: SnapshotState | None = None,
     ) -> None:
         self.store = store
         self.decisions = decisions
@@ -104,6 +119,9 @@ class Checkpointer:
         self._last_save = clock.now()
         self._last_ship = clock.now()
         self.saves = 0
+        self._state = state
+        self._in_out_at = 0  # state.bytes_written when the checkpoint last reached OUT
+        self.journaled = 0  # checkpoints that reached OUT in the log, not in a snapshot
 
     def restore(self) -> bool:
         """Load the last checkpoint, if any, then the store's decisions over it. A part
@@ -139,11 +157,27 @@ class Checkpointer:
         """Write every part now (one committed value); ``journal``: also to the store's
         journal (an operator's setting: crawler.frontier.store). Pending decisions are
         written (journaled) first: the checkpoint replaces the store's log of them."""
+        self._write(self._value(), journal)
+
+    def _value(self) -> str:
         self._write_pending()
-        value = json.dumps({name: snap() for name, (snap, _) in self.parts.items()})
+        return json.dumps({name: snap() for name, (snap, _) in self.parts.items()})
+
+    def _write(self, value: str, journal: bool) -> None:
         self.store.set_meta("checkpoint", value, journal=journal, covers_decisions=self.decisions is not None)
         self._last_save = self._clock.now()
         self.saves += 1
+
+    def _save_in_log(self, final: bool) -> None:
+        """No snapshot this time: save, journaled if it is the end or the log written since
+        the checkpoint last reached OUT is at least its size (class docstring)."""
+        assert self._state is not None
+        value = self._value()
+        journal = final or self._state.bytes_written - self._in_out_at >= len(value)
+        self._write(value, journal)
+        if journal:
+            self._in_out_at = self._state.bytes_written
+            self.journaled += 1
 
     def _write_pending(self) -> None:
         if self.decisions is not None:
@@ -157,11 +191,15 @@ class Checkpointer:
         self._write_pending()
         now = self._clock.now()
         shipping = self._ship is not None and (final or now - self._last_ship >= self._ship_interval_s)
-        if final or shipping or now - self._last_save >= self._interval_s:
+        if shipping and self._state is not None and not self._state.snapshot_due():
+            self._save_in_log(final)
+        elif final or shipping or now - self._last_save >= self._interval_s:
             self.save()
         if shipping:
             assert self._ship is not None
             self._last_ship = now
+            if self._state is not None and self._state.snapshot_due():
+                self._in_out_at = self._state.bytes_written  # the snapshot holds the checkpoint just saved
             try:
                 await self._ship()
             except Exception as exc:  # noqa: BLE001 - the local store is intact; try again next time

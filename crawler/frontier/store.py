@@ -410,26 +410,31 @@ class FrontierStore:
         store has (the snapshot may hold a delivery the log also holds)."""
         journal, self.journal = self.journal, None
         try:
-            for kind, payload in records:
-                if kind == "add":
-                    self.add([UrlItem(u, d, r, host=h, boost=b) for u, h, d, r, b in payload])
-                elif kind == "drop":
-                    self._set_state(payload, DROPPED)
-                elif kind == "done":
-                    self.acks.apply([tuple(p) for p in payload])
-                elif kind == "meta":
-                    self.set_meta(payload[0], payload[1], covers_decisions=len(payload) > 2 and bool(payload[2]))
-                elif kind == "decide":
-                    self.decisions.write(payload)
-                elif kind == "adopt":
-                    self.hosts.adopt(payload)
-                elif kind == "remove_host":
-                    self.hosts.remove_host(payload)
-                else:
-                    raise StorageError(f"{self.path}: unknown journaled change {kind!r} (a newer version's log?)")
+            with self._t.batched():
+                self._apply(records)
         finally:
             self.journal = journal
         return len(records)
+
+    def _apply(self, records: Sequence[Sequence[Any]]) -> None:
+        """:meth:`replay`'s changes, kind by kind."""
+        for kind, payload in records:
+            if kind == "add":
+                self.add([UrlItem(u, d, r, host=h, boost=b) for u, h, d, r, b in payload])
+            elif kind == "drop":
+                self._set_state(payload, DROPPED)
+            elif kind == "done":
+                self.acks.apply([tuple(p) for p in payload])
+            elif kind == "meta":
+                self.set_meta(payload[0], payload[1], covers_decisions=len(payload) > 2 and bool(payload[2]))
+            elif kind == "decide":
+                self.decisions.write(payload)
+            elif kind == "adopt":
+                self.hosts.adopt(payload)
+            elif kind == "remove_host":
+                self.hosts.remove_host(payload)
+            else:
+                raise StorageError(f"{self.path}: unknown journaled change {kind!r} (a newer version's log?)")
 
     def close(self) -> None:
         """Commit what is open and close the connection (the audit may still read the file)."""

@@ -9,10 +9,12 @@ store), and found by its public ``url_hash`` through ``uh`` (the first 8 bytes o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+import time
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from crawler.errors import DamagedStateError, StorageError
 from crawler.frontier.urlitem import UrlItem
@@ -33,6 +35,14 @@ STATE_NAMES = {QUEUED: "queued", CLAIMED: "in_flight", DONE: "done", DROPPED: "d
 Journal = Callable[[str, Any], int]
 
 _T = TypeVar("_T")
+
+#: Pages a store's backup copies per step under the store's lock (1 MB at 4 KiB pages:
+#: milliseconds, however big the store; crawler.frontier.urltable.UrlTable.backup).
+BACKUP_STEP_PAGES = 256
+
+#: Calls of :meth:`UrlTable.end` per commit inside :meth:`UrlTable.batched` (a replay's
+#: logged batches: ~100k URLs a commit at the log's usual batch sizes).
+BATCH_ENDS = 512
 
 _CHUNK = 500  # SQLite's default limit on bound parameters is 999 (older builds)
 
@@ -125,6 +135,7 @@ class UrlTable:
             raise StorageError(f"cannot open the frontier store {path!r}: {exc}") from exc
         self.lock = threading.Lock()
         self.in_tx = False
+        self._batch_left: int | None = None  # inside batched(): ends left before a commit
         self.closed = False
         # One writer per store, so ids can be handed out here (no per-row round trip).
         self.next_id: int = (self.db.execute("SELECT coalesce(max(id), 0) FROM urls").fetchone()[0] or 0) + 1
@@ -150,9 +161,30 @@ class UrlTable:
             self.in_tx = True
 
     def end(self) -> None:
-        """Commit the open write transaction."""
+        """Commit the open write transaction (inside :meth:`batched`, every so many ends)."""
+        if self._batch_left is not None:
+            self._batch_left -= 1
+            if self._batch_left > 0:
+                return
+            self._batch_left = BATCH_ENDS
         self.db.execute("COMMIT")
         self.in_tx = False
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Group the commits of the calls made inside into one per :data:`BATCH_ENDS` (and
+        one at the end): a replay into a store rebuilt from OUT (crawler.frontier.store
+        ``replay``), where a commit per logged batch costs a write of every index page it
+        touched (a restart's log is thousands of batches), and a crash midway loses
+        nothing (the store is rebuilt from OUT again). One thread only."""
+        self._batch_left = BATCH_ENDS
+        try:
+            yield
+        finally:
+            self._batch_left = None
+            if self.in_tx:
+                self.db.execute("COMMIT")
+                self.in_tx = False
 
     def rollback(self) -> None:
         """Abandon the open write transaction (nothing of it was journaled)."""
@@ -160,16 +192,42 @@ class UrlTable:
             self.db.execute("ROLLBACK")
             self.in_tx = False
 
-    def backup(self, dest_path: str, mark: Callable[[], int] | None = None) -> int:
+    def backup(self, dest_path: str, mark: Callable[[], int] | None = None, *, step_pages: int = BACKUP_STEP_PAGES) -> int:
         """A consistent copy of the whole table (SQLite's online backup) at ``dest_path``;
-        returns ``mark()`` read in the same locked step (0 without one)."""
-        with self.lock:
-            seq = mark() if mark is not None else 0
-            dst = sqlite3.connect(dest_path)
+        returns ``mark()`` (0 without one) read in the same locked step as the copy's last pages.
+
+        The copy goes ``step_pages`` pages at a time, holding the lock for one step only:
+        the store's other users wait for a step, not for the whole copy (seconds at
+        millions of URLs). A change committed between steps goes through this same
+        connection, and SQLite then writes it into the copy too (sqlite3_backup_step: "If
+        the source database is modified by [...] the same database connection as is used by
+        the backup operation, then the backup database is automatically updated at the same
+        time"), so the finished copy is the store as of its last step, which is when
+        ``mark()`` is read. Every transaction begins and ends under the lock, so no step
+        sees one half done."""
+        seq = 0
+
+        def between(status: int, remaining: int, total: int) -> None:
+            nonlocal seq
+            if status == sqlite3.SQLITE_DONE:
+                seq = mark() if mark is not None else 0  # still under the lock of the last step
+                return
+            self.lock.release()
             try:
-                self.db.backup(dst)
+                time.sleep(0.0005)  # a waiting caller takes the lock here (threading.Lock is not fair)
             finally:
-                dst.close()
+                self.lock.acquire()
+
+        dst = sqlite3.connect(dest_path)
+        # A temporary copy (uploaded, then deleted): no journal and no fsync, so the last
+        # step's commit of the copy, made under the lock, only writes it out.
+        dst.execute("PRAGMA journal_mode=OFF")
+        dst.execute("PRAGMA synchronous=OFF")
+        try:
+            with self.lock:
+                self.db.backup(dst, pages=step_pages, progress=between, sleep=0.0)
+        finally:
+            dst.close()
         return seq
 
     def insert_new(self, items: Sequence[UrlItem], keys: Sequence[int]) -> list[UrlItem]:

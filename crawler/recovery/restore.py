@@ -223,11 +223,13 @@ def _restore_once(remote: RemoteDir, local_path: str, gen: int, events_path: str
                 os.replace(events_path + ".part", events_path)
                 events = events or parse_piece(path)
                 size += len(data)
+    snap_size = os.path.getsize(local_path) if snap is not None else 0
     records: list[Record] = []
     heads: dict[int, int] = {}
-    segments = 0
+    segments = log_size = 0
     for h in range(plan.first_gen, gen):
         heads[h], n, nbytes = _chain(remote, h, plan, records)
         segments += n
-        size += nbytes
-    return Restored(gen, records, snap, segments, size, events, heads)
+        log_size += nbytes
+    return Restored(gen, records, snap, segments, size + log_size, events, heads,
+                    snapshot_bytes=snap_size, log_bytes=log_size)

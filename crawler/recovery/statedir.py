@@ -200,6 +200,8 @@ class Restored:
     events: Piece | None = None  # the events pending at the snapshot (crawler.events.emitter)
     heads: dict[int, int] = field(default_factory=dict)  # generation -> last change replayed
     listings: int = 0  # listings it took (more than one: a gap was seen, then filled)
+    snapshot_bytes: int = 0  # the snapshot's size
+    log_bytes: int = 0  # the segments' (what a snapshot schedule counts: crawler.recovery.copyschedule)
     incarnation: Any = None
 
     @property

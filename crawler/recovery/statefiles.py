@@ -17,7 +17,12 @@ never the only copy (docs/invariants.md #11):
   then (:func:`ship`) and brought back when their actor starts (:func:`fetch`), always
   replacing what the node's disk holds. A seen set older than the crash re-admits URLs
   the shards' stores already hold: each costs a duplicate delivery, counted, never a
-  fetch (the owner's store refuses it).
+  fetch (the owner's store refuses it). A content index older than the crash misses the
+  pages indexed since: a page fetched later with the same content is stored, not flagged
+  a duplicate (a flag lost, never a page). The budget is copied with every lease it
+  grants (it is small). A seen set or content index shard is copied again once what it
+  changed reaches a share of its last copy (crawler.recovery.copyschedule.CopyGate), and
+  at the end of a run: the bytes sent grow with the crawl's rate, not its size.
 
 With a local output the stores are the only copy, and a store can still forget: a cut
 write-ahead log drops committed work (crawler.recovery.walcheck), a store can be removed
@@ -47,6 +52,7 @@ import pyarrow.dataset as pads
 
 from crawler.recovery import incarnation as incarnations
 from crawler.recovery import stamps
+from crawler.recovery.copyschedule import CopySchedule
 from crawler.recovery.restore import restore
 from crawler.clock import Clock
 from crawler.config.settings import CrawlConfig
@@ -121,18 +127,23 @@ def remote_path(out: str, name: str) -> str:
     return f"{out.rstrip('/')}/state/{name}"
 
 
-def ship(copy_to: Callable[[str], object], out: str, name: str, wall: float, options: dict[str, Any] | None = None) -> None:
-    """Copy one piece of state to ``OUT/state/<name>`` (one PUT) and note when.
+def ship(copy_to: Callable[[str], object], out: str, name: str, wall: float, options: dict[str, Any] | None = None) -> int:
+    """Copy one piece of state to ``OUT/state/<name>`` (one PUT) and note when; returns
+    the copy's bytes.
 
-    ``copy_to(path)`` writes a consistent copy of the piece to a local temp file.
+    ``copy_to(path)`` writes a consistent copy of the piece to a local temp file. Callers
+    copy a piece again when its crawler.recovery.copyschedule.CopyGate says so, not every
+    period: a copy costs the piece's whole size.
     """
     fs, _ = open_fs(out, options)
     target = remote_path(out, name)
     with tempfile.TemporaryDirectory() as tmp:
         local = os.path.join(tmp, "copy")
         copy_to(local)
+        size = os.path.getsize(local)
         fs.put_file(local, target)
     fs.pipe_file(target + ".json", json.dumps({"shipped_at": wall}).encode())
+    return size
 
 
 def fetch(out: str, name: str, local_path: str, options: dict[str, Any] | None = None) -> bool:
@@ -162,10 +173,21 @@ def fetch_local(out: str, options: dict[str, Any] | None, name: str, local_path:
     return is_remote(out) and fetch(out, name, local_path, options)
 
 
-def ship_file(out: str, options: dict[str, Any] | None, name: str, local_path: str, wall: float) -> None:
-    """:func:`ship` of a file that is already a consistent snapshot (content index, budget)."""
+def ship_file(out: str, options: dict[str, Any] | None, name: str, local_path: str, wall: float) -> int:
+    """:func:`ship` of a file that is already a consistent snapshot (content index, budget);
+    returns its bytes (0: there is no such file)."""
     if os.path.exists(local_path):
-        ship(lambda dest: shutil.copyfile(local_path, dest), out, name, wall, options)
+        return ship(lambda dest: shutil.copyfile(local_path, dest), out, name, wall, options)
+    return 0
+
+
+def file_size(path: str) -> int:
+    """``path``'s bytes, 0 if there is none (what a content index shard's log grew by is
+    what a crawler.recovery.copyschedule.CopyGate counts)."""
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
 
 
 @dataclass
@@ -206,8 +228,11 @@ def open_shard_store(cfg: CrawlConfig, shard_id: str, sdir: str, clock: Clock,
     found = dataclasses.replace(restore(remote, local, inc.gen, events_path=wanted, sleep=sleep), incarnation=inc)
     inc.record_base(found.base())
     # A store restored from a snapshot alone is that snapshot: not copied again until it changes.
-    slog = StateLog(remote, inc.gen, clock, interval_s=cfg.runtime.state_log_interval_s, fence=inc,
-                    snapped=None if found.records else 0, run_blocking=run_blocking)
+    rt = cfg.runtime
+    slog = StateLog(remote, inc.gen, clock, interval_s=rt.state_log_interval_s, fence=inc,
+                    snapped=None if found.records else 0, run_blocking=run_blocking,
+                    schedule=CopySchedule.of(rt),
+                    snap_bytes=found.snapshot_bytes, log_bytes=found.log_bytes)
     store = FrontierStore(local, journal=slog.append)
     store.replay(found.records)
     if found.anything:

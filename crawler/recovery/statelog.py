@@ -15,9 +15,13 @@ what is buffered as one object every ``interval_s`` (a *segment*), and
 :meth:`StateLog.synced` returns once every change appended so far is in one. A delivery
 of URLs to a shard is acknowledged only after that (crawler.engine.shard
 ``Shard.accept``): the sender keeps the batch, and retries it, until the receiver made
-it durable. A snapshot of the store is written every ``runtime.state_ship_interval_s``
-when something changed since the last one; then the objects it covers are deleted
-(compaction).
+it durable. A snapshot of the store is considered every ``runtime.state_ship_interval_s``
+and written when its :class:`~crawler.recovery.copyschedule.CopySchedule` says enough
+changed: once the log written since the last snapshot reaches a share of that snapshot's
+size (``runtime.state_snapshot_log_ratio``; a small store whenever it changed). So the
+bytes sent to OUT grow with the rate of change, not with the store's size, and a restart
+reads at most the snapshot and that share of it in log. Then the objects the snapshot
+covers are deleted (compaction).
 
 Each incarnation of a shard claims a new *generation* before it reads anything
 (crawler.recovery.incarnation), and checks before each write that no newer one exists
@@ -40,6 +44,7 @@ from typing import Any, Awaitable, Callable, Protocol
 
 from crawler.clock import Clock, wait_event
 from crawler.errors import FencedError
+from crawler.recovery.copyschedule import CopySchedule
 from crawler.recovery.statedir import (  # the folder's names and access, used here and re-exported
     SIDECARS,
     Mark,
@@ -105,13 +110,17 @@ class StateLog:
             its segment's write (None: unfenced, tests only).
         snapped: the change of this generation the newest snapshot in OUT matches (0: the
             store is what a snapshot holds, e.g. restored from one with nothing after it);
-            None: no snapshot matches the store, so the first :meth:`snapshot` is due.
+            None: no snapshot matches the store.
+        schedule: when a snapshot is worth writing (None: whenever something changed).
+        snap_bytes: the size of the snapshot the store was restored from (0: none).
+        log_bytes: the bytes of log in OUT after that snapshot (what the restore replayed).
     """
 
     def __init__(
         self, remote: RemoteDir, gen: int, clock: Clock, *, interval_s: float,
         run_blocking: Callable[..., Awaitable[Any]] = asyncio.to_thread,
         fence: Fence | None = None, snapped: int | None = None,
+        schedule: CopySchedule | None = None, snap_bytes: int = 0, log_bytes: int = 0,
     ) -> None:
         self.remote = remote
         self.gen = gen
@@ -139,7 +148,26 @@ class StateLog:
         self.records_written = 0
         self.snapshots_written = 0
         self.snapshots_skipped = 0  # nothing changed since the last one
+        self.snapshots_deferred = 0  # changed, but too little for a whole copy (the schedule)
+        self._schedule = schedule
+        self._snap_size = snap_bytes  # the newest snapshot's store file
+        self._log_base = log_bytes  # log in OUT after it, as of _log_mark
+        self._log_mark = 0  # bytes_written when _log_base was counted
         self.write_failures = 0
+
+    def log_since_snapshot(self) -> int:
+        """Bytes of log written to OUT after the newest snapshot (a restore replays them)."""
+        return self._log_base + self.bytes_written - self._log_mark
+
+    def snapshot_due(self) -> bool:
+        """Whether :meth:`snapshot` would write one now: something changed since the last
+        one, and its schedule says the log since it is worth a whole copy (the log still
+        buffered counts: it is written in the next ``interval_s``)."""
+        if self._snapped is not None and self.seq == self._snapped:
+            return False
+        if self._schedule is None:
+            return True
+        return self._schedule.due(max(1, self.log_since_snapshot()), self._snap_size)
 
     def append(self, kind: str, payload: Any) -> int:
         """Buffer one change (call right after the store committed it); returns its seq."""
@@ -265,7 +293,8 @@ class StateLog:
 
     async def snapshot(self, backup_at: Callable[[str], int], events: Callable[[str], None] | None = None) -> bool:
         """Write a snapshot and delete what it covers (compaction); False if nothing
-        changed since the last snapshot (an idle shard is not copied again and again).
+        changed since the last snapshot (an idle shard is not copied again and again), or
+        too little for a whole copy (:meth:`snapshot_due`: the log in OUT holds it).
 
         ``backup_at(dest)`` writes a consistent copy of the store to ``dest`` and returns the
         seq of the last change in it (read under the store's lock: crawler.frontier.store).
@@ -286,11 +315,15 @@ class StateLog:
         if self._snapped is not None and self.seq == self._snapped:
             self.snapshots_skipped += 1
             return False
+        if not self.snapshot_due():
+            self.snapshots_deferred += 1
+            return False
         if self._fence is not None and self._fence.fenced:  # the last verdict: no read on the outbox's path
             await self._check(fresh=False)
         wall = self._clock.wall()
         with tempfile.TemporaryDirectory(prefix="raycrawl-snap-") as tmp:
             local = os.path.join(tmp, "store.sqlite")
+            log_mark = self.bytes_written  # segments written from here on may hold changes after the copy
             seq = await self._run_blocking(backup_at, local)
             anchor = self._segment_start(seq)
             if self._tried is not None and self._tried[0] == seq:
@@ -310,8 +343,10 @@ class StateLog:
                 self.snapshot_bytes += os.path.getsize(pending)
             name = snapshot_name(self.gen, seq, anchor, wall)
             await self._run_blocking(self.remote.put_file, name, local)
-            self.snapshot_bytes += os.path.getsize(local)
+            size = os.path.getsize(local)
+            self.snapshot_bytes += size
         self._snapped = seq
+        self._snap_size, self._log_base, self._log_mark = size, 0, log_mark
         self.snapshots_written += 1
         self._cuts = [c for c in self._cuts if c[1] >= anchor]
         new = parse_piece(self.remote.path(name))
@@ -349,6 +384,8 @@ class StateLog:
             "state_snapshot_bytes": self.snapshot_bytes,
             "state_snapshots": self.snapshots_written,
             "state_snapshots_skipped": self.snapshots_skipped,
+            "state_snapshots_deferred": self.snapshots_deferred,
+            "state_log_since_snapshot": self.log_since_snapshot(),
             "state_write_failures": self.write_failures,
             "state_requests": self.remote.requests,
             "state_pending": self.pending(),

@@ -259,7 +259,7 @@ class CrawlSession:
             await asyncio.gather(self._heartbeat_task, return_exceptions=True)
         if self.fenced is None and is_remote(self.cfg.output.path):
             try:
-                await self.runtime.ship_state()
+                await self.runtime.ship_state(final=True)
             except (StorageError, OSError, ServiceUnavailableError) as exc:
                 # The copies in OUT are caches of the services' state (docs/invariants.md
                 # #11): an older copy costs duplicate deliveries the stores refuse, never a

@@ -3,8 +3,9 @@
 While a session runs, :class:`DriverHeartbeat` beats every shard each
 ``runtime.driver_timeout_s / 5`` (shards of a silent driver stop fetching,
 crawler.recovery.watchdog), renews the output's lease every ``runtime.lease_ttl_s / 4``
-(crawler.recovery.lease) and, with a remote output, copies the services' state to OUT every
-``runtime.state_ship_interval_s``. Heartbeats go out only while the lease is fresh on this
+(crawler.recovery.lease) and, with a remote output, asks the services every
+``runtime.state_ship_interval_s`` to copy their state to OUT (each copies what changed
+enough: crawler.recovery.copyschedule). Heartbeats go out only while the lease is fresh on this
 process's clock (docs/invariants.md #14). When another run has taken the lease, it says so
 once (``on_fenced``) and ends.
 """

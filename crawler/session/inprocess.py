@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from crawler.clock import SYSTEM_CLOCK, Clock
 from crawler.config.settings import CrawlConfig
 from crawler.placement.hashring import HashRing
 from crawler.recovery import stamps, statefiles as state
+from crawler.recovery.copyschedule import CopyGate, CopySchedule
 from crawler.engine.requests import Fetcher
 from crawler.engine.shard import Shard
 from crawler.engine.shardapi import ShardApi
@@ -56,6 +58,7 @@ class LocalRuntime(ShardCalls):
         self.cfg: CrawlConfig | None = None
         self.sdir: str | None = None
         self.seen_restored = 0  # seen sets started from a copy in OUT (crawler.session.ledger)
+        self._copies: defaultdict[str, CopyGate] = defaultdict(CopyGate)  # by piece: when to copy it to OUT again
         self._runners: list[asyncio.Task[None]] = []
         self.render_pool: BrowserPool | None = None  # when render.mode is on
 
@@ -87,8 +90,8 @@ class LocalRuntime(ShardCalls):
             )
             for i in range(plan.seen_shards)
         ]
-        seen_group = self._seen_group = SeenGroup([self._seen_shard(s) for s in self.seen],
-                                                  [self._seen_forget(s) for s in self.seen])
+        seen_group = self._seen_group = SeenGroup([self._seen_shard(i, s) for i, s in enumerate(self.seen)],
+                                                  [self._seen_forget(i, s) for i, s in enumerate(self.seen)])
         self.content = ContentIndexService(
             d.simhash_distance,
             d.simhash_tables,
@@ -138,28 +141,44 @@ class LocalRuntime(ShardCalls):
     async def heartbeat(self) -> None:
         """The shards live in the driver's process: they share its fate already."""
 
-    async def ship_state(self) -> None:
-        """Copy the seen sets, the content index and the budget to a remote OUT."""
+    async def ship_state(self, final: bool = False) -> None:
+        """Copy the seen sets and the content index to a remote OUT when enough changed
+        (crawler.recovery.copyschedule; at the end whatever changed), and the budget."""
         if not self.sdir or self.content is None or self.cfg is None:
             return
         out, opts, wall = self.cfg.output.path, dict(self.cfg.output.storage_options) or None, self.clock.wall()
+        schedule = CopySchedule.of(self.cfg.runtime)
         for i, s in enumerate(self.seen):
-            await asyncio.to_thread(state.ship, s.backup, out, state.seen_name(i, s.exact), wall, opts)
+            gate = self._copies[f"seen-{i}"]
+            if gate.due(schedule, final=final):
+                held = len(s)
+                gate.copied(await asyncio.to_thread(state.ship, s.backup, out, state.seen_name(i, s.exact), wall, opts), held)
         await self.content.save()
-        for name in [*self.content.log_names(), "budget.json"]:
-            await asyncio.to_thread(state.ship_file, out, opts, name, os.path.join(self.sdir, name), wall)
+        for name in self.content.log_names():
+            path, gate = os.path.join(self.sdir, name), self._copies[name]
+            gate.grown_to(state.file_size(path))
+            if gate.due(schedule, final=final):
+                size = await asyncio.to_thread(state.ship_file, out, opts, name, path, wall)
+                gate.copied(size, size)
+        await asyncio.to_thread(state.ship_file, out, opts, "budget.json", os.path.join(self.sdir, "budget.json"), wall)
 
-    @staticmethod
-    def _seen_shard(seen: SeenSet) -> Callable[[list[int]], Awaitable[list[bool]]]:
+    def _seen_shard(self, index: int, seen: SeenSet) -> Callable[[list[int]], Awaitable[list[bool]]]:
+        gate = self._copies[f"seen-{index}"]
+
         async def call(hashes: list[int]) -> list[bool]:
-            return seen.check_and_add_hashes(hashes)
+            out = seen.check_and_add_hashes(hashes)
+            gate.note(sum(out))
+            return out
 
         return call
 
-    @staticmethod
-    def _seen_forget(seen: SeenSet) -> Callable[[list[int]], Awaitable[int]]:
+    def _seen_forget(self, index: int, seen: SeenSet) -> Callable[[list[int]], Awaitable[int]]:
+        gate = self._copies[f"seen-{index}"]
+
         async def call(hashes: list[int]) -> int:
-            return seen.forget_hashes(hashes)
+            n = seen.forget_hashes(hashes)
+            gate.note(n)
+            return n
 
         return call
 

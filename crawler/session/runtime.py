@@ -51,9 +51,11 @@ class Runtime(Protocol):
     async def heartbeat(self) -> None:
         """Tell every shard the driver is alive (shards of a silent driver stop fetching)."""
 
-    async def ship_state(self) -> None:
+    async def ship_state(self, final: bool = False) -> None:
         """With a remote output: copy the seen sets, content index and budget to OUT/state
-        (the shards copy their own stores); a crawl can then resume on another machine."""
+        (the shards copy their own stores); a crawl can then resume on another machine.
+        A seen set or content index is copied when enough changed since its last copy
+        (crawler.recovery.copyschedule), or with ``final`` (the end of a run) when anything did."""
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
         """Mark URLs seen; True for the ones that were new."""

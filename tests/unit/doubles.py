@@ -222,7 +222,7 @@ class IdleRuntime:
     async def heartbeat(self) -> None:
         return None
 
-    async def ship_state(self) -> None:
+    async def ship_state(self, final: bool = False) -> None:
         return None
 
     async def seen_check(self, urls: list[str]) -> list[bool]:

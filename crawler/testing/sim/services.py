@@ -17,6 +17,7 @@ import os
 from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from crawler.config.sections import RuntimeConfig
 from crawler.config.settings import CrawlConfig
 from crawler.services.budget import BudgetPool
 from crawler.services.contentindex import ContentIndexService, shard_log
@@ -28,6 +29,7 @@ from crawler.errors import ServiceUnavailableError, ShardFailedError
 from crawler.engine.partbuilders import build_fetcher
 from crawler.frontier.urlitem import UrlItem
 from crawler.recovery import statefiles as state
+from crawler.recovery.copyschedule import CopyGate, CopySchedule
 from crawler.seen import SeenGroup, SeenSet
 from crawler.session.inprocess import seen_capacity_per_shard
 from crawler.session.runtime import Plan
@@ -54,6 +56,7 @@ class SeenReplica:
         out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
         self.name = state.seen_name(index, d.seen_exact)
         self.remote = (out, opts) if state.is_remote(out) else None
+        self.copies = CopyGate()
         path = os.path.join(folder, f"seen-{index:03d}.sqlite")
         self.restored = 0
         if self.remote is not None:
@@ -62,17 +65,22 @@ class SeenReplica:
         self.set = SeenSet(capacity, d.seen_error_rate, exact=d.seen_exact, bloom=d.seen_bloom, path=path)
 
     async def check_and_add_hashes(self, hashes: list[int]) -> list[bool]:
-        return self.set.check_and_add_hashes(hashes)
+        out = self.set.check_and_add_hashes(hashes)
+        self.copies.note(sum(out))
+        return out
 
     async def forget_hashes(self, hashes: list[int]) -> int:
-        return self.set.forget_hashes(hashes)
+        n = self.set.forget_hashes(hashes)
+        self.copies.note(n)
+        return n
 
     async def key_page(self, after: int | None, limit: int) -> list[int]:
         return self.set.key_page(after, limit)
 
-    async def ship(self, wall: float) -> None:
-        if self.remote is not None:
-            state.ship(self.set.backup, self.remote[0], self.name, wall, self.remote[1])
+    async def ship(self, wall: float, schedule: CopySchedule, final: bool = False) -> None:
+        if self.remote is not None and self.copies.due(schedule, final=final):
+            held = len(self.set)
+            self.copies.copied(state.ship(self.set.backup, self.remote[0], self.name, wall, self.remote[1]), held)
 
     async def stats(self) -> dict[str, Any]:
         return {**self.set.stats(), "restored_from_out": self.restored}
@@ -89,6 +97,7 @@ class ContentReplica:
         out, opts = cfg.output.path, dict(cfg.output.storage_options) or None
         self.path = os.path.join(folder, "content")
         self.remote = (out, opts) if state.is_remote(out) else None
+        self.copies = CopyGate()
         if self.remote is not None:
             state.fetch_local(out, opts, os.path.basename(shard_log(self.path, 0)), shard_log(self.path, 0))
         self.service = ContentIndexService(d.simhash_distance, d.simhash_tables, process.clock, path=self.path,
@@ -100,11 +109,14 @@ class ContentReplica:
     async def save(self) -> None:
         await self.service.save()
 
-    async def ship(self, wall: float) -> None:
+    async def ship(self, wall: float, schedule: CopySchedule, final: bool = False) -> None:
         if self.remote is not None:
             await self.service.save()
-            name = os.path.basename(shard_log(self.path, 0))
-            state.ship_file(self.remote[0], self.remote[1], name, shard_log(self.path, 0), wall)
+            log_path = shard_log(self.path, 0)
+            self.copies.grown_to(state.file_size(log_path))
+            if self.copies.due(schedule, final=final):
+                size = state.ship_file(self.remote[0], self.remote[1], os.path.basename(log_path), log_path, wall)
+                self.copies.copied(size, size)
 
     async def stats(self) -> dict[str, Any]:
         return await self.service.stats()
@@ -128,8 +140,8 @@ class BudgetReplica:
             state.ship_file(self.remote[0], self.remote[1], "budget.json", self.path, self.clock.wall())
         return granted
 
-    async def ship(self, wall: float) -> None:
-        if self.remote is not None:
+    async def ship(self, wall: float, schedule: CopySchedule, final: bool = False) -> None:
+        if self.remote is not None:  # a few bytes: every time
             state.ship_file(self.remote[0], self.remote[1], "budget.json", self.path, wall)
 
 
@@ -158,6 +170,7 @@ class SimRuntime(ShardCalls):
         self.seen_actors: list[SimActor] = []
         self.content: SimActor | None = None
         self.budget: SimActor | None = None
+        self.copies = CopySchedule.of(RuntimeConfig())  # the crawl's, once started
         self._seen: SeenGroup | None = None
 
     def default_shards(self, cfg: CrawlConfig) -> tuple[int, int]:
@@ -169,6 +182,7 @@ class SimRuntime(ShardCalls):
     async def start(self, plan: Plan) -> None:
         cfg, c = plan.cfg, self.cluster
         rt = cfg.runtime
+        self.copies = CopySchedule.of(rt)
         cap = seen_capacity_per_shard(cfg, plan.seen_shards)
         svc = self.service_machine
 
@@ -247,15 +261,16 @@ class SimRuntime(ShardCalls):
         if calls:
             await asyncio.wait(calls, timeout=HEARTBEAT_WAIT_S)
 
-    async def ship_state(self) -> None:
+    async def ship_state(self, final: bool = False) -> None:
         wall = self.driver.clock.wall()
         c, clock = self.cluster, self.driver.clock
-        ships: list[Awaitable[None]] = [c.patient(clock, partial(c.call, self.driver, a, SeenReplica.ship, wall))
+        sched = self.copies
+        ships: list[Awaitable[None]] = [c.patient(clock, partial(c.call, self.driver, a, SeenReplica.ship, wall, sched, final))
                                         for a in self.seen_actors]
         if self.content is not None:
-            ships.append(c.patient(clock, partial(c.call, self.driver, self.content, ContentReplica.ship, wall)))
+            ships.append(c.patient(clock, partial(c.call, self.driver, self.content, ContentReplica.ship, wall, sched, final)))
         if self.budget is not None:
-            ships.append(c.patient(clock, partial(c.call, self.driver, self.budget, BudgetReplica.ship, wall)))
+            ships.append(c.patient(clock, partial(c.call, self.driver, self.budget, BudgetReplica.ship, wall, sched, final)))
         await asyncio.gather(*ships)
 
     async def seen_check(self, urls: list[str]) -> list[bool]:
