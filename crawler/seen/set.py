@@ -13,7 +13,10 @@ Disk mode (``path=...``, the crash-safe crawl; its files and the exact check aga
 the database are a :class:`~crawler.seen.ondisk.SeenOnDisk`): the exact store is a
 SQLite database and only the Bloom bits, a bounded hot cache of recently seen hashes and SQLite's bounded
 page cache stay in RAM, so memory no longer grows with the number of URLs at 82 bytes
-each but at the Bloom filter's ~1.2 bytes (1%). Every ``check_and_add`` call is one
+each but at the Bloom filter chain's ~2-4 bytes (1%; crawler.seen.scalable: a filter
+that grows with the set, so its false-positive rate holds at any size; a fixed filter
+sized in advance took ~1.2 bytes but stopped filtering past its capacity). Every
+``check_and_add`` call is one
 SQLite transaction: when it returns, the URLs it reported new are on disk
 (process-crash safe). The Bloom filter is snapshotted next to the database
 (``<path>.bloom``, :mod:`crawler.seen.snapshot`) by :meth:`SeenSet.snapshot_bloom` /
@@ -25,7 +28,7 @@ other jobs, pybloom, durable, batches of 1000 hashes with 70% repeats): 92k chec
 at 1M stored URLs; at 10M 50-61k/s wall clock (load average 3-6; ~30k/s at load 9),
 77-83k/s of CPU time: per batch ~13 ms CPU = Bloom + Python ~4.5, SQLite lookups
 ~2.7, insert + commit ~5.5 (checkpoint fsyncs add ~4 ms of wall). rbloom: 69k/s;
-``durable=False``: 88k/s. RSS growth 3.2 bytes per URL at 10M (Bloom 12 MB + 8 MB
+``durable=False``: 88k/s. RSS growth 3.2 bytes per URL at 10M (fixed Bloom 12 MB + 8 MB
 page cache + ~7 MB hot cache; in memory 75-82 bytes per URL); 14.3 bytes per URL on
 disk (+1.2 for the snapshot, + up to 16 MB of WAL). Bloom rebuild from the database:
 1.3 s per million URLs with pybloom, 0.6 s with rbloom; a 10M snapshot loads in 0.1 s.
