@@ -83,7 +83,9 @@ class DedupConfig:
     simhash_distance: int = 3
     simhash_tables: int = 4
     min_text_tokens: int = 20
-    seen_capacity: int = 10_000_000
+    # The seen filter's initial size, split across the seen shards; it grows past it
+    # (crawler.seen.scalable), so this only sets where memory starts.
+    seen_capacity: int = 1_000_000
     seen_error_rate: float = 0.01
     seen_exact: bool = True
     seen_bloom: Literal["pybloom", "rbloom"] = "rbloom"

@@ -52,8 +52,14 @@ class Bloom(Protocol):
     def check_and_add(self, h: int) -> bool:
         """Set h's bits; True if they were all set before (maybe seen)."""
 
+    def contains(self, h: int) -> bool:
+        """True if h's bits are all set (maybe seen); sets nothing."""
+
     def bits_set(self) -> float:
         """Bits set now (exact or a close estimate, see the backend)."""
+
+    def false_positive_rate(self) -> float:
+        """Chance that a new hash is reported seen now (fill^k for one filter)."""
 
     def recount(self) -> None:
         """Re-derive bits_set from the filter itself."""
@@ -129,8 +135,21 @@ class PyBloom:
         self._set += new
         return new == 0
 
+    def contains(self, h: int) -> bool:
+        bits = self._bits
+        bps = self._bps
+        offset = 0
+        for i in self._make(h):
+            if not bits[offset + i]:
+                return False
+            offset += bps
+        return True
+
     def bits_set(self) -> float:
         return float(self._set)
+
+    def false_positive_rate(self) -> float:
+        return float((self._set / self.m) ** self.k)
 
     def recount(self) -> None:
         self._set = self._bits.count()
@@ -249,8 +268,14 @@ class RBloom:
         self._set += self.k * (1.0 - fill) / miss if miss > 0.0 else 1.0
         return False
 
+    def contains(self, h: int) -> bool:
+        return h in self._f
+
     def bits_set(self) -> float:
         return self._set
+
+    def false_positive_rate(self) -> float:
+        return float((self._set / self.m) ** self.k)
 
     def recount(self) -> None:
         raw = np.frombuffer(self._f.save_bytes(), dtype=np.uint8, offset=8)

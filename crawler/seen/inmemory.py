@@ -53,7 +53,6 @@ def check_bloom_only(
 ) -> tuple[list[bool], dict[str, float], float]:
     """Bloom-only (lossy) mode: the filter alone decides. Also returns this batch's share
     of the estimate of new URLs dropped by false positives (crawler.seen.set.SeenSet.stats)."""
-    k, m = bloom.k, bloom.m
     out: list[bool] = []
     positives = 0
     est = 0.0
@@ -63,9 +62,9 @@ def check_bloom_only(
             out.append(False)
         else:
             # A new URL got through. A new URL arriving now would have been a false
-            # positive with probability p = fill^k, so each one that got through
+            # positive with probability p (fill^k per stage), so each one that got through
             # stands for p / (1 - p) that did not (estimator in stats()).
-            p = (bloom.bits_set() / m) ** k
+            p = bloom.false_positive_rate()
             if p < 1.0:
                 est += p / (1.0 - p)
             out.append(True)

@@ -16,15 +16,16 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crawler.errors import ConfigError, StorageError
 from crawler.recovery.stamps import check
 from crawler.seen.bloom import Bloom
+from crawler.seen.scalable import ScalableBloom
 from crawler.seen.snapshot import (
     BadSnapshot,
     LoadedFilter,
+    MakeBloom,
     SnapshotHeader,
     load_bloom_only,
     load_or_rebuild,
@@ -70,7 +71,7 @@ class SeenOnDisk:
         self.hot: HotSet | None = None  # recently seen hashes in front of it
         self.closed = False
 
-    def open(self, make_bloom: Callable[[bytes | None], Bloom], fresh: Bloom, identity: str | None = None) -> OpenedSeen:
+    def open(self, make_bloom: MakeBloom, fresh: ScalableBloom, identity: str | None = None) -> OpenedSeen:
         """Open (or create) the files: the database, then the Bloom filter from its
         snapshot when that still matches, else rebuilt from the database. ``fresh`` is
         the empty filter used when there is nothing to load. With ``identity``, files of
@@ -81,7 +82,7 @@ class SeenOnDisk:
         claim_disk_identity(self, identity)
         return opened
 
-    def _open(self, make_bloom: Callable[[bytes | None], Bloom], fresh: Bloom) -> OpenedSeen:
+    def _open(self, make_bloom: MakeBloom, fresh: ScalableBloom) -> OpenedSeen:
         path, bloom_path = self.path, self.bloom_path
         if os.path.isdir(path):
             raise ConfigError(f"seen path {path}: is a directory; give a file path")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from crawler.seen.bloom import Bloom
+from crawler.seen.scalable import ScalableBloom
 
 __all__ = ["SEEN_COUNTERS", "SeenStats", "seen_stats"]
 
@@ -38,7 +38,7 @@ def seen_stats(
     error_rate: float,
     items: int,
     counters: Mapping[str, float],
-    bloom: Bloom,
+    bloom: ScalableBloom,
     est_dropped: float,
     memory_bytes: int,
 ) -> SeenStats:
@@ -53,6 +53,11 @@ def seen_stats(
 
     ``cache_hits`` counts Bloom positives answered by the hot cache and ``db_lookups``
     the hashes asked from SQLite (both 0 without a path).
+
+    ``bloom_bits`` and ``fill_ratio`` cover the filter chain's stages together,
+    ``bloom_hashes`` is the newest stage's k, ``bloom_capacity`` the new URLs the chain
+    takes before its next stage, and ``estimated_false_positive_rate``
+    ``1 - prod(1 - fill_i^k_i)`` over the stages (crawler.seen.scalable).
     """
     fill = bloom.bits_set() / bloom.m
     return {
@@ -73,7 +78,9 @@ def seen_stats(
         "bloom_bits": bloom.m,
         "bloom_hashes": bloom.k,
         "fill_ratio": fill,
-        "estimated_false_positive_rate": fill**bloom.k,
+        "estimated_false_positive_rate": bloom.false_positive_rate(),
+        "bloom_stages": len(bloom.stages),
+        "bloom_capacity": bloom.capacity(),
         "estimated_false_positives": est_dropped if not exact else float(counters["false_positives"]),
         "memory_bytes": memory_bytes,
     }

@@ -13,7 +13,10 @@ Disk mode (``path=...``, the crash-safe crawl; its files and the exact check aga
 the database are a :class:`~crawler.seen.ondisk.SeenOnDisk`): the exact store is a
 SQLite database and only the Bloom bits, a bounded hot cache of recently seen hashes and SQLite's bounded
 page cache stay in RAM, so memory no longer grows with the number of URLs at 82 bytes
-each but at the Bloom filter's ~1.2 bytes (1%). Every ``check_and_add`` call is one
+each but at the Bloom filter chain's ~2-4 bytes (1%; crawler.seen.scalable: a filter
+that grows with the set, so its false-positive rate holds at any size; a fixed filter
+sized in advance took ~1.2 bytes but stopped filtering past its capacity). Every
+``check_and_add`` call is one
 SQLite transaction: when it returns, the URLs it reported new are on disk
 (process-crash safe). The Bloom filter is snapshotted next to the database
 (``<path>.bloom``, :mod:`crawler.seen.snapshot`) by :meth:`SeenSet.snapshot_bloom` /
@@ -25,7 +28,7 @@ other jobs, pybloom, durable, batches of 1000 hashes with 70% repeats): 92k chec
 at 1M stored URLs; at 10M 50-61k/s wall clock (load average 3-6; ~30k/s at load 9),
 77-83k/s of CPU time: per batch ~13 ms CPU = Bloom + Python ~4.5, SQLite lookups
 ~2.7, insert + commit ~5.5 (checkpoint fsyncs add ~4 ms of wall). rbloom: 69k/s;
-``durable=False``: 88k/s. RSS growth 3.2 bytes per URL at 10M (Bloom 12 MB + 8 MB
+``durable=False``: 88k/s. RSS growth 3.2 bytes per URL at 10M (fixed Bloom 12 MB + 8 MB
 page cache + ~7 MB hot cache; in memory 75-82 bytes per URL); 14.3 bytes per URL on
 disk (+1.2 for the snapshot, + up to 16 MB of WAL). Bloom rebuild from the database:
 1.3 s per million URLs with pybloom, 0.6 s with rbloom; a 10M snapshot loads in 0.1 s.
@@ -40,7 +43,7 @@ import os
 from typing import Self
 
 from crawler.errors import ConfigError, StorageError
-from crawler.seen.bloom import BLOOM_BACKENDS, DEFAULT_BLOOM, Bloom, make_bloom
+from crawler.seen.bloom import BLOOM_BACKENDS, DEFAULT_BLOOM
 from crawler.seen.hashing import MASK64, url_hash64
 from crawler.seen.inmemory import check_bloom_only, check_in_memory, forget_in_memory
 
@@ -48,7 +51,8 @@ from crawler.seen.inmemory import check_bloom_only, check_in_memory, forget_in_m
 # claim_bloom_identity from here.
 from crawler.seen.ondisk import SeenOnDisk, claim_bloom_identity, claim_disk_identity
 from crawler.seen.seenstats import SEEN_COUNTERS, SeenStats, seen_stats
-from crawler.seen.snapshot import snapshot_header
+from crawler.seen.scalable import ScalableBloom
+from crawler.seen.snapshot import SnapshotHeader, snapshot_header
 from crawler.seen.store import DiskStore, ExactStore
 
 __all__ = ["SeenSet", "claim_bloom_identity", "claim_disk_identity"]
@@ -58,10 +62,10 @@ class SeenSet:
     """Which URLs were seen: ``check_and_add`` returns True for a URL's first sighting only.
 
     Args:
-        capacity: URLs the Bloom filter is sized for at ``error_rate``. Going past it
-            keeps working: the filter answers "maybe" more often (exact mode then asks the
-            exact store more often; lossy mode drops more new URLs).
-        error_rate: the filter's false-positive rate at ``capacity`` items.
+        capacity: URLs the first Bloom filter is sized for. The filter grows with the
+            set (a chain of filters, each twice the last: crawler.seen.scalable), so this
+            only sets where memory starts and how many stages a large set has.
+        error_rate: the filter chain's false-positive rate, kept at any size.
         exact: keep the exact store behind the filter (default). False = Bloom only,
             lossy but ~10x smaller.
         bloom: "rbloom" (default; 3.4x faster end to end, see :mod:`crawler.seen.bloom`)
@@ -108,7 +112,7 @@ class SeenSet:
         self.cache_size = cache_size
         self.durable = bool(durable)
         self.identity = identity  # the files' stamp (crawler.recovery.stamps); None: unchecked
-        self._bloom: Bloom = self._make_bloom(None)
+        self._bloom: ScalableBloom = self._make_bloom(None)
         self._store: ExactStore | DiskStore | None = ExactStore() if self.exact else None
         self._disk: DiskStore | None = None
         self._files: SeenOnDisk | None = None  # the database and Bloom snapshot (with a path)
@@ -231,8 +235,13 @@ class SeenSet:
 
     # --- checks ---------------------------------------------------------------------------
 
-    def _make_bloom(self, raw: bytes | None) -> Bloom:
-        return make_bloom(self.bloom_backend, self.capacity, self.error_rate, raw)
+    def _make_bloom(self, raw: bytes | None, header: SnapshotHeader | None = None) -> ScalableBloom:
+        """An empty chain, or one loaded from a snapshot's ``raw`` bytes; a version-1
+        snapshot (``header``) holds one filter, which becomes the chain's first stage."""
+        if raw is not None and header is not None and header.get("version") == 1:
+            legacy = (int(header["capacity"]), float(header["error_rate"]), raw)
+            return ScalableBloom(self.bloom_backend, self.capacity, self.error_rate, legacy=legacy)
+        return ScalableBloom(self.bloom_backend, self.capacity, self.error_rate, raw)
 
     def __len__(self) -> int:
         """URLs marked seen: exact in exact mode; in Bloom-only mode the URLs reported new
@@ -298,12 +307,13 @@ class SeenSet:
         return self._disk.key_page(after, limit)
 
     def fill_ratio(self) -> float:
-        """Fraction of the Bloom filter's bits that are set."""
+        """Fraction of the Bloom filters' bits that are set (all stages together)."""
         return self._bloom.bits_set() / self._bloom.m
 
     def estimated_false_positive_rate(self) -> float:
-        """Chance that a new URL checked now is reported seen by the filter: fill^k."""
-        return self.fill_ratio() ** self._bloom.k
+        """Chance that a new URL checked now is reported seen by the filter chain:
+        ``1 - prod(1 - fill_i^k_i)`` over its stages (crawler.seen.scalable)."""
+        return self._bloom.false_positive_rate()
 
     def stats(self) -> SeenStats:
         """Counters and filter health (what each figure means: crawler.seen.seenstats).

@@ -3,7 +3,13 @@
 Format: magic ``SEENBLM\\x01``, u32 little-endian header length, a JSON header, the
 filter's bytes. The header names the filter's parameters (version, exact, backend,
 capacity, error_rate), a checksum of the bits and, in exact mode, the database (db_id)
-and its row count at the time of the snapshot.
+and its row count at the time of the snapshot. Version 2 (now): the bytes are a chain
+of filters (crawler.seen.scalable.ScalableBloom.to_bytes, self-describing; ``capacity``
+is the first stage's and need not match on open: a chain keeps its own stages).
+Version 1 (before the filter grew): the bytes are one filter of the header's capacity
+and error rate; such a snapshot still opens, its filter becoming the chain's first
+stage (in exact mode only while it is within its error rate: an overfull one is
+rebuilt from the database into a chain).
 
 Invariant: in exact mode a snapshot is used only if every one of those matches the
 database being opened; otherwise the filter is rebuilt from the database, so a stale
@@ -26,7 +32,7 @@ from typing import Any
 import xxhash
 
 from crawler.errors import ConfigError, StorageError
-from crawler.seen.bloom import Bloom
+from crawler.seen.scalable import ScalableBloom
 from crawler.seen.store import DiskStore
 
 __all__ = [
@@ -34,6 +40,8 @@ __all__ = [
     "BadSnapshot",
     "SnapshotHeader",
     "LoadedFilter",
+    "MakeBloom",
+    "READ_VERSIONS",
     "check_snapshot_mode",
     "load_bloom_only",
     "load_or_rebuild",
@@ -43,12 +51,17 @@ __all__ = [
     "write_bloom_file",
 ]
 
-SNAPSHOT_VERSION = 1
-"""Version of the ``.bloom`` header and of :meth:`SeenSet.snapshot` blobs."""
+SNAPSHOT_VERSION = 2
+"""Version of the ``.bloom`` header: 2 a filter chain, 1 a single filter (still read)."""
+READ_VERSIONS = (1, SNAPSHOT_VERSION)
+#: Header keys that must match the opening set's (not version: both are read; not
+#: capacity: a chain keeps its own stages, and a version-1 filter its own size).
+_MATCHED = ("exact", "bloom", "error_rate")
 
 _BLOOM_MAGIC = b"SEENBLM\x01"
 
-MakeBloom = Callable[[bytes | None], Bloom]
+#: (saved bytes, their snapshot header) -> the filter; (None, None) -> an empty one.
+MakeBloom = Callable[[bytes | None, "SnapshotHeader | None"], ScalableBloom]
 #: A snapshot's JSON header (read from the file: JSON values, checked key by key).
 SnapshotHeader = dict[str, Any]
 
@@ -142,7 +155,7 @@ def refuse_other_mode(bloom_path: str, exact: bool) -> None:
         check_snapshot_mode(found[0], exact, bloom_path)
 
 
-def load_bloom_only(bloom_path: str, mine: SnapshotHeader, make: MakeBloom) -> tuple[Bloom, SnapshotHeader] | None:
+def load_bloom_only(bloom_path: str, mine: SnapshotHeader, make: MakeBloom) -> tuple[ScalableBloom, SnapshotHeader] | None:
     """A Bloom-only set's filter and snapshot header, or None if there is no snapshot yet.
 
     ``mine`` is the opening set's own header; a snapshot written with other parameters
@@ -158,26 +171,28 @@ def load_bloom_only(bloom_path: str, mine: SnapshotHeader, make: MakeBloom) -> t
         return None
     header, bits = found
     check_snapshot_mode(header, bool(mine["exact"]), bloom_path)
-    for key in ("version", "bloom", "capacity", "error_rate"):
+    if header.get("version") not in READ_VERSIONS:
+        raise StorageError(f"seen Bloom snapshot {bloom_path}: version {header.get('version')!r} is not supported")
+    for key in ("bloom", "error_rate"):
         if header.get(key) != mine[key]:
             raise ConfigError(
                 f"seen path: {bloom_path} was written with {key}={header.get(key)!r}, not "
-                f"{mine[key]!r}; a Bloom-only set cannot be resized, open it with the same settings"
+                f"{mine[key]!r}; a Bloom-only set cannot be rebuilt, open it with the same settings"
             )
-    return make(bits), header
+    return make(bits, header), header
 
 
 @dataclass
 class LoadedFilter:
     """The filter an exact disk set opens with, and where it came from."""
 
-    bloom: Bloom
+    bloom: ScalableBloom
     source: str  # "new" (empty database), "snapshot" or "rebuilt"
     reason: str = ""  # why a snapshot was not used (empty unless rebuilt)
     rebuild_seconds: float = 0.0
 
 
-def load_or_rebuild(bloom_path: str, mine: SnapshotHeader, disk: DiskStore, make: MakeBloom, fresh: Bloom) -> LoadedFilter:
+def load_or_rebuild(bloom_path: str, mine: SnapshotHeader, disk: DiskStore, make: MakeBloom, fresh: ScalableBloom) -> LoadedFilter:
     """The snapshot's filter if it matches ``disk`` exactly, else one rebuilt from ``disk``.
 
     ``mine`` is the opening set's own header; ``fresh`` is its empty filter, kept when
@@ -192,13 +207,22 @@ def load_or_rebuild(bloom_path: str, mine: SnapshotHeader, disk: DiskStore, make
     if found is not None:
         header, bits = found
         check_snapshot_mode(header, bool(mine["exact"]), bloom_path)
-        wanted = {**mine, "db_id": disk.db_id, "rows": disk.rows}
+        wanted = {**{k: mine[k] for k in _MATCHED}, "db_id": disk.db_id, "rows": disk.rows}
         stale = [k for k, v in wanted.items() if header.get(k) != v]
+        if header.get("version") not in READ_VERSIONS:
+            stale.append("version")
+            wanted["version"] = mine["version"]
         if not stale:
             try:
-                return LoadedFilter(make(bits), "snapshot")
+                loaded = make(bits, header)
             except StorageError as exc:
                 reason = f"snapshot unloadable ({exc})"
+            else:
+                if header.get("version") != 1 or loaded.false_positive_rate() <= float(mine["error_rate"]):
+                    return LoadedFilter(loaded, "snapshot")
+                # An old single filter past its capacity would keep its high rate as the
+                # chain's first stage; the database can rebuild a chain that meets it.
+                reason = "version-1 snapshot filter is past its capacity"
         else:
             # rows differ: URLs were added after the snapshot (a crash, or no close).
             reason = "snapshot does not match the store: " + ", ".join(
@@ -207,7 +231,7 @@ def load_or_rebuild(bloom_path: str, mine: SnapshotHeader, disk: DiskStore, make
     if disk.rows == 0:
         return LoadedFilter(fresh, "new")
     start = time.perf_counter()
-    bloom = make(None)
+    bloom = make(None, None)
     for chunk in disk.iter_hashes():
         bloom.add_many(chunk)
     bloom.recount()

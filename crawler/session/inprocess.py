@@ -36,8 +36,9 @@ if TYPE_CHECKING:  # imported when render.mode is on (it needs a browser)
 
 
 def seen_capacity_per_shard(cfg: CrawlConfig, seen_shards: int) -> int:
-    """Each seen shard's Bloom capacity: an even share, never below 1000."""
-    return max(1000, cfg.dedup.seen_capacity // max(1, seen_shards))
+    """Each seen shard's initial Bloom capacity (its filter grows past it: crawler.seen.scalable):
+    an even share, at least 1 (a small start costs a few more stages, not a wrong answer)."""
+    return max(1, cfg.dedup.seen_capacity // max(1, seen_shards))
 
 
 class LocalRuntime(ShardCalls):

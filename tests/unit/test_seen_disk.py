@@ -28,18 +28,18 @@ def test_default_mode_stays_in_memory_and_writes_nothing(tmp_path, monkeypatch) 
 
 
 @pytest.mark.parametrize("bloom", BACKENDS)
-def test_disk_mode_answers_exactly_like_memory_mode_with_a_saturated_filter(tmp_path, bloom: str) -> None:
+def test_disk_mode_answers_exactly_like_memory_mode_with_a_lying_filter(tmp_path, bloom: str) -> None:
     rng = random.Random(7)
     urls = make_urls(6000)
     stream = [u for u in urls for _ in range(rng.randint(1, 3))]
     rng.shuffle(stream)
-    mem = SeenSet(100, 0.01, bloom=bloom)
-    with SeenSet(100, 0.01, bloom=bloom, path=tmp_path / "s.db", cache_size=500) as disk:
+    mem = SeenSet(100, 0.5, bloom=bloom)  # a loose rate: the filter lies often
+    with SeenSet(100, 0.5, bloom=bloom, path=tmp_path / "s.db", cache_size=500) as disk:
         assert feed(disk, stream, batch=250) == feed(mem, stream, batch=250)
         st, ref = numbers(disk), numbers(mem)
         for key in ("checks", "novel", "bloom_positives", "exact_confirmations", "false_positives", "items"):
             assert st[key] == ref[key], key
-        assert st["false_positives"] > 1000  # the filter lied often; SQLite caught every lie
+        assert st["false_positives"] > 200  # the filter lied often; SQLite caught every lie
         assert st["items"] == 6000 == len(disk)
         # Bloom positives are settled by this batch, the hot cache or SQLite.
         assert 0 < st["cache_hits"] and 0 < st["db_lookups"] <= st["bloom_positives"]
@@ -140,7 +140,7 @@ def test_missing_or_damaged_snapshot_triggers_a_rebuild(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("bloom", BACKENDS)
-@pytest.mark.parametrize("capacity, error_rate", [(5000, 0.01), (300, 0.2), (2000, 1e-5)])
+@pytest.mark.parametrize("capacity, error_rate", [(5000, 0.01), (2000, 0.2), (2000, 1e-5)])
 def test_a_rebuilt_filter_has_exactly_the_bits_of_the_incremental_one(
     tmp_path, bloom: str, capacity: int, error_rate: float
 ) -> None:
@@ -148,21 +148,41 @@ def test_a_rebuilt_filter_has_exactly_the_bits_of_the_incremental_one(
     hashes = [url_hash64(u) for u in make_urls(1500)] + EXTREMES
     with SeenSet(capacity, error_rate, bloom=bloom, path=tmp_path / "s.db") as s:
         s.check_and_add_hashes(hashes)
-        incremental = s._bloom.to_bytes()
+        incremental = [st.bloom.to_bytes() for st in s._bloom.stages]
     (tmp_path / "s.db.bloom").unlink()
     with SeenSet(capacity, error_rate, bloom=bloom, path=tmp_path / "s.db") as r:
         assert r.bloom_source == "rebuilt"
-        assert r._bloom.to_bytes() == incremental
+        # Stage bits only: a stage's count of new URLs differs by the false positives
+        # (new to the store, not to the filter), which the rebuild counts.
+        assert [st.bloom.to_bytes() for st in r._bloom.stages] == incremental
 
 
-def test_reopening_with_another_capacity_rebuilds_a_filter_of_that_size(tmp_path) -> None:
+@pytest.mark.parametrize("bloom", BACKENDS)
+def test_a_rebuilt_chain_has_the_stages_of_the_incremental_one_and_every_hash(tmp_path, bloom: str) -> None:
+    # The rebuild streams hashes in key order, not arrival order, so a stage holds other
+    # hashes than it did (its bits differ); its sizes must not, and its counts only by
+    # the false positives (hashes new to the store that the chain took for seen).
+    hashes = [url_hash64(u) for u in make_urls(1500)] + EXTREMES
+    with SeenSet(300, 0.01, bloom=bloom, path=tmp_path / "s.db") as s:
+        s.check_and_add_hashes(hashes)
+        layout = [(st.capacity, st.error_rate) for st in s._bloom.stages]
+        counted = sum(st.count for st in s._bloom.stages)
+        assert counted + s.false_positives == len(hashes) and len(layout) == 3
+    (tmp_path / "s.db.bloom").unlink()
+    with SeenSet(300, 0.01, bloom=bloom, path=tmp_path / "s.db") as r:
+        assert r.bloom_source == "rebuilt"
+        assert [(st.capacity, st.error_rate) for st in r._bloom.stages] == layout
+        assert sum(st.count for st in r._bloom.stages) == len(hashes)
+        assert all(r._bloom.contains(h) for h in hashes)
+
+
+def test_reopening_with_another_capacity_keeps_the_grown_chain(tmp_path) -> None:
     urls = make_urls(3000)
-    with _disk(tmp_path, capacity=100) as s:  # outgrown: saturated
+    with _disk(tmp_path, capacity=100) as s:  # grown to 5 stages, still within its rate
         feed(s, urls)
-        assert s.estimated_false_positive_rate() > 0.9
-    with _disk(tmp_path, capacity=10_000) as r:
-        assert r.bloom_source == "rebuilt" and "capacity" in r.bloom_source_reason
-        assert r.estimated_false_positive_rate() < 0.01
+        assert s.estimated_false_positive_rate() < 0.01 and s.stats()["bloom_stages"] == 5
+    with _disk(tmp_path, capacity=10_000) as r:  # the initial capacity sizes new chains only
+        assert r.bloom_source == "snapshot" and r.stats()["bloom_stages"] == 5
         assert not any(r.check_and_add(urls))
 
 
@@ -277,8 +297,9 @@ def test_bloom_only_path_persists_just_the_filter(tmp_path, bloom: str) -> None:
 def test_bloom_only_refuses_mismatched_or_damaged_state(tmp_path) -> None:
     with SeenSet(5000, exact=False, path=tmp_path / "lossy") as s:
         feed(s, make_urls(100))
-    with pytest.raises(ConfigError, match="capacity"):
-        SeenSet(6000, exact=False, path=tmp_path / "lossy")
+    with pytest.raises(ConfigError, match="error_rate"):
+        SeenSet(5000, 0.02, exact=False, path=tmp_path / "lossy")
+    SeenSet(6000, exact=False, path=tmp_path / "lossy").close()  # a chain keeps its own stages
     with pytest.raises(ConfigError, match="Bloom-only"):
         SeenSet(5000, exact=True, path=tmp_path / "lossy")
     snap = tmp_path / "lossy.bloom"

@@ -38,8 +38,9 @@ def test_hash_entry_point_matches_url_entry_point(bloom: str) -> None:
 
 
 @pytest.mark.parametrize("bloom", BACKENDS)
-def test_exact_mode_loses_nothing_ten_times_over_capacity_with_a_saturated_filter(bloom: str) -> None:
-    s = SeenSet(100, 0.01, exact=True, bloom=bloom)
+def test_exact_mode_loses_nothing_a_hundred_times_over_initial_capacity_with_a_lying_filter(bloom: str) -> None:
+    # A loose error rate (0.5) makes the filter lie often, so the exact store must catch it.
+    s = SeenSet(100, 0.5, exact=True, bloom=bloom)
     urls = make_urls(10_000)
     rng = random.Random(5)
     # Each URL appears 1-3 times in a shuffled stream: novel exactly once, at its first position.
@@ -58,8 +59,8 @@ def test_exact_mode_loses_nothing_ten_times_over_capacity_with_a_saturated_filte
     assert st["false_positives"] + st["exact_confirmations"] == st["bloom_positives"]
     assert st["exact_confirmations"] == len(stream) - len(urls)
     assert len(s) == 10_000
-    assert st["fill_ratio"] > 0.99
-    assert st["estimated_false_positive_rate"] > 0.9  # the operator sees a saturated filter
+    assert st["bloom_stages"] >= 6  # the chain grew: 100, 200, ... 6400
+    assert 0.05 < st["estimated_false_positive_rate"] < 0.5  # and kept its rate
 
 
 @pytest.mark.parametrize("bloom", BACKENDS)
@@ -90,7 +91,7 @@ def test_exact_store_is_asked_only_about_bloom_positives(bloom: str) -> None:
 
 @pytest.mark.parametrize("bloom", BACKENDS)
 def test_lossy_mode_drops_some_and_its_estimate_is_within_2x(bloom: str) -> None:
-    s = SeenSet(1000, 0.01, exact=False, bloom=bloom)
+    s = SeenSet(1000, 0.5, exact=False, bloom=bloom)  # a loose rate: drops worth counting
     urls = make_urls(4000)  # all distinct: every "seen" verdict is a dropped URL
     verdicts = feed(s, urls, batch=50)
     dropped = verdicts.count(False)
@@ -99,20 +100,20 @@ def test_lossy_mode_drops_some_and_its_estimate_is_within_2x(bloom: str) -> None
     assert dropped / 2 <= st["estimated_false_positives"] <= dropped * 2
     assert st["bloom_positives"] == dropped
     assert st["false_positives"] == 0 and st["exact_confirmations"] == 0  # it cannot know
-    assert 0.3 < st["estimated_false_positive_rate"] < 1.0
+    assert 0.05 < st["estimated_false_positive_rate"] < 0.5
     assert len(s) == 4000 - dropped
     # Repeats are never reported new (a Bloom filter has no false negatives).
     assert not any(s.check_and_add(urls[:500]))
 
 
 @pytest.mark.parametrize("bloom", BACKENDS)
-def test_lossy_mode_within_capacity_drops_about_the_error_rate(bloom: str) -> None:
-    s = SeenSet(20_000, 0.01, exact=False, bloom=bloom)
+def test_lossy_mode_drops_less_than_the_error_rate(bloom: str) -> None:
+    s = SeenSet(2_000, 0.1, exact=False, bloom=bloom)
     verdicts = feed(s, make_urls(20_000), batch=500)
     dropped = verdicts.count(False)
-    assert dropped < 0.01 * 20_000  # the rate is reached only at the very end
+    assert 0 < dropped < 0.1 * 20_000  # the chain's rate approaches 0.1 only from below
     st = numbers(s)
-    assert 0.005 < st["estimated_false_positive_rate"] < 0.02
+    assert 0.01 < st["estimated_false_positive_rate"] < 0.1
     assert dropped / 2 - 5 <= st["estimated_false_positives"] <= dropped * 2 + 5
 
 
