@@ -178,6 +178,10 @@ class ShardCounters:
     sitemaps_other_host: int = 0
     #: sitemaps not read: the host's files-per-run limit was reached
     sitemaps_over_limit: int = 0
+    #: /sitemap.xml probes made (robots.txt named no sitemap; crawler.freshness.sitemapprobe)
+    sitemap_probes: int = 0
+    #: probes that found a sitemap listing URLs
+    sitemap_probes_found: int = 0
     #: URLs taken from sitemaps (in scope, past the trap rules)
     sitemap_urls: int = 0
     #: URLs listed with <news:news> in news sitemaps

@@ -102,6 +102,9 @@ def _recrawl(obj: RecrawlConfig, prefix: str) -> None:
 
 def _sitemaps(obj: SitemapsConfig, prefix: str) -> None:
     positive(obj, prefix, "max_files_per_host", "max_urls_per_file", "max_bytes_per_file")
+    positive(obj, prefix, "probe_after_pages", allow_zero=True)  # 0: every host's /sitemap.xml at once
+    if not 0.0 <= obj.probe_min_yield <= 1.0:
+        raise ConfigError(f"{prefix}probe_min_yield: must be between 0 and 1, got {obj.probe_min_yield}")
 
 
 def _news(obj: NewsConfig, prefix: str) -> None:

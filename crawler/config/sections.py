@@ -115,6 +115,8 @@ class SitemapsConfig:
     max_files_per_host: int = 20
     max_urls_per_file: int = 50_000
     max_bytes_per_file: int = 52_428_800
+    probe_after_pages: int = 10
+    probe_min_yield: float = 0.25
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,15 @@ class RobotsGate:
         if not allowed:
             self._recorder.refused(item)
             return Verdict.DONE
+        if self._sitemaps is not None:  # a host that shows enough pages earns its /sitemap.xml probe
+            due = self._sitemaps.probes_due(item.host, self._allows)
+            if due:
+                self._frontier.push(due)
         return Verdict.GO
+
+    def _allows(self, url: str) -> bool:
+        """robots.txt allows ``url`` by the rules cached now (unknown rules: not yet)."""
+        return bool(self._robots.cache.allowed(url, origin(url)))
 
     async def _refresh(self, org: str, host: str) -> None:
         rules, requests = await self._robots.refresh(org, host, self._lane.fetch)

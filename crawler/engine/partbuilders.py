@@ -27,6 +27,7 @@ from crawler.engine.pipeline import PagePipeline
 from crawler.policy.politeness import Politeness
 from crawler.frontier.recrawl import RecrawlPolicy
 from crawler.placement.regionpolicy import RegionPlacement
+from crawler.freshness.sitemapprobe import SitemapProbe
 from crawler.freshness.sitemaps import SitemapReader
 from crawler.recovery.incarnation import Incarnation
 from crawler.recovery.statelog import StateLog
@@ -172,10 +173,11 @@ def build_sitemaps(cfg: CrawlConfig, links: LinkPolicy, pipeline: PagePipeline, 
             if earlier < known[2]:
                 store.bring_forward(url, earlier)
 
+    probe = SitemapProbe(after_pages=sm.probe_after_pages, min_yield=sm.probe_min_yield, counters=pipeline.counters)
     return SitemapReader(
         max_files=sm.max_files_per_host, max_urls=sm.max_urls_per_file, max_bytes=sm.max_bytes_per_file,
         links=links, counters=pipeline.counters, dropped=pipeline.dropped, nudge=nudge, news=news,
-        run_blocking=run_blocking,
+        probe=probe, run_blocking=run_blocking,
     )
 
 

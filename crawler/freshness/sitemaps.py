@@ -1,7 +1,8 @@
 """Sitemaps (sitemaps.org protocol 0.9): where a host says which URLs it has.
 
 A shard reads the sitemaps of its own hosts when it learns their robots.txt: the
-``Sitemap:`` lines, or ``/sitemap.xml`` when there are none. A sitemap is a ``<urlset>``
+``Sitemap:`` lines, or, when there are none, ``/sitemap.xml`` where the probe can pay
+(crawler.freshness.sitemapprobe). A sitemap is a ``<urlset>``
 of ``<url><loc>`` (with an optional ``<lastmod>``), or a ``<sitemapindex>`` of further
 sitemaps, plain or gzip (served gzipped, or named ``.gz``); the protocol also allows a
 text file of one URL per line. Limits are the protocol's: 50,000 URLs and 50 MB
@@ -42,6 +43,7 @@ from crawler.errors import DeliveryError
 from crawler.parse.feeds import Feed, looks_like_feed, parse_feed
 from crawler.parse.feedstream import Refused
 from crawler.freshness.news import NewsPolicy
+from crawler.freshness.sitemapprobe import SitemapProbe, probe_url
 from crawler.frontier.urlitem import UrlItem
 from crawler.urls import join_url
 
@@ -300,7 +302,7 @@ def robots_sitemaps(origin: str, listed: list[str]) -> list[str]:
     it), or ``/sitemap.xml`` when it lists none."""
     robots = origin.rstrip("/") + "/robots.txt"
     found = [u for u in (join_url(robots, s) for s in listed) if u]
-    return found or [origin.rstrip("/") + "/sitemap.xml"]
+    return found or [probe_url(origin)]
 
 
 @dataclass(slots=True)
@@ -337,6 +339,7 @@ class SitemapReader:
         dropped: Counter[DropReason],
         nudge: Callable[[str, float], object] | None = None,
         news: NewsPolicy | None = None,
+        probe: SitemapProbe | None = None,
         run_blocking: RunBlocking = asyncio.to_thread,
     ) -> None:
         self._max_files = max_files
@@ -348,6 +351,8 @@ class SitemapReader:
         self._nudge = nudge  # nudge(url, lastmod): bring a known page's refresh earlier
         self._news = news  # crawler.freshness.news.NewsPolicy: news sitemaps and feeds read again
         self._planned: dict[str, int] = {}  # host -> sitemap files queued this run
+        # When /sitemap.xml is asked of a host whose robots.txt names none (default: every host at once).
+        self.probe = probe or SitemapProbe(after_pages=0, min_yield=0.0, counters=counters)
         # Parses and URL checks of a read sitemap, and its nudges of the store, run here:
         # a worker thread by default (DESIGN invariant 16), inline in tests on the mock clock.
         self._run_blocking = run_blocking
@@ -360,9 +365,22 @@ class SitemapReader:
             if item.host != host:
                 self._counters.sitemaps_other_host += 1
                 continue
-            if not listed and not allowed(url):  # /sitemap.xml is a page like any other
-                continue
+            if not listed and not (allowed(url) and self.probe.at_robots(origin, host)):
+                continue  # /sitemap.xml is a page like any other, asked where it can pay
             if self._take_slot(host):
+                out.append(item)
+                if not listed:
+                    self.probe.launched(url)
+        return out
+
+    def probes_due(self, host: str, allowed: Callable[[str], bool]) -> list[UrlItem]:
+        """Probes to queue now that a page of ``host`` passed robots (``allowed(url)``: the
+        rules now): the host's own once it is big enough, and those of hosts whose wait ended."""
+        out: list[UrlItem] = []
+        for org in self.probe.due(host):
+            item = UrlItem(probe_url(org), 0, kind="sitemap")
+            if allowed(item.url) and self._take_slot(item.host):
+                self.probe.launched(item.url)
                 out.append(item)
         return out
 
@@ -387,6 +405,7 @@ class SitemapReader:
         res = await fetch(item.host, item.url, max_body_bytes=self.max_bytes)
         digest = await self._run_blocking(self._digest, item, res.status, res.body)
         links, more, news, feed = self._settle(item, digest)
+        self.probe.settle(item.url, bool(links or more))
         if digest.nudges:
             await self._run_blocking(self._nudge_all, digest.nudges)
         published = [link.published for link in links if link.fresh]

@@ -180,7 +180,10 @@ class GroundTruth:
             return f"request target {path_qs!r} is not canonical (expected {canon!r})"
         if path_qs == "/robots.txt":
             return None
-        if path_qs == "/sitemap.xml":  # a crawler reading sitemaps asks every host, unless robots says no
+        if path_qs == "/sitemap.xml":
+            # A crawler reading sitemaps may ask any host, never where robots says no. Whether
+            # it does depends on the crawl (crawler.freshness.sitemapprobe: the shard's first
+            # hosts, every host while probes pay, big hosts), so it is allowed, never required.
             return self._blocked(host, path_qs)
         if path_qs == "/robots-real.txt" and host in self.graph.sites and self.graph.sites[host].robots_status == 301:
             return None
